@@ -1,0 +1,24 @@
+# Reproducibility harness for image-text retrieval papers.
+#   snakemake --cores 2                          every table and figure of the default (synthetic) dataset
+#   snakemake --cores 8 tables/table1_flickr.csv one table, from raw inputs
+# The DAG is built from config/config.yaml and the paper files it lists (methods/papers/*.yaml).
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/features.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        PLAN.default_targets(),
+        SYNTHETIC_PRECOMP,
+    default_target: True

@@ -1,0 +1,1 @@
+"""Datasets: synthetic generator, Karpathy splits, precomputed features, vocabulary."""

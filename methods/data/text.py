@@ -1,0 +1,80 @@
+"""Tokenisation and vocabulary (built from training captions only)."""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from methods.errors import HarnessError
+from methods.io import read_json, write_json
+
+PAD, START, END, UNK = "<pad>", "<start>", "<end>", "<unk>"
+SPECIALS = (PAD, START, END, UNK)
+
+# Words (with inner apostrophes/hyphens kept) or single punctuation marks; close to
+# nltk.word_tokenize on captions but needs no downloaded tokenizer models.
+_TOKEN_RE = re.compile(r"[a-z0-9]+(?:['\-][a-z0-9]+)*|[^\sa-z0-9]")
+
+
+def tokenize(caption: str) -> list[str]:
+    return _TOKEN_RE.findall(caption.lower())
+
+
+class Vocabulary:
+    """word <-> index map in the SCAN/SGRAF JSON layout (``word2idx``, ``idx2word``, ``idx``)."""
+
+    def __init__(self, words: Sequence[str]):
+        if list(words[: len(SPECIALS)]) != list(SPECIALS):
+            raise HarnessError(f"vocabulary must start with {SPECIALS}, got {list(words[:4])}")
+        self.idx2word = list(words)
+        self.word2idx = {w: i for i, w in enumerate(self.idx2word)}
+        if len(self.word2idx) != len(self.idx2word):
+            raise HarnessError("vocabulary has duplicate words")
+
+    def __len__(self) -> int:
+        return len(self.idx2word)
+
+    @classmethod
+    def build(cls, captions: Iterable[str], threshold: int) -> "Vocabulary":
+        counts = Counter(tok for cap in captions for tok in tokenize(cap))
+        kept = sorted(w for w, c in counts.items() if c >= threshold and w not in SPECIALS)
+        return cls(list(SPECIALS) + kept)
+
+    def encode(self, caption: str) -> list[int]:
+        unk = self.word2idx[UNK]
+        ids = [self.word2idx.get(tok, unk) for tok in tokenize(caption)]
+        return [self.word2idx[START], *ids, self.word2idx[END]]
+
+    def save(self, path: str | Path) -> None:
+        write_json(path, {
+            "word2idx": self.word2idx,
+            "idx2word": {str(i): w for i, w in enumerate(self.idx2word)},
+            "idx": len(self.idx2word),
+        })
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Vocabulary":
+        try:
+            data = read_json(path)
+            words = [data["idx2word"][str(i)] for i in range(int(data["idx"]))]
+        except FileNotFoundError:
+            raise HarnessError(f"vocabulary file not found: {path}") from None
+        except (KeyError, ValueError, TypeError) as exc:
+            raise HarnessError(f"{path}: not a vocabulary JSON (word2idx/idx2word/idx): {exc}") from None
+        vocab = cls(words)
+        if data["word2idx"] != vocab.word2idx:
+            raise HarnessError(f"{path}: word2idx and idx2word disagree")
+        return vocab
+
+    def check_covers(self, captions: Iterable[str], where: str, max_unk_rate: float = 0.2) -> None:
+        """Fail when a vocabulary plainly does not belong to these captions (wrong dataset)."""
+        total = unknown = 0
+        for cap in captions:
+            for tok in tokenize(cap):
+                total += 1
+                unknown += tok not in self.word2idx
+        if total and unknown / total > max_unk_rate:
+            raise HarnessError(
+                f"{where}: {unknown}/{total} caption tokens ({100 * unknown / total:.0f}%) are not in the "
+                f"vocabulary; it was built for other captions (rebuild it from this dataset's training split)")

@@ -1,0 +1,67 @@
+"""VSE++ (Faghri et al., BMVC 2018): ResNet pooled feature -> fc -> l2; GRU caption -> l2; cosine.
+
+The frozen stage reads cached pooled features (a DAG output) instead of running the CNN;
+the fine-tune stage runs the CNN on images. Both feed the same ``project_pooled``.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from methods.features.backbone import ResNetBackbone
+from methods.models.layers import l2norm, xavier_linear
+from methods.models.text import GRUTextEncoder
+
+
+class VSEPP(nn.Module):
+    uses_backbone = True
+
+    def __init__(self, backbone: ResNetBackbone, embed_dim: int, text: GRUTextEncoder,
+                 pre_fc_l2norm: bool = True, backbone_bn: str = "frozen"):
+        super().__init__()
+        self.backbone = backbone
+        self.fc = xavier_linear(backbone.out_dim, embed_dim)
+        self.text = text
+        self.pre_fc_l2norm = pre_fc_l2norm
+        self.backbone_bn = backbone_bn
+        self.finetune = False
+
+    @classmethod
+    def from_config(cls, cfg: dict, vocab_size: int, backbones: dict, word_vectors=None) -> "VSEPP":
+        bb = backbones[cfg["backbone"]]
+        t = cfg["text"]
+        text = GRUTextEncoder(vocab_size, t["word_dim"], t["hidden_dim"], t["num_layers"], t["bidirectional"],
+                              word_vectors if t["word_init"] == "glove" else None)
+        return cls(ResNetBackbone(bb["arch"], bb["weights"]), cfg["embed_dim"], text,
+                   cfg["pre_fc_l2norm"], cfg["backbone_bn"])
+
+    def set_finetune(self, finetune: bool) -> None:
+        self.finetune = finetune
+        for p in self.backbone.parameters():
+            p.requires_grad_(finetune)
+
+    def train(self, mode: bool = True) -> "VSEPP":
+        super().train(mode)
+        # A frozen CNN always runs in eval mode (its BN statistics must not drift, vsepp#4/#30);
+        # while fine-tuning, 'frozen' BN keeps ImageNet statistics too.
+        if not self.finetune or self.backbone_bn == "frozen":
+            self.backbone.eval()
+        return self
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.parameters() if p.requires_grad]
+
+    def project_pooled(self, pooled: torch.Tensor) -> torch.Tensor:
+        x = l2norm(pooled) if self.pre_fc_l2norm else pooled
+        return l2norm(self.fc(x))
+
+    def encode_images(self, batch: dict) -> torch.Tensor:
+        pooled = self.backbone.pooled(batch["images"]) if "images" in batch else batch["pooled"]
+        return self.project_pooled(pooled.float())
+
+    def encode_captions(self, batch: dict) -> torch.Tensor:
+        return self.text(batch["tokens"], batch["lengths"])
+
+    @staticmethod
+    def similarity(img_emb: torch.Tensor, cap_emb: torch.Tensor) -> torch.Tensor:
+        return img_emb @ cap_emb.t()

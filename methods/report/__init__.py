@@ -1,0 +1,1 @@
+"""Seed aggregation, tables checked against reported numbers, figures."""

@@ -1,0 +1,57 @@
+"""Reproduced vs reported scatter over every table cell of a dataset that has both numbers."""
+from __future__ import annotations
+
+import argparse
+import csv
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from methods.cli import run_cli  # noqa: E402
+from methods.io import atomic_path  # noqa: E402
+
+COLOURS = {"within": "tab:green", "outside": "tab:red"}
+
+
+def scatter(table_paths: list[str], out: str, dataset: str) -> int:
+    points = []
+    for path in table_paths:
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                if r["reported"] != "" and r["metric"] != "rsum" and not r["metric"].endswith("medr"):
+                    points.append((float(r["reported"]), float(r["reproduced"]), r["verdict"], r["row"]))
+    fig, ax = plt.subplots(figsize=(5.5, 5.5))
+    for verdict in sorted({p[2] for p in points}):
+        xs = [p[0] for p in points if p[2] == verdict]
+        ys = [p[1] for p in points if p[2] == verdict]
+        ax.scatter(xs, ys, s=22, alpha=0.8, label=f"{verdict} ({len(xs)})", color=COLOURS.get(verdict, "tab:gray"))
+    ax.plot([0, 100], [0, 100], "k--", lw=0.8)
+    ax.set_xlim(0, 100)
+    ax.set_ylim(0, 100)
+    ax.set_xlabel("reported R@K (%)")
+    ax.set_ylabel("reproduced R@K (%), mean over seeds")
+    ax.set_title(f"Reproduced vs reported — {dataset}")
+    if points:
+        ax.legend(loc="upper left", fontsize=8)
+    else:
+        ax.text(50, 50, "no reported numbers for these tables", ha="center")
+    fig.tight_layout()
+    with atomic_path(out, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+    return len(points)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("tables", nargs="+")
+    args = parser.parse_args(argv)
+    run_cli(lambda: print(f"{scatter(args.tables, args.out, args.dataset)} points"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The training loop shared by every method, and its data pipeline."""

@@ -1,0 +1,190 @@
+"""One training loop for every method: stages (frozen backbone, then fine-tune), Adam/AdamW,
+step or cosine schedule, gradient clipping, hardest-negative warm-up, AMP on CUDA, seeds,
+an atomic checkpoint every epoch, exact resume, and best-epoch selection on validation RSUM.
+
+Resuming: the checkpoint holds model, optimizer, AMP scaler and every RNG state at the end of
+the last finished epoch; each epoch's shuffle comes from a generator seeded by (seed, stage,
+epoch). A run killed at any point and re-run therefore repeats the unfinished epoch exactly and
+ends with the same weights as an uninterrupted run (same device, same seed).
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, RandomSampler
+from tqdm import tqdm
+
+from methods.data.karpathy import Split
+from methods.data.text import Vocabulary
+from methods.errors import HarnessError, first_line
+from methods.evaluation import autocast, encode_split, score_matrix
+from methods.features.backbone import eval_transform, train_transform
+from methods.features.images import ImageFiles
+from methods.io import torch_save
+from methods.losses import build_loss
+from methods.metrics.retrieval import retrieval_metrics
+from methods.training.data import CaptionPairs, PairCollator, to_device
+from methods.training.schedule import lr_at
+
+CHECKPOINT_FORMAT = 1
+
+
+@dataclass
+class TrainInputs:
+    config: dict               # resolved method config
+    config_hash: str
+    seed: int
+    run_dir: Path
+    device: torch.device
+    vocab: Vocabulary
+    train: Split
+    dev: Split
+    pooled_train: np.ndarray   # cached (N, C) features, memory-mapped
+    pooled_dev: np.ndarray
+    images_dir: Path | None    # needed by fine-tune stages
+    crop: int
+    resize: int
+    val_max_images: int
+    word_vectors: torch.Tensor | None = None
+    progress: bool = True
+    extra: dict = field(default_factory=dict)
+
+
+def _rng_state() -> dict:
+    np_state = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
+                      "has_gauss": int(np_state[3]), "cached": float(np_state[4])},
+            "python": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]]}
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+
+
+def load_checkpoint(path: Path) -> dict:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if state.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"format {state.get('format')!r}, expected {CHECKPOINT_FORMAT}")
+        return state
+    except Exception as exc:
+        raise HarnessError(f"checkpoint {path} is corrupt or unreadable ({type(exc).__name__}: {first_line(exc)}); "
+                           f"delete it to restart this run from scratch") from None
+
+
+def _make_optimizer(name: str, params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
+    return cls(params, lr=lr, weight_decay=weight_decay)
+
+
+def validate(model, inp: TrainInputs, amp: bool) -> dict:
+    n = min(inp.val_max_images, len(inp.dev))
+    pairs = CaptionPairs(inp.dev, inp.vocab, max_images=n)
+    images = (ImageFiles(inp.images_dir, inp.dev.filenames[:n], eval_transform(inp.resize, inp.crop))
+              if getattr(model, "finetune", False) else None)
+    img, cap = encode_split(model, pairs.tokens, n, inp.device, inp.config["training"]["eval_batch_size"],
+                            pooled=inp.pooled_dev, images=images, amp=amp)
+    return retrieval_metrics(score_matrix(model, img, cap))
+
+
+def train(model, inp: TrainInputs) -> dict:
+    cfg, tr = inp.config, inp.config["training"]
+    device, amp = inp.device, tr["amp"] and inp.device.type == "cuda"
+    ckpt_dir = inp.run_dir / "checkpoints"
+    last_path, best_path = ckpt_dir / "last.pt", ckpt_dir / "best.pt"
+    model.to(device)
+    state = None
+    if last_path.exists():
+        state = load_checkpoint(last_path)
+        if state["config_hash"] != inp.config_hash or state["seed"] != inp.seed:
+            raise HarnessError(f"{last_path} belongs to another config or seed "
+                               f"({state['config_hash']}/{state['seed']} vs {inp.config_hash}/{inp.seed}); delete it")
+        print(f"resuming from {last_path}: stage {state['stage']} epoch {state['epoch']}")
+    history = state["history"] if state else []
+    best = state["best"] if state else {"rsum": -1.0, "stage": None, "epoch": None}
+    start_stage, start_epoch = (state["stage"], state["epoch"]) if state else (0, 0)
+    scaler = torch.amp.GradScaler("cuda", enabled=amp)
+    global_epoch = sum(s["epochs"] for s in tr["stages"][:start_stage]) + start_epoch
+    t_start = time.perf_counter()
+
+    for stage_idx, stage in enumerate(tr["stages"]):
+        if stage_idx < start_stage:
+            continue
+        model.set_finetune(stage["finetune_backbone"])
+        optimizer = _make_optimizer(tr["optimizer"], model.trainable_parameters(), stage["lr"], tr["weight_decay"])
+        first_epoch = 0
+        if state and stage_idx == start_stage:
+            model.load_state_dict(state["model"])
+            if state["optimizer"] is not None:  # None: the previous stage just ended, new optimizer
+                optimizer.load_state_dict(state["optimizer"])
+            scaler.load_state_dict(state["scaler"])
+            _set_rng_state(state["rng"])
+            first_epoch = start_epoch
+        images = (ImageFiles(inp.images_dir, inp.train.filenames, train_transform(inp.crop))
+                  if stage["finetune_backbone"] else None)
+        dataset = CaptionPairs(inp.train, inp.vocab, images=images)
+        collate = PairCollator(None if images is not None else inp.pooled_train)
+        for epoch in range(first_epoch, stage["epochs"]):
+            lr = lr_at(stage, epoch)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            shuffle = torch.Generator().manual_seed(inp.seed * 1_000_003 + stage_idx * 10_007 + epoch)
+            loader = DataLoader(dataset, batch_size=tr["batch_size"], sampler=RandomSampler(dataset, generator=shuffle),
+                                collate_fn=collate, num_workers=tr["num_workers"])
+            loss_fn = build_loss(cfg["loss"], global_epoch)
+            model.train()
+            t0, seen, total = time.perf_counter(), 0, 0.0
+            bar = tqdm(loader, desc=f"{stage['name']} {epoch + 1}/{stage['epochs']}", disable=not inp.progress,
+                       mininterval=2.0)
+            for step, batch in enumerate(bar):
+                batch = to_device(batch, device)
+                with autocast(device, amp):
+                    img = model.encode_images(batch)
+                    cap = model.encode_captions(batch)
+                    scores = model.similarity(img, cap)
+                loss = loss_fn(scores.float(), batch["positives"])  # losses in fp32
+                if not torch.isfinite(loss):
+                    raise HarnessError(f"loss is {loss.item()} at stage '{stage['name']}' epoch {epoch + 1} "
+                                       f"step {step + 1}; stopping (last good checkpoint: {last_path})")
+                optimizer.zero_grad(set_to_none=True)
+                scaler.scale(loss).backward()
+                if tr["grad_clip"]:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(model.trainable_parameters(), tr["grad_clip"])
+                scaler.step(optimizer)
+                scaler.update()
+                seen += batch["tokens"].shape[0]
+                total += loss.item()
+                bar.set_postfix(loss=f"{loss.item():.3f}", samples_per_s=f"{seen / (time.perf_counter() - t0):.0f}", refresh=False)
+            val = validate(model, inp, amp)
+            record = {"stage": stage["name"], "stage_index": stage_idx, "epoch": epoch + 1, "lr": lr,
+                      "loss_kind": "triplet_sum" if cfg["loss"]["kind"] == "triplet_hardest"
+                      and global_epoch < cfg["loss"].get("warmup_sum_epochs", 0) else cfg["loss"]["kind"],
+                      "train_loss": total / max(1, step + 1), "val": val, "seconds": time.perf_counter() - t0}
+            history.append(record)
+            print(f"[{stage['name']} {epoch + 1}/{stage['epochs']}] loss {record['train_loss']:.4f} "
+                  f"val rsum {val['rsum']:.2f} ({record['seconds']:.1f}s)", flush=True)
+            if val["rsum"] > best["rsum"]:
+                best = {"rsum": val["rsum"], "stage": stage_idx, "epoch": epoch + 1, "finetuned": stage["finetune_backbone"]}
+                torch_save(best_path, {"format": CHECKPOINT_FORMAT, "model": model.state_dict(), "best": best})
+            global_epoch += 1
+            next_stage, next_epoch = (stage_idx, epoch + 1) if epoch + 1 < stage["epochs"] else (stage_idx + 1, 0)
+            torch_save(last_path, {
+                "format": CHECKPOINT_FORMAT, "config_hash": inp.config_hash, "seed": inp.seed,
+                "stage": next_stage, "epoch": next_epoch, "model": model.state_dict(),
+                "optimizer": optimizer.state_dict() if next_stage == stage_idx else None, "scaler": scaler.state_dict(), "rng": _rng_state(),
+                "best": best, "history": history})
+        state = None
+    return {"history": history, "best": best, "best_path": best_path, "train_seconds": time.perf_counter() - t_start}

@@ -1,0 +1,241 @@
+"""The plan: harness config + paper files -> datasets, experiments, runs, ensembles, tables.
+
+The Snakefile builds its DAG from this plan; entry points use it to find paths. Everything
+is computed from declarative files; an experiment is named ``<method>-<hash of its resolved
+config>`` so a changed hyper-parameter gives a new run directory, never a stale result.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from methods.config import (REPO_ROOT, config_hash, deep_merge, dotted_to_nested, load_harness_config,
+                            load_yaml, validate)
+from methods.errors import HarnessError
+from methods.metrics.protocols import get_protocol
+
+ENSEMBLE_SEED_STRIDE = 1000  # member i of an ensemble seeded s trains with seed s + 1000 * i
+
+
+def dataset_paths(cfg: dict, name: str) -> dict[str, Path | None]:
+    """Where a dataset's inputs live: generated under results/ for synthetic, from config otherwise."""
+    if name not in cfg["datasets"]:
+        raise HarnessError(f"unknown dataset '{name}'; configured: {', '.join(sorted(cfg['datasets']))}")
+    ds = cfg["datasets"][name]
+    if ds["kind"] == "synthetic":
+        root = Path(cfg["results_dir"]) / name / "data"
+        return {"karpathy_json": root / f"dataset_{name}.json", "images_dir": root / "images",
+                "precomp_dir": Path(cfg["results_dir"]) / name / "precomp", "glove": None}
+    return {k: (Path(ds[k]).expanduser() if ds.get(k) else None)
+            for k in ("karpathy_json", "images_dir", "precomp_dir", "glove")}
+
+
+def dataset_payload(cfg: dict, name: str) -> dict:
+    """What the data/feature/training rules of one dataset need to know (written to dataset.json)."""
+    return {"name": name, "dataset": cfg["datasets"][name], "backbones": cfg["backbones"],
+            "paths": {k: str(v) if v else None for k, v in dataset_paths(cfg, name).items()}}
+
+
+def load_dataset_payload(path: str | Path) -> dict:
+    from methods.io import read_json
+
+    try:
+        payload = read_json(path)
+        validate(payload["dataset"], "config#dataset", str(path))
+        return payload
+    except (OSError, ValueError, KeyError) as exc:
+        raise HarnessError(f"{path}: unreadable dataset config ({exc})") from None
+
+
+def test_splits(cfg: dict, dataset: str) -> list[str]:
+    """Harness splits evaluated for a dataset (one metrics file each), in protocol order."""
+    out: list[str] = []
+    for name in cfg["datasets"][dataset]["protocols"]:
+        split = get_protocol(name).split
+        if split not in cfg["datasets"][dataset]["splits"]:
+            raise HarnessError(f"dataset {dataset}: protocol {name} needs split '{split}', "
+                               f"which datasets.{dataset}.splits does not define")
+        if split not in out:
+            out.append(split)
+    return out
+
+
+@dataclass
+class Experiment:
+    id: str
+    dataset: str
+    method: str
+    config: dict
+
+    @property
+    def backbone(self) -> str:
+        return self.config["model"]["backbone"]
+
+    @property
+    def finetunes(self) -> bool:
+        return any(s["finetune_backbone"] for s in self.config["training"]["stages"])
+
+
+@dataclass
+class Row:
+    table: str
+    id: str
+    label: str
+    paper: str
+    seeds: list[int]
+    members: list[str]            # experiment ids (one for a single model)
+    reported: dict = field(default_factory=dict)   # protocol -> {source, ensemble_size, metrics, note}
+    not_reported: str | None = None
+
+    @property
+    def ensemble_size(self) -> int:
+        return len(self.members)
+
+    @property
+    def ensemble_id(self) -> str | None:
+        return None if len(self.members) == 1 else "ens-" + config_hash(self.members)
+
+    def member_seed(self, seed: int, member: int) -> int:
+        return seed + ENSEMBLE_SEED_STRIDE * member
+
+
+@dataclass
+class Table:
+    name: str
+    dataset: str
+    titles: list[str]
+    rows: list[Row]
+
+
+class Plan:
+    def __init__(self, cfg: dict):
+        self.cfg = cfg
+        for name, bb in cfg["backbones"].items():
+            if "pretrain" in bb:
+                expected = str(Path(cfg["results_dir"]) / bb["pretrain"]["dataset"] / "backbones" / f"{name}.pt")
+                if bb["weights"] != expected:
+                    raise HarnessError(f"backbones.{name}: pre-trained by the DAG, so weights must be '{expected}'")
+        self.experiments: dict[tuple[str, str], Experiment] = {}
+        self.tables: dict[tuple[str, str], Table] = {}
+        for paper_file in cfg["papers"]:
+            self._add_paper(REPO_ROOT / paper_file if not Path(paper_file).is_absolute() else Path(paper_file))
+
+    @classmethod
+    def from_files(cls, config_path: str | Path, overrides: dict | None = None) -> "Plan":
+        return cls(load_harness_config(config_path, overrides))
+
+    # -- building -------------------------------------------------------------------------
+    def resolve_experiment(self, method_file: Path, dataset: str, overrides: dict) -> Experiment:
+        raw = load_yaml(method_file)
+        if not isinstance(raw, dict) or "base" not in raw or "method" not in raw:
+            raise HarnessError(f"{method_file}: a method file needs 'method' and 'base' keys")
+        presets = raw.get("presets", {})
+        if dataset not in presets:
+            raise HarnessError(f"{method_file}: no preset for dataset '{dataset}' (has: {', '.join(sorted(presets))})")
+        cfg = deep_merge(raw["base"], presets[dataset] or {})
+        cfg = deep_merge(cfg, dotted_to_nested(overrides or {}))
+        cfg["method"] = raw["method"]
+        keep = cfg.get("training", {}).pop("run_stages", None)
+        if keep is not None:  # a row may run a subset of the method's stages (e.g. no fine-tuning)
+            names = [s.get("name") for s in cfg["training"].get("stages", [])]
+            unknown = sorted(set(keep) - set(names))
+            if unknown:
+                raise HarnessError(f"{method_file}: run_stages names unknown stages {unknown}; stages: {names}")
+            cfg["training"]["stages"] = [s for s in cfg["training"]["stages"] if s["name"] in keep]
+        validate(cfg, "method", f"{method_file} (dataset {dataset}, overrides {overrides or {}})")
+        backbone = cfg["model"].get("backbone")
+        if backbone is not None and backbone not in self.cfg["backbones"]:
+            raise HarnessError(f"{method_file}: backbone '{backbone}' is not in config backbones "
+                               f"({', '.join(sorted(self.cfg['backbones']))})")
+        exp = Experiment(f"{raw['method']}-{config_hash(cfg)}", dataset, raw["method"], cfg)
+        self.experiments.setdefault((dataset, exp.id), exp)
+        return exp
+
+    def _add_paper(self, path: Path) -> None:
+        paper = validate(load_yaml(path), "paper", str(path))
+        for table_name, table in paper["tables"].items():
+            for dataset in table["datasets"]:
+                if dataset not in self.cfg["datasets"]:
+                    continue  # a dataset this installation does not declare
+                ds_cfg = self.cfg["datasets"][dataset]
+                reported_key = ds_cfg.get("stands_in_for", {}).get("dataset", dataset)
+                key = (table_name, dataset)
+                tbl = self.tables.setdefault(key, Table(table_name, dataset, [], []))
+                tbl.titles.append(f"{paper['paper']}: {table['title']}")
+                for row in table["rows"]:
+                    if any(r.id == row["id"] for r in tbl.rows):
+                        raise HarnessError(f"{path}: row id '{row['id']}' appears twice in table {table_name}")
+                    members = row.get("ensemble") or [{"method": row["method"], "overrides": row.get("overrides", {})}]
+                    exp_ids = []
+                    for m in members:
+                        if m["method"] not in paper["methods"]:
+                            raise HarnessError(f"{path}: row '{row['id']}' names unknown method '{m['method']}' "
+                                               f"(declared: {', '.join(sorted(paper['methods']))})")
+                        exp = self.resolve_experiment(REPO_ROOT / paper["methods"][m["method"]], dataset,
+                                                      m.get("overrides", {}))
+                        exp_ids.append(exp.id)
+                    reported = self._reported_for(row.get("reported", {}).get(reported_key, {}), ds_cfg)
+                    seeds = ds_cfg.get("seeds", row["seeds"])
+                    tbl.rows.append(Row(table_name, row["id"], row["label"], paper["key"], seeds, exp_ids,
+                                        reported, row.get("not_reported")))
+
+    @staticmethod
+    def _reported_for(by_protocol: dict, ds_cfg: dict) -> dict:
+        """Reported numbers keyed by this dataset's protocols; a synthetic dataset shows those of the
+        protocol it stands in for (its verdicts are then 'not comparable')."""
+        if "stands_in_for" not in ds_cfg:
+            return by_protocol
+        source = by_protocol.get(ds_cfg["stands_in_for"]["protocol"])
+        return {p: source for p in ds_cfg["protocols"]} if source else {}
+
+    # -- queries --------------------------------------------------------------------------
+    def table(self, name: str, dataset: str) -> Table:
+        if dataset not in self.cfg["datasets"]:
+            raise HarnessError(f"unknown dataset '{dataset}' in target {name}_{dataset}; "
+                               f"configured: {', '.join(sorted(self.cfg['datasets']))}")
+        if (name, dataset) not in self.tables:
+            known = sorted(f"{t}_{d}" for t, d in self.tables)
+            raise HarnessError(f"no table '{name}' is declared for dataset '{dataset}'; declared: {', '.join(known)}")
+        return self.tables[(name, dataset)]
+
+    def experiment(self, dataset: str, exp_id: str) -> Experiment:
+        try:
+            return self.experiments[(dataset, exp_id)]
+        except KeyError:
+            raise HarnessError(f"unknown experiment '{exp_id}' for dataset '{dataset}'") from None
+
+    def default_targets(self) -> list[str]:
+        targets = []
+        for dataset in self.cfg["default_datasets"]:
+            names = sorted(t for t, d in self.tables if d == dataset)
+            targets += [f"tables/{t}_{dataset}.csv" for t in names]
+            if names:
+                targets.append(f"figures/reproduced_vs_reported_{dataset}.png")
+        return targets
+
+    def row(self, table: str, dataset: str, row_id: str) -> Row:
+        for row in self.table(table, dataset).rows:
+            if row.id == row_id:
+                return row
+        raise HarnessError(f"table {table}_{dataset} has no row '{row_id}'")
+
+    def table_spec(self, table: str, dataset: str) -> dict:
+        tbl = self.table(table, dataset)
+        return {"table": table, "dataset": dataset, "dataset_kind": self.cfg["datasets"][dataset]["kind"],
+                "titles": tbl.titles, "tolerance": self.cfg["tolerance"],
+                "protocols": self.cfg["datasets"][dataset]["protocols"],
+                "rows": [{"id": r.id, "label": r.label, "paper": r.paper, "seeds": r.seeds,
+                          "ensemble_size": r.ensemble_size, "members": r.members, "reported": r.reported,
+                          "not_reported": r.not_reported} for r in tbl.rows]}
+
+    def weights_input(self, backbone: str) -> list[str]:
+        """The weights file a job needs as input: a DAG output, a configured file, or nothing ('none')."""
+        weights = self.cfg["backbones"][backbone]["weights"]
+        return [] if weights in (None, "none") else [weights]
+
+    def rows_using(self, dataset: str, ensemble_id: str) -> Row:
+        for (t, d), tbl in self.tables.items():
+            for row in tbl.rows:
+                if d == dataset and row.ensemble_id == ensemble_id:
+                    return row
+        raise HarnessError(f"unknown ensemble '{ensemble_id}' for dataset '{dataset}'")

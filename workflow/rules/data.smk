@@ -1,0 +1,47 @@
+rule dataset_config:
+    """What the data, feature and training jobs of one dataset need, resolved from config."""
+    output:
+        f"{R}/{{dataset}}/dataset.json",
+    params:
+        payload=lambda w: json.dumps(dataset_payload(HARNESS, w.dataset)),
+    localrule: True
+    log:
+        f"{R}/logs/dataset_config/{{dataset}}.log",
+    shell:
+        "python -m methods.io --out {output} --json {params.payload:q} > {log} 2>&1"
+
+
+rule generate_synthetic:
+    """The built-in synthetic dataset, in the Karpathy layout (same seed, same bytes)."""
+    input:
+        dataset_json,
+    output:
+        karpathy=f"{R}/{{dataset}}/data/dataset_{{dataset}}.json",
+        images=directory(f"{R}/{{dataset}}/data/images"),
+    wildcard_constraints:
+        dataset="|".join(SYNTHETIC) or "no-synthetic-dataset",
+    threads: res("generate", "threads")
+    resources:
+        mem_mb=res("generate", "mem_mb"),
+        runtime=res("generate", "runtime"),
+    log:
+        f"{R}/logs/generate/{{dataset}}.log",
+    shell:
+        "python -m methods.data.synthetic --dataset-config {input} --out {R}/{wildcards.dataset}/data > {log} 2>&1"
+
+
+rule vocab:
+    """Vocabulary from the training captions only."""
+    input:
+        unpack(data_inputs),
+        cfg=dataset_json,
+    output:
+        f"{R}/{{dataset}}/vocab.json",
+    threads: res("vocab", "threads")
+    resources:
+        mem_mb=res("vocab", "mem_mb"),
+        runtime=res("vocab", "runtime"),
+    log:
+        f"{R}/logs/vocab/{{dataset}}.log",
+    shell:
+        "python -m methods.data.vocab --dataset-config {input.cfg} --out {output} > {log} 2>&1"

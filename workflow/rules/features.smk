@@ -1,0 +1,82 @@
+def backbone_weights(w):
+    check_backbone_weights(HARNESS, w.backbone)
+    return PLAN.weights_input(w.backbone)
+
+
+rule pretrain_backbone:
+    """Backbone pre-trained on a synthetic training split (stands in for ImageNet weights)."""
+    input:
+        unpack(data_inputs),
+        cfg=dataset_json,
+    output:
+        f"{R}/{{dataset}}/backbones/{{backbone}}.pt",
+    threads: res("train", "threads")
+    resources:
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+        gpu=res("train", "gpus"),
+    log:
+        f"{R}/logs/pretrain/{{dataset}}/{{backbone}}.log",
+    shell:
+        "python -m methods.features.pretrain --dataset-config {input.cfg} --backbone {wildcards.backbone} "
+        "--out {output} --threads {threads} > {log} 2>&1"
+
+
+# One feature rule per dataset: which grid maps are cached is a per-dataset setting.
+for _name, _ds in HARNESS["datasets"].items():
+
+    rule:
+        name:
+            f"features_{_name}"
+        input:
+            unpack(lambda w, name=_name: data_inputs_of(name)),
+            cfg=f"{R}/{_name}/dataset.json",
+            weights=backbone_weights,
+        output:
+            pooled=f"{R}/{_name}/features/{{backbone}}/{{split}}_pooled.npy",
+            **{
+                layer: f"{R}/{_name}/features/{{backbone}}/{{split}}_{layer}.npy"
+                for layer in _ds["features"]["grid_layers"]
+            },
+        params:
+            dataset=_name,
+        threads: res("features", "threads")
+        resources:
+            mem_mb=res("features", "mem_mb"),
+            runtime=res("features", "runtime"),
+            gpu=res("features", "gpus"),
+        log:
+            f"{R}/logs/features/{_name}/{{backbone}}_{{split}}.log",
+        shell:
+            "python -m methods.features.extract --dataset-config {input.cfg} --backbone {wildcards.backbone} "
+            "--split {wildcards.split} --out-dir {R}/{params.dataset}/features/{wildcards.backbone} "
+            "--device {DEVICE} --threads {threads} > {log} 2>&1"
+
+
+def region_grid(w):
+    region = HARNESS["datasets"][w.dataset]["features"]["region"]
+    return f"{features_dir(w.dataset, region['backbone'])}/{w.split}_{region['layer']}.npy"
+
+
+rule region_features:
+    """RoIAlign region features of a synthetic split, in the BUTD precomputed layout."""
+    input:
+        unpack(data_inputs),
+        cfg=dataset_json,
+        grid=region_grid,
+    output:
+        ims=f"{R}/{{dataset}}/precomp/{{split}}_ims.npy",
+        caps=f"{R}/{{dataset}}/precomp/{{split}}_caps.txt",
+        ids=f"{R}/{{dataset}}/precomp/{{split}}_ids.txt",
+        boxes=f"{R}/{{dataset}}/precomp/{{split}}_boxes.npy",
+    wildcard_constraints:
+        dataset="|".join(SYNTHETIC) or "no-synthetic-dataset",
+    threads: res("regions", "threads")
+    resources:
+        mem_mb=res("regions", "mem_mb"),
+        runtime=res("regions", "runtime"),
+    log:
+        f"{R}/logs/regions/{{dataset}}_{{split}}.log",
+    shell:
+        "python -m methods.features.regions --dataset-config {input.cfg} --split {wildcards.split} "
+        "--grid {input.grid} --out-dir {R}/{wildcards.dataset}/precomp > {log} 2>&1"

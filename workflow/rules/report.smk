@@ -1,0 +1,70 @@
+def row_evals(w):
+    row = PLAN.row(w.table, w.dataset, w.row)
+    splits = test_splits(HARNESS, w.dataset)
+    if row.ensemble_id is None:
+        return [f"{run_dir(w.dataset, row.members[0], s)}/eval_{sp}.json" for s in row.seeds for sp in splits]
+    return [f"{R}/{w.dataset}/ensembles/{row.ensemble_id}/seed{s}/eval_{sp}.json" for s in row.seeds for sp in splits]
+
+
+rule aggregate_row:
+    """Mean and std over the seeds of one table row."""
+    input:
+        row_evals,
+    output:
+        f"{R}/{{dataset}}/rows/{{table}}/{{row}}.json",
+    localrule: True
+    log:
+        f"{R}/logs/aggregate/{{dataset}}/{{table}}/{{row}}.log",
+    shell:
+        "python -m methods.report.aggregate --out {output} {input} > {log} 2>&1"
+
+
+rule table_spec:
+    """Rows, reported numbers (with sources) and tolerances of one table."""
+    output:
+        f"{R}/{{dataset}}/tables/{{table}}.spec.json",
+    params:
+        spec=lambda w: json.dumps(PLAN.table_spec(w.table, w.dataset)),
+    localrule: True
+    log:
+        f"{R}/logs/table_spec/{{dataset}}/{{table}}.log",
+    shell:
+        "python -m methods.io --out {output} --json {params.spec:q} > {log} 2>&1"
+
+
+def table_inputs(w):
+    tbl = PLAN.table(w.table, w.dataset)
+    if HARNESS["datasets"][w.dataset]["kind"] != "synthetic":
+        check_dataset_inputs(HARNESS, w.dataset)
+    return {
+        "spec": f"{R}/{w.dataset}/tables/{w.table}.spec.json",
+        "rows": [f"{R}/{w.dataset}/rows/{w.table}/{r.id}.json" for r in tbl.rows],
+    }
+
+
+rule table:
+    """A table: reproduced (mean ± std over seeds) beside reported, difference and verdict."""
+    input:
+        unpack(table_inputs),
+    output:
+        csv=report("tables/{table}_{dataset}.csv", category="Tables"),
+        md="tables/{table}_{dataset}.md",
+    localrule: True
+    log:
+        f"{R}/logs/table/{{table}}_{{dataset}}.log",
+    shell:
+        "python -m methods.report.table --spec {input.spec} --out-csv {output.csv} --out-md {output.md} "
+        "{input.rows} > {log} 2>&1"
+
+
+rule figure_reproduced_vs_reported:
+    """Scatter of reproduced vs reported R@K over every table of a dataset."""
+    input:
+        lambda w: [f"tables/{t}_{w.dataset}.csv" for t, d in PLAN.tables if d == w.dataset],
+    output:
+        report("figures/reproduced_vs_reported_{dataset}.png", category="Figures"),
+    localrule: True
+    log:
+        f"{R}/logs/figure/reproduced_vs_reported_{{dataset}}.log",
+    shell:
+        "python -m methods.report.figure --dataset {wildcards.dataset} --out {output} {input} > {log} 2>&1"

@@ -1,0 +1,113 @@
+def run_dir(dataset, exp, seed):
+    return f"{R}/{dataset}/runs/{exp}/seed{seed}"
+
+
+rule experiment_config:
+    """The resolved method config of one experiment (its hash is in the experiment name)."""
+    output:
+        f"{R}/{{dataset}}/runs/{{exp}}/config.json",
+    params:
+        config=lambda w: json.dumps(PLAN.experiment(w.dataset, w.exp).config),
+    localrule: True
+    log:
+        f"{R}/logs/experiment_config/{{dataset}}/{{exp}}.log",
+    shell:
+        "python -m methods.io --out {output} --json {params.config:q} > {log} 2>&1"
+
+
+def train_inputs(w):
+    exp = PLAN.experiment(w.dataset, w.exp)
+    feats = features_dir(w.dataset, exp.backbone)
+    check_backbone_weights(HARNESS, exp.backbone)
+    return {
+        **data_inputs(w),
+        "cfg": dataset_json(w),
+        "exp": f"{R}/{w.dataset}/runs/{w.exp}/config.json",
+        "vocab": f"{R}/{w.dataset}/vocab.json",
+        "features": [f"{feats}/train_pooled.npy", f"{feats}/dev_pooled.npy"],
+        "weights": PLAN.weights_input(exp.backbone),
+    }
+
+
+rule train:
+    """Train one experiment with one seed; resumes from results/.../checkpoints/last.pt if killed."""
+    input:
+        unpack(train_inputs),
+    output:
+        model=f"{R}/{{dataset}}/runs/{{exp}}/seed{{seed}}/model.pt",
+        log=f"{R}/{{dataset}}/runs/{{exp}}/seed{{seed}}/train_log.json",
+    params:
+        features=lambda w: features_dir(w.dataset, PLAN.experiment(w.dataset, w.exp).backbone),
+        run_dir=lambda w: run_dir(w.dataset, w.exp, w.seed),
+    threads: res("train", "threads")
+    resources:
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+        gpu=res("train", "gpus"),
+    log:
+        f"{R}/logs/train/{{dataset}}/{{exp}}/seed{{seed}}.log",
+    shell:
+        "python -m methods.train --dataset-config {input.cfg} --experiment {input.exp} --seed {wildcards.seed} "
+        "--run-dir {params.run_dir} --features-dir {params.features} --vocab {input.vocab} "
+        "--device {DEVICE} --threads {threads} > {log} 2>&1"
+
+
+def evaluate_inputs(w):
+    exp = PLAN.experiment(w.dataset, w.exp)
+    inputs = {
+        **data_inputs(w),
+        "cfg": dataset_json(w),
+        "model": f"{run_dir(w.dataset, w.exp, w.seed)}/model.pt",
+        "vocab": f"{R}/{w.dataset}/vocab.json",
+    }
+    if not exp.finetunes:  # a frozen CNN: the cached features of the test split
+        inputs["features"] = f"{features_dir(w.dataset, exp.backbone)}/{w.split}_pooled.npy"
+    return inputs
+
+
+rule evaluate:
+    """Metrics of one run on one test split under every protocol of the dataset (+ its score matrix)."""
+    input:
+        unpack(evaluate_inputs),
+    output:
+        metrics=f"{R}/{{dataset}}/runs/{{exp}}/seed{{seed}}/eval_{{split}}.json",
+        sims=f"{R}/{{dataset}}/runs/{{exp}}/seed{{seed}}/sims_{{split}}.npy",
+    params:
+        features=lambda w: features_dir(w.dataset, PLAN.experiment(w.dataset, w.exp).backbone),
+        run_dir=lambda w: run_dir(w.dataset, w.exp, w.seed),
+    threads: res("evaluate", "threads")
+    resources:
+        mem_mb=res("evaluate", "mem_mb"),
+        runtime=res("evaluate", "runtime"),
+        gpu=res("evaluate", "gpus"),
+    log:
+        f"{R}/logs/evaluate/{{dataset}}/{{exp}}/seed{{seed}}_{{split}}.log",
+    shell:
+        "python -m methods.evaluate --dataset-config {input.cfg} --run-dir {params.run_dir} --split {wildcards.split} "
+        "--features-dir {params.features} --vocab {input.vocab} --device {DEVICE} --threads {threads} > {log} 2>&1"
+
+
+def ensemble_members(w):
+    row = PLAN.rows_using(w.dataset, w.ens)
+    return [run_dir(w.dataset, exp, row.member_seed(int(w.seed), i)) for i, exp in enumerate(row.members)]
+
+
+rule ensemble:
+    """Average the members' score matrices (an ensemble row), then evaluate like a single model."""
+    input:
+        cfg=dataset_json,
+        sims=lambda w: [f"{d}/sims_{w.split}.npy" for d in ensemble_members(w)],
+        evals=lambda w: [f"{d}/eval_{w.split}.json" for d in ensemble_members(w)],
+    output:
+        f"{R}/{{dataset}}/ensembles/{{ens}}/seed{{seed}}/eval_{{split}}.json",
+    params:
+        members=ensemble_members,
+    threads: res("evaluate", "threads")
+    resources:
+        mem_mb=res("evaluate", "mem_mb"),
+        runtime=res("evaluate", "runtime"),
+    log:
+        f"{R}/logs/ensemble/{{dataset}}/{{ens}}/seed{{seed}}_{{split}}.log",
+    shell:
+        "python -m methods.ensemble --dataset-config {input.cfg} --split {wildcards.split} "
+        "--members {params.members} --out {output} > {log} 2>&1"
