@@ -5,15 +5,13 @@ times) and ``sims_<split>.npy`` (the score matrix, used by ensembles).
 """
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from methods.cli import run_cli
-from methods.data.karpathy import load_splits
+from methods.cli import entry_parser, run_cli
 from methods.data.precomp import check_npy_header
 from methods.data.text import Vocabulary
 from methods.errors import HarnessError, first_line
@@ -44,16 +42,13 @@ def load_model(path: Path, backbones: dict, device: torch.device):
 
 
 def main(argv: list[str] | None = None) -> None:
-    from methods.workflow import load_dataset_payload
+    from methods.workflow import load_dataset_payload, payload_splits
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset-config", required=True)
+    parser = entry_parser(__doc__, compute=True)
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--split", required=True)
     parser.add_argument("--features-dir", required=True)
     parser.add_argument("--vocab", required=True)
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
 
     def _run() -> None:
@@ -64,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
         device = resolve_device(args.device)
         run_dir = Path(args.run_dir)
         model, ckpt, finetuned = load_model(run_dir / "model.pt", payload["backbones"], device)
-        split = load_splits(paths["karpathy_json"], {args.split: ds["splits"][args.split]})[args.split]
+        split = payload_splits(payload, [args.split])[args.split]
         vocab = Vocabulary.load(args.vocab)
         if len(vocab) != ckpt["vocab_size"]:
             raise HarnessError(f"{args.vocab} has {len(vocab)} words but {run_dir / 'model.pt'} was trained with "

@@ -6,16 +6,13 @@ killed job resumes when re-run.
 """
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from methods.cli import run_cli
+from methods.cli import entry_parser, run_cli
 from methods.config import config_hash
-from methods.data.karpathy import load_splits
 from methods.data.precomp import check_npy_header
 from methods.data.text import Vocabulary
 from methods.errors import HarnessError
@@ -26,17 +23,14 @@ from methods.training.loop import TrainInputs, load_checkpoint, train
 
 
 def main(argv: list[str] | None = None) -> None:
-    from methods.workflow import load_dataset_payload
+    from methods.workflow import load_dataset_payload, payload_splits
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset-config", required=True)
+    parser = entry_parser(__doc__, compute=True)
     parser.add_argument("--experiment", required=True, help="resolved method config JSON")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--features-dir", required=True)
     parser.add_argument("--vocab", required=True)
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
 
@@ -48,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
         cfg = read_json(args.experiment)
         device = resolve_device(args.device)
         seed_everything(args.seed)
-        splits = load_splits(paths["karpathy_json"], {"train": ds["splits"]["train"], "dev": ds["splits"]["dev"]})
+        splits = payload_splits(payload, ["train", "dev"])
         vocab = Vocabulary.load(args.vocab)
         vocab.check_covers(splits["train"].captions[:5000], args.vocab)
         feats = Path(args.features_dir)

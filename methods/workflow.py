@@ -47,6 +47,13 @@ def load_dataset_payload(path: str | Path) -> dict:
         raise HarnessError(f"{path}: unreadable dataset config ({exc})") from None
 
 
+def payload_splits(payload: dict, names: list[str]) -> dict:
+    """The named harness splits of the dataset a payload describes (Karpathy file parsed once)."""
+    from methods.data.karpathy import load_splits
+
+    return load_splits(payload["paths"]["karpathy_json"], {n: payload["dataset"]["splits"][n] for n in names})
+
+
 def test_splits(cfg: dict, dataset: str) -> list[str]:
     """Harness splits evaluated for a dataset (one metrics file each), in protocol order."""
     out: list[str] = []

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from methods.metrics.retrieval import retrieval_metrics
-from tests.conftest import copy_workflow, snakemake
+from tests.conftest import snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -78,3 +78,16 @@ def test_dry_run_of_configured_flickr_plans_the_paper_runs(tiny_dag):
             counts[parts[0]] = int(parts[1])
     assert counts["train"] == 9 and counts["evaluate"] == 9 and counts["features_flickr"] == 3
     assert counts["table"] == 1 and "generate_synthetic" not in counts
+
+
+def test_ensemble_row_averages_member_similarities(tiny_dag):
+    rows = read_table(tiny_dag / "tables" / "ensembletest_synthetic.csv")
+    pair = {r["metric"]: r for r in rows if r["row"] == "pair"}
+    single = {r["metric"]: r for r in rows if r["row"] == "single"}
+    assert pair["rsum"]["ensemble_size"] == "2" and single["rsum"]["ensemble_size"] == "1"
+    spec = json.loads((tiny_dag / "results/synthetic/tables/ensembletest.spec.json").read_text())
+    exp = next(r for r in spec["rows"] if r["id"] == "pair")["members"][0]
+    runs = tiny_dag / "results/synthetic/runs" / exp
+    # members: the same config with seeds 0 and 1000 (seed s + 1000 * member index)
+    sims = (np.load(runs / "seed0/sims_test.npy") + np.load(runs / "seed1000/sims_test.npy")) / 2
+    assert float(pair["rsum"]["reproduced"]) == pytest.approx(retrieval_metrics(sims)["rsum"], abs=0.006)

@@ -1,11 +1,9 @@
 """Bad input gets one clear error naming what is wrong and where; nothing partial is left behind."""
 import hashlib
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 import yaml
 
 from methods.config import REPO_ROOT, load_harness_config, validate

@@ -4,25 +4,22 @@
 """
 from __future__ import annotations
 
-import argparse
 
-from methods.cli import run_cli
-from methods.data.karpathy import load_splits
+from methods.cli import entry_parser, run_cli
 from methods.data.text import Vocabulary
 
 
 def main(argv: list[str] | None = None) -> None:
-    from methods.workflow import load_dataset_payload
+    from methods.workflow import load_dataset_payload, payload_splits
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset-config", required=True)
+    parser = entry_parser(__doc__)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
 
     def _run() -> None:
         payload = load_dataset_payload(args.dataset_config)
         ds = payload["dataset"]
-        train = load_splits(payload["paths"]["karpathy_json"], {"train": ds["splits"]["train"]})["train"]
+        train = payload_splits(payload, ["train"])["train"]
         vocab = Vocabulary.build(train.captions, ds["vocab_threshold"])
         vocab.save(args.out)
         print(f"vocabulary: {len(vocab)} words from {len(train.captions)} training captions")

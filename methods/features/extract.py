@@ -5,12 +5,10 @@ Writes ``<out>/{split}_pooled.npy`` (N, C5) float32 and ``<out>/{split}_{layer}.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
@@ -51,24 +49,20 @@ def extract_split(backbone: ResNetBackbone, images: ImageFiles, out_dir: Path, s
 
 
 def main(argv: list[str] | None = None) -> None:
-    from methods.cli import run_cli
-    from methods.data.karpathy import load_splits
-    from methods.workflow import load_dataset_payload
+    from methods.cli import entry_parser, run_cli
+    from methods.workflow import load_dataset_payload, payload_splits
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset-config", required=True, help="results/<dataset>/dataset.json")
+    parser = entry_parser(__doc__, compute=True)
     parser.add_argument("--backbone", required=True)
     parser.add_argument("--split", required=True)
     parser.add_argument("--out-dir", required=True)
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
 
     def _run() -> None:
         set_threads(args.threads)
         payload = load_dataset_payload(args.dataset_config)
         ds, paths = payload["dataset"], payload["paths"]
-        split = load_splits(paths["karpathy_json"], {args.split: ds["splits"][args.split]})[args.split]
+        split = payload_splits(payload, [args.split])[args.split]
         bb_cfg = payload["backbones"][args.backbone]
         backbone = ResNetBackbone(bb_cfg["arch"], bb_cfg["weights"])
         feats = ds["features"]

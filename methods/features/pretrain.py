@@ -7,7 +7,6 @@ Only the training split is used. Output: a torchvision state dict for ``backbone
 """
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
@@ -16,8 +15,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from methods.cli import run_cli
-from methods.data.karpathy import load_splits
+from methods.cli import entry_parser, run_cli
 from torchvision import transforms
 
 from methods.features.backbone import eval_transform
@@ -68,13 +66,11 @@ def pretrain(arch: str, images: ImageFiles, labels: list[list[int]], epochs: int
 
 
 def main(argv: list[str] | None = None) -> None:
-    from methods.workflow import load_dataset_payload
+    from methods.workflow import load_dataset_payload, payload_splits
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset-config", required=True)
+    parser = entry_parser(__doc__, compute=True)
     parser.add_argument("--backbone", required=True)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
 
     def _run() -> None:
@@ -83,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
         ds, paths = payload["dataset"], payload["paths"]
         bb = payload["backbones"][args.backbone]
         cfg = bb["pretrain"]
-        train = load_splits(paths["karpathy_json"], {"train": ds["splits"]["train"]})["train"]
+        train = payload_splits(payload, ["train"])["train"]
         if train.labels is None:
             raise HarnessError(f"{paths['karpathy_json']}: pre-training needs per-image 'labels'")
         # Flips only: random resized crops of tiny images cut objects out and make the labels wrong.

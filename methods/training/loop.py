@@ -132,8 +132,9 @@ def train(model, inp: TrainInputs) -> dict:
             scaler.load_state_dict(state["scaler"])
             _set_rng_state(state["rng"])
             first_epoch = start_epoch
-        images = (ImageFiles(inp.images_dir, inp.train.filenames, train_transform(inp.crop))
-                  if stage["finetune_backbone"] else None)
+        augment = (train_transform(inp.crop) if tr["finetune_augment"] == "random_resized_crop_flip"
+                   else eval_transform(inp.resize, inp.crop))
+        images = ImageFiles(inp.images_dir, inp.train.filenames, augment) if stage["finetune_backbone"] else None
         dataset = CaptionPairs(inp.train, inp.vocab, images=images)
         collate = PairCollator(None if images is not None else inp.pooled_train)
         for epoch in range(first_epoch, stage["epochs"]):

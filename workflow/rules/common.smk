@@ -8,6 +8,7 @@ HARNESS = validate(dict(config), "config", "config/config.yaml (with --config/--
 PLAN = Plan(HARNESS)
 R = HARNESS["results_dir"]
 DEVICE = HARNESS["device"]
+CONDA_ENV = "../../envs/harness.yaml"  # relative to workflow/rules/; for --software-deployment-method conda
 SYNTHETIC = [n for n, d in HARNESS["datasets"].items() if d["kind"] == "synthetic"]
 
 
@@ -30,9 +31,18 @@ def dataset_json(w):
     return f"{R}/{w.dataset}/dataset.json"
 
 
+_CHECKED_DATASETS = set()  # the check stats every image: once per dataset per DAG build
+
+
+def checked_dataset(dataset):
+    if dataset not in _CHECKED_DATASETS:
+        check_dataset_inputs(HARNESS, dataset)
+        _CHECKED_DATASETS.add(dataset)
+
+
 def data_inputs_of(dataset):
     """Karpathy file and image folder of a dataset; real ones are checked here, at DAG-build time."""
-    check_dataset_inputs(HARNESS, dataset)
+    checked_dataset(dataset)
     paths = dataset_paths(HARNESS, dataset)
     return {"karpathy": str(paths["karpathy_json"]), "images": str(paths["images_dir"])}
 
@@ -51,3 +61,66 @@ SYNTHETIC_PRECOMP = [
     if name in HARNESS["default_datasets"] and "region" in HARNESS["datasets"][name]["features"]
     for split in HARNESS["datasets"][name]["splits"]
 ]
+
+
+def backbone_weights(w):
+    check_backbone_weights(HARNESS, w.backbone)
+    return PLAN.weights_input(w.backbone)
+
+
+def region_grid(w):
+    region = HARNESS["datasets"][w.dataset]["features"]["region"]
+    return f"{features_dir(w.dataset, region['backbone'])}/{w.split}_{region['layer']}.npy"
+
+
+def run_dir(dataset, exp, seed):
+    return f"{R}/{dataset}/runs/{exp}/seed{seed}"
+
+
+def train_inputs(w):
+    exp = PLAN.experiment(w.dataset, w.exp)
+    feats = features_dir(w.dataset, exp.backbone)
+    check_backbone_weights(HARNESS, exp.backbone)
+    return {
+        **data_inputs(w),
+        "cfg": dataset_json(w),
+        "exp": f"{R}/{w.dataset}/runs/{w.exp}/config.json",
+        "vocab": f"{R}/{w.dataset}/vocab.json",
+        "features": [f"{feats}/train_pooled.npy", f"{feats}/dev_pooled.npy"],
+        "weights": PLAN.weights_input(exp.backbone),
+    }
+
+
+def evaluate_inputs(w):
+    exp = PLAN.experiment(w.dataset, w.exp)
+    inputs = {
+        **data_inputs(w),
+        "cfg": dataset_json(w),
+        "model": f"{run_dir(w.dataset, w.exp, w.seed)}/model.pt",
+        "vocab": f"{R}/{w.dataset}/vocab.json",
+    }
+    if not exp.finetunes:  # a frozen CNN: the cached features of the test split
+        inputs["features"] = f"{features_dir(w.dataset, exp.backbone)}/{w.split}_pooled.npy"
+    return inputs
+
+
+def ensemble_members(w):
+    row = PLAN.rows_using(w.dataset, w.ens)
+    return [run_dir(w.dataset, exp, row.member_seed(int(w.seed), i)) for i, exp in enumerate(row.members)]
+
+
+def row_evals(w):
+    row = PLAN.row(w.table, w.dataset, w.row)
+    splits = test_splits(HARNESS, w.dataset)
+    if row.ensemble_id is None:
+        return [f"{run_dir(w.dataset, row.members[0], s)}/eval_{sp}.json" for s in row.seeds for sp in splits]
+    return [f"{R}/{w.dataset}/ensembles/{row.ensemble_id}/seed{s}/eval_{sp}.json" for s in row.seeds for sp in splits]
+
+
+def table_inputs(w):
+    tbl = PLAN.table(w.table, w.dataset)
+    checked_dataset(w.dataset)
+    return {
+        "spec": f"{R}/{w.dataset}/tables/{w.table}.spec.json",
+        "rows": [f"{R}/{w.dataset}/rows/{w.table}/{r.id}.json" for r in tbl.rows],
+    }

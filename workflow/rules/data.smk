@@ -5,6 +5,8 @@ rule dataset_config:
     params:
         payload=lambda w: json.dumps(dataset_payload(HARNESS, w.dataset)),
     localrule: True
+    conda:
+        CONDA_ENV
     log:
         f"{R}/logs/dataset_config/{{dataset}}.log",
     shell:
@@ -20,14 +22,18 @@ rule generate_synthetic:
         images=directory(f"{R}/{{dataset}}/data/images"),
     wildcard_constraints:
         dataset="|".join(SYNTHETIC) or "no-synthetic-dataset",
+    params:
+        out_dir=lambda w: f"{R}/{w.dataset}/data",
     threads: res("generate", "threads")
     resources:
         mem_mb=res("generate", "mem_mb"),
         runtime=res("generate", "runtime"),
+    conda:
+        CONDA_ENV
     log:
         f"{R}/logs/generate/{{dataset}}.log",
     shell:
-        "python -m methods.data.synthetic --dataset-config {input} --out {R}/{wildcards.dataset}/data > {log} 2>&1"
+        "python -m methods.data.synthetic --dataset-config {input} --out {params.out_dir} > {log} 2>&1"
 
 
 rule vocab:
@@ -41,6 +47,8 @@ rule vocab:
     resources:
         mem_mb=res("vocab", "mem_mb"),
         runtime=res("vocab", "runtime"),
+    conda:
+        CONDA_ENV
     log:
         f"{R}/logs/vocab/{{dataset}}.log",
     shell:

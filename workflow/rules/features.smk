@@ -1,8 +1,3 @@
-def backbone_weights(w):
-    check_backbone_weights(HARNESS, w.backbone)
-    return PLAN.weights_input(w.backbone)
-
-
 rule pretrain_backbone:
     """Backbone pre-trained on a synthetic training split (stands in for ImageNet weights)."""
     input:
@@ -15,6 +10,8 @@ rule pretrain_backbone:
         mem_mb=res("train", "mem_mb"),
         runtime=res("train", "runtime"),
         gpu=res("train", "gpus"),
+    conda:
+        CONDA_ENV
     log:
         f"{R}/logs/pretrain/{{dataset}}/{{backbone}}.log",
     shell:
@@ -23,6 +20,8 @@ rule pretrain_backbone:
 
 
 # One feature rule per dataset: which grid maps are cached is a per-dataset setting.
+
+
 for _name, _ds in HARNESS["datasets"].items():
 
     rule:
@@ -39,23 +38,21 @@ for _name, _ds in HARNESS["datasets"].items():
                 for layer in _ds["features"]["grid_layers"]
             },
         params:
-            dataset=_name,
+            out_dir=lambda w, name=_name: features_dir(name, w.backbone),
+            device=DEVICE,
         threads: res("features", "threads")
         resources:
             mem_mb=res("features", "mem_mb"),
             runtime=res("features", "runtime"),
             gpu=res("features", "gpus"),
+        conda:
+            CONDA_ENV
         log:
             f"{R}/logs/features/{_name}/{{backbone}}_{{split}}.log",
         shell:
             "python -m methods.features.extract --dataset-config {input.cfg} --backbone {wildcards.backbone} "
-            "--split {wildcards.split} --out-dir {R}/{params.dataset}/features/{wildcards.backbone} "
-            "--device {DEVICE} --threads {threads} > {log} 2>&1"
-
-
-def region_grid(w):
-    region = HARNESS["datasets"][w.dataset]["features"]["region"]
-    return f"{features_dir(w.dataset, region['backbone'])}/{w.split}_{region['layer']}.npy"
+            "--split {wildcards.split} --out-dir {params.out_dir} "
+            "--device {params.device} --threads {threads} > {log} 2>&1"
 
 
 rule region_features:
@@ -71,12 +68,16 @@ rule region_features:
         boxes=f"{R}/{{dataset}}/precomp/{{split}}_boxes.npy",
     wildcard_constraints:
         dataset="|".join(SYNTHETIC) or "no-synthetic-dataset",
+    params:
+        out_dir=lambda w: f"{R}/{w.dataset}/precomp",
     threads: res("regions", "threads")
     resources:
         mem_mb=res("regions", "mem_mb"),
         runtime=res("regions", "runtime"),
+    conda:
+        CONDA_ENV
     log:
         f"{R}/logs/regions/{{dataset}}_{{split}}.log",
     shell:
         "python -m methods.features.regions --dataset-config {input.cfg} --split {wildcards.split} "
-        "--grid {input.grid} --out-dir {R}/{wildcards.dataset}/precomp > {log} 2>&1"
+        "--grid {input.grid} --out-dir {params.out_dir} > {log} 2>&1"

@@ -1,11 +1,3 @@
-def row_evals(w):
-    row = PLAN.row(w.table, w.dataset, w.row)
-    splits = test_splits(HARNESS, w.dataset)
-    if row.ensemble_id is None:
-        return [f"{run_dir(w.dataset, row.members[0], s)}/eval_{sp}.json" for s in row.seeds for sp in splits]
-    return [f"{R}/{w.dataset}/ensembles/{row.ensemble_id}/seed{s}/eval_{sp}.json" for s in row.seeds for sp in splits]
-
-
 rule aggregate_row:
     """Mean and std over the seeds of one table row."""
     input:
@@ -13,6 +5,8 @@ rule aggregate_row:
     output:
         f"{R}/{{dataset}}/rows/{{table}}/{{row}}.json",
     localrule: True
+    conda:
+        CONDA_ENV
     log:
         f"{R}/logs/aggregate/{{dataset}}/{{table}}/{{row}}.log",
     shell:
@@ -26,20 +20,12 @@ rule table_spec:
     params:
         spec=lambda w: json.dumps(PLAN.table_spec(w.table, w.dataset)),
     localrule: True
+    conda:
+        CONDA_ENV
     log:
         f"{R}/logs/table_spec/{{dataset}}/{{table}}.log",
     shell:
         "python -m methods.io --out {output} --json {params.spec:q} > {log} 2>&1"
-
-
-def table_inputs(w):
-    tbl = PLAN.table(w.table, w.dataset)
-    if HARNESS["datasets"][w.dataset]["kind"] != "synthetic":
-        check_dataset_inputs(HARNESS, w.dataset)
-    return {
-        "spec": f"{R}/{w.dataset}/tables/{w.table}.spec.json",
-        "rows": [f"{R}/{w.dataset}/rows/{w.table}/{r.id}.json" for r in tbl.rows],
-    }
 
 
 rule table:
@@ -50,6 +36,8 @@ rule table:
         csv=report("tables/{table}_{dataset}.csv", category="Tables"),
         md="tables/{table}_{dataset}.md",
     localrule: True
+    conda:
+        CONDA_ENV
     log:
         f"{R}/logs/table/{{table}}_{{dataset}}.log",
     shell:
@@ -64,6 +52,8 @@ rule figure_reproduced_vs_reported:
     output:
         report("figures/reproduced_vs_reported_{dataset}.png", category="Figures"),
     localrule: True
+    conda:
+        CONDA_ENV
     log:
         f"{R}/logs/figure/reproduced_vs_reported_{{dataset}}.log",
     shell:

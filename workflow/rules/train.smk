@@ -1,7 +1,3 @@
-def run_dir(dataset, exp, seed):
-    return f"{R}/{dataset}/runs/{exp}/seed{seed}"
-
-
 rule experiment_config:
     """The resolved method config of one experiment (its hash is in the experiment name)."""
     output:
@@ -9,24 +5,12 @@ rule experiment_config:
     params:
         config=lambda w: json.dumps(PLAN.experiment(w.dataset, w.exp).config),
     localrule: True
+    conda:
+        CONDA_ENV
     log:
         f"{R}/logs/experiment_config/{{dataset}}/{{exp}}.log",
     shell:
         "python -m methods.io --out {output} --json {params.config:q} > {log} 2>&1"
-
-
-def train_inputs(w):
-    exp = PLAN.experiment(w.dataset, w.exp)
-    feats = features_dir(w.dataset, exp.backbone)
-    check_backbone_weights(HARNESS, exp.backbone)
-    return {
-        **data_inputs(w),
-        "cfg": dataset_json(w),
-        "exp": f"{R}/{w.dataset}/runs/{w.exp}/config.json",
-        "vocab": f"{R}/{w.dataset}/vocab.json",
-        "features": [f"{feats}/train_pooled.npy", f"{feats}/dev_pooled.npy"],
-        "weights": PLAN.weights_input(exp.backbone),
-    }
 
 
 rule train:
@@ -39,30 +23,20 @@ rule train:
     params:
         features=lambda w: features_dir(w.dataset, PLAN.experiment(w.dataset, w.exp).backbone),
         run_dir=lambda w: run_dir(w.dataset, w.exp, w.seed),
+        device=DEVICE,
     threads: res("train", "threads")
     resources:
         mem_mb=res("train", "mem_mb"),
         runtime=res("train", "runtime"),
         gpu=res("train", "gpus"),
+    conda:
+        CONDA_ENV
     log:
         f"{R}/logs/train/{{dataset}}/{{exp}}/seed{{seed}}.log",
     shell:
         "python -m methods.train --dataset-config {input.cfg} --experiment {input.exp} --seed {wildcards.seed} "
         "--run-dir {params.run_dir} --features-dir {params.features} --vocab {input.vocab} "
-        "--device {DEVICE} --threads {threads} > {log} 2>&1"
-
-
-def evaluate_inputs(w):
-    exp = PLAN.experiment(w.dataset, w.exp)
-    inputs = {
-        **data_inputs(w),
-        "cfg": dataset_json(w),
-        "model": f"{run_dir(w.dataset, w.exp, w.seed)}/model.pt",
-        "vocab": f"{R}/{w.dataset}/vocab.json",
-    }
-    if not exp.finetunes:  # a frozen CNN: the cached features of the test split
-        inputs["features"] = f"{features_dir(w.dataset, exp.backbone)}/{w.split}_pooled.npy"
-    return inputs
+        "--device {params.device} --threads {threads} > {log} 2>&1"
 
 
 rule evaluate:
@@ -75,21 +49,19 @@ rule evaluate:
     params:
         features=lambda w: features_dir(w.dataset, PLAN.experiment(w.dataset, w.exp).backbone),
         run_dir=lambda w: run_dir(w.dataset, w.exp, w.seed),
+        device=DEVICE,
     threads: res("evaluate", "threads")
     resources:
         mem_mb=res("evaluate", "mem_mb"),
         runtime=res("evaluate", "runtime"),
         gpu=res("evaluate", "gpus"),
+    conda:
+        CONDA_ENV
     log:
         f"{R}/logs/evaluate/{{dataset}}/{{exp}}/seed{{seed}}_{{split}}.log",
     shell:
         "python -m methods.evaluate --dataset-config {input.cfg} --run-dir {params.run_dir} --split {wildcards.split} "
-        "--features-dir {params.features} --vocab {input.vocab} --device {DEVICE} --threads {threads} > {log} 2>&1"
-
-
-def ensemble_members(w):
-    row = PLAN.rows_using(w.dataset, w.ens)
-    return [run_dir(w.dataset, exp, row.member_seed(int(w.seed), i)) for i, exp in enumerate(row.members)]
+        "--features-dir {params.features} --vocab {input.vocab} --device {params.device} --threads {threads} > {log} 2>&1"
 
 
 rule ensemble:
@@ -106,6 +78,8 @@ rule ensemble:
     resources:
         mem_mb=res("evaluate", "mem_mb"),
         runtime=res("evaluate", "runtime"),
+    conda:
+        CONDA_ENV
     log:
         f"{R}/logs/ensemble/{{dataset}}/{{ens}}/seed{{seed}}_{{split}}.log",
     shell:

@@ -1,0 +1,57 @@
+"""Verdicts, seed aggregation, ensembles and the batch positive mask."""
+import numpy as np
+import pytest
+import torch
+
+from methods.ensemble import average_similarities
+from methods.report.aggregate import aggregate
+from methods.report.table import verdict
+from methods.training.data import PairCollator
+from methods.training.schedule import lr_at
+
+
+def test_verdicts():
+    assert verdict(52.0, 52.9, False, 1, 1, 2.0) == "within"
+    assert verdict(50.0, 52.9, False, 1, 1, 2.0) == "outside"
+    assert verdict(52.9, 52.9, True, 1, 1, 2.0) == "not comparable (synthetic data)"
+    assert verdict(70.0, 71.3, False, 1, 2, 2.0) == "not comparable (ensemble of 2 vs 1)"
+    assert verdict(70.0, None, False, 1, None, 2.0) == "not reported"
+
+
+def _eval(seed, r1):
+    metrics = {k: 0.0 for k in ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum",
+                                "i2t_medr", "i2t_meanr", "t2i_medr", "t2i_meanr")}
+    metrics["i2t_r1"] = r1
+    return {"seed": seed, "ensemble_size": 1, "config_hash": "abc",
+            "results": [{"protocol": "f30k_1k", "metrics": metrics}]}
+
+
+def test_aggregate_mean_and_population_std():
+    agg = aggregate([_eval(0, 40.0), _eval(1, 44.0), _eval(2, 48.0)])
+    cell = agg["protocols"]["f30k_1k"]["i2t_r1"]
+    assert cell["mean"] == 44.0 and cell["std"] == pytest.approx(np.sqrt(32 / 3))
+    assert agg["seeds"] == [0, 1, 2] and agg["config_hashes"] == ["abc"]
+
+
+def test_ensemble_averages_similarity_matrices(tmp_path):
+    a, b = np.random.default_rng(0).normal(size=(2, 4, 20)).astype(np.float32)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    np.testing.assert_allclose(average_similarities([tmp_path / "a.npy", tmp_path / "b.npy"]), (a + b) / 2, rtol=1e-6)
+
+
+def test_collator_marks_every_caption_of_a_repeated_image_positive():
+    items = [(3, [1, 5, 2], None), (7, [1, 6, 6, 2], None), (3, [1, 2], None)]
+    pooled = np.arange(40, dtype=np.float32).reshape(10, 4)
+    batch = PairCollator(pooled)(items)
+    assert batch["image_index"].tolist() == [3, 7]
+    assert batch["positives"].tolist() == [[True, False, True], [False, True, False]]
+    assert torch.equal(batch["pooled"], torch.from_numpy(pooled[[3, 7]]))
+    assert batch["lengths"].tolist() == [3, 4, 2] and batch["tokens"][2].tolist() == [1, 2, 0, 0]
+
+
+def test_step_and_cosine_schedules():
+    step = {"lr": 2e-4, "epochs": 30, "schedule": {"kind": "step", "decay_epochs": [15], "gamma": 0.1}}
+    assert lr_at(step, 14) == 2e-4 and lr_at(step, 15) == pytest.approx(2e-5)
+    cos = {"lr": 1.0, "epochs": 10, "schedule": {"kind": "cosine"}}
+    assert lr_at(cos, 0) == 1.0 and lr_at(cos, 5) == pytest.approx(0.5)
