@@ -13,6 +13,7 @@ def copy_workflow(dest: Path) -> Path:
     shutil.copy(REPO / "Snakefile", dest / "Snakefile")
     shutil.copytree(REPO / "workflow", dest / "workflow")
     shutil.copytree(REPO / "config", dest / "config")
+    shutil.copytree(REPO / "envs", dest / "envs")
     return dest
 
 
