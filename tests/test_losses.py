@@ -49,3 +49,13 @@ def test_hardest_gradient_reaches_only_the_hardest_negative():
     # and for caption 1 (0.2-0.5+0.8); every other hinge is <= 0.
     expected = torch.tensor([[-1.0, 2.0, 0.0], [0.0, -1.0, 0.0], [0.0, 0.0, 0.0]])
     assert torch.equal(s.grad, expected)
+
+
+def test_warmup_uses_the_sum_before_hardest_negative_mining():
+    from methods.losses import build_loss, loss_kind_at
+
+    cfg = {"kind": "triplet_hardest", "margin": 0.2, "warmup_sum_epochs": 2}
+    assert [loss_kind_at(cfg, e) for e in range(4)] == ["triplet_sum", "triplet_sum", "triplet_hardest", "triplet_hardest"]
+    s, eye = torch.rand(5, 5), torch.eye(5, dtype=torch.bool)
+    assert build_loss(cfg, 0)(s, eye).item() == pytest.approx(triplet_sum(s, eye, 0.2).item())
+    assert build_loss(cfg, 2)(s, eye).item() == pytest.approx(triplet_hardest(s, eye, 0.2).item())

@@ -17,12 +17,16 @@ LOSSES: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
-def build_loss(cfg: dict, epoch: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """The loss for this epoch; ``warmup_sum_epochs`` swaps hardest-negative mining for the sum at first."""
+def loss_kind_at(cfg: dict, epoch: int) -> str:
+    """The loss used in ``epoch``; ``warmup_sum_epochs`` swaps hardest-negative mining for the sum at first."""
     kind = cfg["kind"]
     if kind not in LOSSES:
         raise HarnessError(f"unknown loss '{kind}'; known: {', '.join(sorted(LOSSES))}")
     if kind == "triplet_hardest" and epoch < cfg.get("warmup_sum_epochs", 0):
-        kind = "triplet_sum"
-    fn, margin = LOSSES[kind], cfg["margin"]
+        return "triplet_sum"
+    return kind
+
+
+def build_loss(cfg: dict, epoch: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    fn, margin = LOSSES[loss_kind_at(cfg, epoch)], cfg["margin"]
     return lambda scores, positives: fn(scores, positives, margin=margin)

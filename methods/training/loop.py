@@ -26,7 +26,7 @@ from methods.evaluation import autocast, encode_split, score_matrix
 from methods.features.backbone import eval_transform, train_transform
 from methods.features.images import ImageFiles
 from methods.io import torch_save
-from methods.losses import build_loss
+from methods.losses import build_loss, loss_kind_at
 from methods.metrics.retrieval import retrieval_metrics
 from methods.training.data import CaptionPairs, PairCollator, to_device
 from methods.training.schedule import lr_at
@@ -171,8 +171,7 @@ def train(model, inp: TrainInputs) -> dict:
                 bar.set_postfix(loss=f"{loss.item():.3f}", samples_per_s=f"{seen / (time.perf_counter() - t0):.0f}", refresh=False)
             val = validate(model, inp, amp)
             record = {"stage": stage["name"], "stage_index": stage_idx, "epoch": epoch + 1, "lr": lr,
-                      "loss_kind": "triplet_sum" if cfg["loss"]["kind"] == "triplet_hardest"
-                      and global_epoch < cfg["loss"].get("warmup_sum_epochs", 0) else cfg["loss"]["kind"],
+                      "loss_kind": loss_kind_at(cfg["loss"], global_epoch),
                       "train_loss": total / max(1, step + 1), "val": val, "seconds": time.perf_counter() - t0}
             history.append(record)
             print(f"[{stage['name']} {epoch + 1}/{stage['epochs']}] loss {record['train_loss']:.4f} "
