@@ -4,7 +4,6 @@
 """
 from __future__ import annotations
 
-
 from methods.cli import entry_parser, run_cli
 from methods.data.text import Vocabulary
 

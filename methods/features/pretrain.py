@@ -13,16 +13,15 @@ import torch
 import torchvision
 from torch import nn
 from torch.utils.data import DataLoader
+from torchvision import transforms
 from tqdm import tqdm
 
 from methods.cli import entry_parser, run_cli
-from torchvision import transforms
-
+from methods.errors import HarnessError
 from methods.features.backbone import eval_transform
 from methods.features.images import ImageFiles
-from methods.errors import HarnessError
 from methods.io import torch_save
-from methods.runtime import seed_everything, set_threads
+from methods.runtime import resolve_device, seed_everything, set_threads
 
 
 class _Labelled(torch.utils.data.Dataset):
@@ -37,9 +36,9 @@ class _Labelled(torch.utils.data.Dataset):
 
 
 def pretrain(arch: str, images: ImageFiles, labels: list[list[int]], epochs: int, lr: float, batch_size: int,
-             seed: int) -> dict:
+             seed: int, device: torch.device) -> dict:
     seed_everything(seed)
-    net = getattr(torchvision.models, arch)(weights=None, num_classes=len(labels[0]))
+    net = getattr(torchvision.models, arch)(weights=None, num_classes=len(labels[0])).to(device)
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=1e-4)
     loader = DataLoader(_Labelled(images, labels), batch_size=batch_size, shuffle=True,
                         generator=torch.Generator().manual_seed(seed))
@@ -48,6 +47,7 @@ def pretrain(arch: str, images: ImageFiles, labels: list[list[int]], epochs: int
     for epoch in range(epochs):
         t0, seen, correct, total = time.perf_counter(), 0, 0.0, 0.0
         for x, y in tqdm(loader, desc=f"pretrain {epoch + 1}/{epochs}", mininterval=2.0):
+            x, y = x.to(device), y.to(device)
             logits = net(x)
             loss = loss_fn(logits, y)
             opt.zero_grad(set_to_none=True)
@@ -58,7 +58,7 @@ def pretrain(arch: str, images: ImageFiles, labels: list[list[int]], epochs: int
             total += y.numel()
         print(f"pretrain epoch {epoch + 1}: loss {loss.item():.4f} label accuracy {correct / total:.3f} "
               f"({seen / (time.perf_counter() - t0):.0f} img/s)", flush=True)
-    state = net.state_dict()
+    state = {k: v.cpu() for k, v in net.state_dict().items()}
     # Keep the layout of an ImageNet state dict (1000-way fc) so the weights load like any other.
     state["fc.weight"] = torch.zeros(1000, state["fc.weight"].shape[1])
     state["fc.bias"] = torch.zeros(1000)
@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> None:
         feats = ds["features"]
         transform = transforms.Compose([transforms.RandomHorizontalFlip(), eval_transform(feats["resize"], feats["crop"])])
         images = ImageFiles(paths["images_dir"], train.filenames, transform)
-        state = pretrain(bb["arch"], images, train.labels, cfg["epochs"], cfg["lr"], cfg["batch_size"], cfg["seed"])
+        state = pretrain(bb["arch"], images, train.labels, cfg["epochs"], cfg["lr"], cfg["batch_size"], cfg["seed"],
+                         resolve_device(args.device))
         torch_save(args.out, state)
 
     run_cli(_run)

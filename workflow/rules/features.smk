@@ -5,6 +5,8 @@ rule pretrain_backbone:
         cfg=dataset_json,
     output:
         f"{R}/{{dataset}}/backbones/{{backbone}}.pt",
+    params:
+        device=DEVICE,
     threads: res("train", "threads")
     resources:
         mem_mb=res("train", "mem_mb"),
@@ -16,7 +18,7 @@ rule pretrain_backbone:
         f"{R}/logs/pretrain/{{dataset}}/{{backbone}}.log",
     shell:
         "python -m methods.features.pretrain --dataset-config {input.cfg} --backbone {wildcards.backbone} "
-        "--out {output} --threads {threads} > {log} 2>&1"
+        "--out {output} --device {params.device} --threads {threads} > {log} 2>&1"
 
 
 # One feature rule per dataset: which grid maps are cached is a per-dataset setting.
