@@ -8,11 +8,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from methods.cli import entry_parser, run_cli
-from methods.data.precomp import check_npy_header
+from methods.data.inputs import load_split_data
 from methods.data.text import Vocabulary
 from methods.errors import HarnessError, first_line
 from methods.evaluation import encode_split, score_matrix
@@ -20,7 +19,7 @@ from methods.features.backbone import eval_transform
 from methods.features.images import ImageFiles
 from methods.io import save_npy, write_json
 from methods.metrics.protocols import evaluate_protocol, get_protocol
-from methods.models import build_model
+from methods.models import build_model, image_input
 from methods.runtime import provenance, resolve_device, set_threads
 
 
@@ -34,7 +33,7 @@ def load_model(path: Path, backbones: dict, device: torch.device):
     finetuned = ckpt["best"]["finetuned"]
     # The trained weights overwrite whatever the backbone is built with; never load ImageNet here.
     backbones = {k: {**v, "weights": "none"} for k, v in backbones.items()}
-    model = build_model(cfg["model"], ckpt["vocab_size"], backbones)
+    model = build_model(cfg["model"], ckpt["vocab_size"], backbones, image_dim=ckpt.get("image_dim"))
     missing, unexpected = model.load_state_dict(ckpt["state_dict"], strict=False)
     if unexpected or any(not k.startswith("backbone.") or finetuned for k in missing):
         raise HarnessError(f"{path}: weights do not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
@@ -59,23 +58,24 @@ def main(argv: list[str] | None = None) -> None:
         device = resolve_device(args.device)
         run_dir = Path(args.run_dir)
         model, ckpt, finetuned = load_model(run_dir / "model.pt", payload["backbones"], device)
-        split = payload_splits(payload, [args.split])[args.split]
         vocab = Vocabulary.load(args.vocab)
         if len(vocab) != ckpt["vocab_size"]:
             raise HarnessError(f"{args.vocab} has {len(vocab)} words but {run_dir / 'model.pt'} was trained with "
                                f"{ckpt['vocab_size']}: evaluate with the training vocabulary")
-        tokens = [vocab.encode(c) for c in split.captions]
-        pooled = images = None
-        if finetuned:
+        images = None
+        if finetuned:  # the CNN was trained: run it on the images
+            split = payload_splits(payload, [args.split])[args.split]
+            captions, n_images = split.captions, len(split)
             images = ImageFiles(paths["images_dir"], split.filenames,
                                 eval_transform(ds["features"]["resize"], ds["features"]["crop"]))
+            features = None
         else:
-            path = Path(args.features_dir) / f"{args.split}_pooled.npy"
-            check_npy_header(path, (len(split), None))
-            pooled = np.load(path, mmap_mode="r")
+            data = load_split_data(payload, args.split, image_input(ckpt["config"]["model"]), args.features_dir)
+            captions, n_images, features = data.captions, len(data), data.features
+        tokens = [vocab.encode(c) for c in captions]
         t_enc = time.time()
-        img, cap = encode_split(model, tokens, len(split), device, ckpt["config"]["training"]["eval_batch_size"],
-                                pooled=pooled, images=images, amp=ckpt["config"]["training"]["amp"])
+        img, cap = encode_split(model, tokens, n_images, device, ckpt["config"]["training"]["eval_batch_size"],
+                                features=features, images=images, amp=ckpt["config"]["training"]["amp"])
         scores = score_matrix(model, img, cap)
         t_score = time.time()
         results = [evaluate_protocol(scores, get_protocol(p)) for p in ds["protocols"]

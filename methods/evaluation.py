@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import contextlib
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
 from methods.data.karpathy import CAPTIONS_PER_IMAGE
 from methods.features.images import ImageFiles
-from methods.training.data import pad_tokens
+from methods.training.data import CachedImageFeatures, pad_tokens
 
 
 def autocast(device: torch.device, enabled: bool):
@@ -20,9 +19,9 @@ def autocast(device: torch.device, enabled: bool):
 
 @torch.no_grad()
 def encode_split(model, token_lists: list[list[int]], n_images: int, device: torch.device, batch_size: int,
-                 pooled: np.ndarray | None = None, images: ImageFiles | None = None,
+                 features: CachedImageFeatures | None = None, images: ImageFiles | None = None,
                  amp: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Image embeddings (N, D) from cached pooled features or images, caption embeddings (5N, D)."""
+    """Image embeddings (N, D) from cached features or images, caption embeddings (5N, D)."""
     model.eval()
     img_chunks = []
     if images is not None:
@@ -31,9 +30,9 @@ def encode_split(model, token_lists: list[list[int]], n_images: int, device: tor
                 img_chunks.append(model.encode_images({"images": x.to(device)}).float())
     else:
         for start in range(0, n_images, batch_size):
-            block = torch.from_numpy(np.asarray(pooled[start:start + batch_size], dtype=np.float32))
+            block = features.block(start, min(n_images, start + batch_size))
             with autocast(device, amp):
-                img_chunks.append(model.encode_images({"pooled": block.to(device)}).float())
+                img_chunks.append(model.encode_images({"features": block.to(device)}).float())
     cap_chunks = []
     for start in range(0, len(token_lists), batch_size):
         tokens, lengths = pad_tokens(token_lists[start:start + batch_size])

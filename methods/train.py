@@ -9,27 +9,25 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
-
 from methods.cli import entry_parser, run_cli
 from methods.config import config_hash
-from methods.data.precomp import check_npy_header
+from methods.data.inputs import load_split_data
 from methods.data.text import Vocabulary
 from methods.errors import HarnessError
 from methods.io import read_json, torch_save, write_json
-from methods.models import build_model
+from methods.models import build_model, image_input
 from methods.runtime import provenance, resolve_device, seed_everything, set_threads
 from methods.training.loop import TrainInputs, load_checkpoint, train
 
 
 def main(argv: list[str] | None = None) -> None:
-    from methods.workflow import load_dataset_payload, payload_splits
+    from methods.workflow import load_dataset_payload
 
     parser = entry_parser(__doc__, compute=True)
     parser.add_argument("--experiment", required=True, help="resolved method config JSON")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--run-dir", required=True)
-    parser.add_argument("--features-dir", required=True)
+    parser.add_argument("--features-dir", required=True, help="cached pooled features, or precomputed regions")
     parser.add_argument("--vocab", required=True)
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
@@ -42,15 +40,11 @@ def main(argv: list[str] | None = None) -> None:
         cfg = read_json(args.experiment)
         device = resolve_device(args.device)
         seed_everything(args.seed)
-        splits = payload_splits(payload, ["train", "dev"])
+        source = image_input(cfg["model"])
+        splits = {name: load_split_data(payload, name, source, args.features_dir) for name in ("train", "dev")}
         vocab = Vocabulary.load(args.vocab)
         vocab.check_covers(splits["train"].captions[:5000], args.vocab)
-        feats = Path(args.features_dir)
-        pooled = {}
-        for name in ("train", "dev"):
-            path = feats / f"{name}_pooled.npy"
-            check_npy_header(path, (len(splits[name]), None))
-            pooled[name] = np.load(path, mmap_mode="r")
+        image_dim = splits["train"].features.dim
         word_vectors = None
         if cfg["model"].get("text", {}).get("word_init") == "glove":
             from methods.data.glove import load_word_vectors
@@ -58,10 +52,10 @@ def main(argv: list[str] | None = None) -> None:
             if not paths["glove"]:
                 raise HarnessError("word_init: glove needs datasets.<name>.glove (a GloVe text file) in config")
             word_vectors = load_word_vectors(paths["glove"], vocab, cfg["model"]["text"]["word_dim"])
-        model = build_model(cfg["model"], len(vocab), payload["backbones"], word_vectors)
+        model = build_model(cfg["model"], len(vocab), payload["backbones"], word_vectors, image_dim=image_dim)
         run_dir = Path(args.run_dir)
         inp = TrainInputs(cfg, config_hash(cfg), args.seed, run_dir, device, vocab, splits["train"], splits["dev"],
-                          pooled["train"], pooled["dev"], Path(paths["images_dir"]) if paths["images_dir"] else None,
+                          Path(paths["images_dir"]) if paths["images_dir"] else None,
                           ds["features"]["crop"], ds["features"]["resize"], ds["val_max_images"],
                           word_vectors, progress=not args.no_progress)
         result = train(model, inp)
@@ -70,13 +64,15 @@ def main(argv: list[str] | None = None) -> None:
         if not best["best"]["finetuned"]:  # a frozen CNN is not part of the result (cached features are)
             state = {k: v for k, v in state.items() if not k.startswith("backbone.")}
         torch_save(run_dir / "model.pt", {"format": 1, "config": cfg, "config_hash": config_hash(cfg),
-                                          "seed": args.seed, "vocab_size": len(vocab), "best": best["best"],
+                                          "seed": args.seed, "vocab_size": len(vocab), "image_dim": image_dim,
+                                          "best": best["best"],
                                           "state_dict": state})
         write_json(run_dir / "train_log.json", {
             "config": cfg, "config_hash": config_hash(cfg), "seed": args.seed, "best": best["best"],
             "history": result["history"], "provenance": provenance(device),
             "wall_seconds": {"train": result["train_seconds"], "total": time.time() - t0}})
-        print(f"best validation rsum {best['best']['rsum']:.2f} at stage {best['best']['stage']} epoch {best['best']['epoch']}")
+        b = best["best"]
+        print(f"best validation {b['metric']} {b['value']:.2f} (rsum {b['rsum']:.2f}) at stage {b['stage']} epoch {b['epoch']}")
 
     run_cli(_run)
 

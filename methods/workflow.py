@@ -75,8 +75,14 @@ class Experiment:
     config: dict
 
     @property
-    def backbone(self) -> str:
-        return self.config["model"]["backbone"]
+    def backbone(self) -> str | None:
+        return self.config["model"].get("backbone")  # None: the model reads precomputed regions
+
+    @property
+    def image_input(self) -> str:
+        from methods.models import image_input
+
+        return image_input(self.config["model"])
 
     @property
     def finetunes(self) -> bool:
@@ -114,6 +120,15 @@ class Table:
     rows: list[Row]
 
 
+@dataclass
+class Figure:
+    name: str
+    dataset: str
+    kind: str
+    table: str
+    title: str
+
+
 class Plan:
     def __init__(self, cfg: dict):
         self.cfg = cfg
@@ -124,6 +139,7 @@ class Plan:
                     raise HarnessError(f"backbones.{name}: pre-trained by the DAG, so weights must be '{expected}'")
         self.experiments: dict[tuple[str, str], Experiment] = {}
         self.tables: dict[tuple[str, str], Table] = {}
+        self.figures: dict[tuple[str, str], Figure] = {}
         for paper_file in cfg["papers"]:
             self._add_paper(REPO_ROOT / paper_file if not Path(paper_file).is_absolute() else Path(paper_file))
 
@@ -132,7 +148,10 @@ class Plan:
         return cls(load_harness_config(config_path, overrides))
 
     # -- building -------------------------------------------------------------------------
-    def resolve_experiment(self, method_file: Path, dataset: str, overrides: dict) -> Experiment:
+    def resolve_experiment(self, method_file: Path, dataset: str, overrides: dict,
+                           variants: list[str] | None = None) -> Experiment:
+        """Method base, then its preset for the dataset, then each named variant (its base, then
+        its preset for the dataset), then the row's dotted overrides."""
         raw = load_yaml(method_file)
         if not isinstance(raw, dict) or "base" not in raw or "method" not in raw:
             raise HarnessError(f"{method_file}: a method file needs 'method' and 'base' keys")
@@ -140,6 +159,12 @@ class Plan:
         if dataset not in presets:
             raise HarnessError(f"{method_file}: no preset for dataset '{dataset}' (has: {', '.join(sorted(presets))})")
         cfg = deep_merge(raw["base"], presets[dataset] or {})
+        declared = raw.get("variants") or {}
+        for name in variants or []:
+            if name not in declared:
+                raise HarnessError(f"{method_file}: unknown variant '{name}' (declared: {', '.join(sorted(declared)) or 'none'})")
+            cfg = deep_merge(cfg, declared[name].get("base") or {})
+            cfg = deep_merge(cfg, (declared[name].get("presets") or {}).get(dataset) or {})
         cfg = deep_merge(cfg, dotted_to_nested(overrides or {}))
         cfg["method"] = raw["method"]
         keep = cfg.get("training", {}).pop("run_stages", None)
@@ -172,19 +197,29 @@ class Plan:
                 for row in table["rows"]:
                     if any(r.id == row["id"] for r in tbl.rows):
                         raise HarnessError(f"{path}: row id '{row['id']}' appears twice in table {table_name}")
-                    members = row.get("ensemble") or [{"method": row["method"], "overrides": row.get("overrides", {})}]
+                    members = row.get("ensemble") or [{"method": row["method"], "overrides": row.get("overrides", {}),
+                                                       "variants": row.get("variants", [])}]
                     exp_ids = []
                     for m in members:
                         if m["method"] not in paper["methods"]:
                             raise HarnessError(f"{path}: row '{row['id']}' names unknown method '{m['method']}' "
                                                f"(declared: {', '.join(sorted(paper['methods']))})")
                         exp = self.resolve_experiment(REPO_ROOT / paper["methods"][m["method"]], dataset,
-                                                      m.get("overrides", {}))
+                                                      m.get("overrides", {}), m.get("variants", []))
                         exp_ids.append(exp.id)
                     reported = self._reported_for(row.get("reported", {}).get(reported_key, {}), ds_cfg)
                     seeds = ds_cfg.get("seeds", row["seeds"])
                     tbl.rows.append(Row(table_name, row["id"], row["label"], paper["key"], seeds, exp_ids,
                                         reported, row.get("not_reported")))
+        for fig_name, fig in (paper.get("figures") or {}).items():
+            if fig["table"] not in paper["tables"]:
+                raise HarnessError(f"{path}: figure '{fig_name}' names table '{fig['table']}', which this paper "
+                                   f"file does not declare")
+            for dataset in paper["tables"][fig["table"]]["datasets"]:
+                if dataset in self.cfg["datasets"]:
+                    if (fig_name, dataset) in self.figures:
+                        raise HarnessError(f"{path}: figure '{fig_name}' is declared by two paper files")
+                    self.figures[(fig_name, dataset)] = Figure(fig_name, dataset, fig["kind"], fig["table"], fig["title"])
 
     @staticmethod
     def _reported_for(by_protocol: dict, ds_cfg: dict) -> dict:
@@ -218,7 +253,33 @@ class Plan:
             targets += [f"tables/{t}_{dataset}.csv" for t in names]
             if names:
                 targets.append(f"figures/reproduced_vs_reported_{dataset}.png")
+            targets += sorted(f"figures/{f}_{dataset}.png" for f, d in self.figures if d == dataset)
         return targets
+
+    def run_dir(self, dataset: str, exp_id: str, seed: int) -> str:
+        return f"{self.cfg['results_dir']}/{dataset}/runs/{exp_id}/seed{seed}"
+
+    def row_runs(self, row: Row, dataset: str) -> list[str]:
+        """Run directories behind a row: every seed of every ensemble member."""
+        return [self.run_dir(dataset, exp, row.member_seed(s, i)) for s in row.seeds for i, exp in enumerate(row.members)]
+
+    def figure(self, name: str, dataset: str) -> Figure:
+        if (name, dataset) not in self.figures:
+            known = sorted(f"{f}_{d}" for f, d in self.figures)
+            raise HarnessError(f"no figure '{name}' is declared for dataset '{dataset}'; declared: {', '.join(known)}")
+        return self.figures[(name, dataset)]
+
+    def figure_spec(self, name: str, dataset: str) -> dict:
+        fig = self.figure(name, dataset)
+        rows = []
+        for row in self.table(fig.table, dataset).rows:
+            cfg = self.experiment(dataset, row.members[0]).config
+            rows.append({"id": row.id, "label": row.label, "model": cfg["model"]["kind"], "method": cfg["method"],
+                         "loss": cfg["loss"]["kind"], "seeds": row.seeds, "ensemble_size": row.ensemble_size,
+                         "runs": self.row_runs(row, dataset)})
+        return {"figure": name, "kind": fig.kind, "title": fig.title, "dataset": dataset, "table": fig.table,
+                "dataset_kind": self.cfg["datasets"][dataset]["kind"],
+                "protocols": self.cfg["datasets"][dataset]["protocols"], "rows": rows}
 
     def row(self, table: str, dataset: str, row_id: str) -> Row:
         for row in self.table(table, dataset).rows:

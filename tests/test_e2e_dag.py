@@ -91,3 +91,56 @@ def test_ensemble_row_averages_member_similarities(tiny_dag):
     # members: the same config with seeds 0 and 1000 (seed s + 1000 * member index)
     sims = (np.load(runs / "seed0/sims_test.npy") + np.load(runs / "seed1000/sims_test.npy")) / 2
     assert float(pair["rsum"]["reproduced"]) == pytest.approx(retrieval_metrics(sims)["rsum"], abs=0.006)
+
+
+def test_metric_learning_table_figures_and_gradient_counts(tiny_dag):
+    rows = read_table(tiny_dag / "tables" / "metric_learning_synthetic.csv")
+    rsum = {r["row"]: r for r in rows if r["metric"] == "rsum"}
+    assert set(rsum) == {f"{m}_{lo}" for m in ("vsepp", "vsrn")
+                         for lo in ("triplet_sum", "triplet_hardest", "nt_xent", "smooth_ap")}
+    for name in ("metric_learning", "metric_learning_gradients"):
+        assert (tiny_dag / "figures" / f"{name}_synthetic.png").stat().st_size > 5000
+    spec = json.loads((tiny_dag / "results/synthetic/figures/metric_learning_gradients.spec.json").read_text())
+    for row in spec["rows"]:
+        run = tiny_dag / row["runs"][0]
+        log = json.loads((run / "train_log.json").read_text())
+        assert log["config"]["loss"]["kind"] == row["loss"] and log["config"]["model"]["kind"] == row["model"]
+        assert log["config"]["training"]["batching"] == ("images" if row["loss"] == "smooth_ap" else "captions")
+        for epoch in log["history"]:
+            for direction, c in epoch["gradient_counts"].items():
+                assert 0 <= c["contributing_mean"] <= c["nonzero_mean"] <= c["negatives_mean"]
+                if row["loss"] == "nt_xent":  # a softmax gives every negative some gradient
+                    assert c["nonzero_mean"] == c["negatives_mean"]
+        # the table holds this run's evaluation
+        ev = json.loads((run / "eval_test.json").read_text())
+        assert float(rsum[row["id"]]["reproduced"]) == pytest.approx(ev["results"][0]["metrics"]["rsum"], abs=0.006)
+    # image queries of a caption batch have ~1 positive: the hardest negative is at most one per positive
+    hardest = next(r for r in spec["rows"] if r["id"] == "vsrn_triplet_hardest")
+    log = json.loads((tiny_dag / hardest["runs"][0] / "train_log.json").read_text())
+    assert all(e["gradient_counts"]["t2i"]["nonzero_mean"] <= 1.0 for e in log["history"])
+
+
+def test_dry_run_of_the_study_on_configured_flickr(tiny_dag):
+    """2 models x 4 losses x 5 seeds; VSRN reads the precomputed regions, VSE++ ResNet-50 features."""
+    data = tiny_dag / "results/synthetic/data"
+    weights = tiny_dag / "resnet50.pth"
+    weights.write_bytes(b"")
+    base = ("backbones:\n  resnet50: {arch: resnet50, weights: %s}\n"
+            "datasets:\n  flickr:\n    karpathy_json: %s\n    images_dir: %s\n"
+            % (weights, data / "dataset_synthetic.json", data / "images"))
+    (tiny_dag / "flickr_noregions.yaml").write_text(base)
+    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "flickr_noregions.yaml", "-n",
+                     "tables/metric_learning_flickr.csv", check=False)
+    assert proc.returncode != 0 and "datasets.flickr.precomp_dir is not set" in proc.stdout + proc.stderr
+    (tiny_dag / "flickr_study.yaml").write_text(
+        base + "    precomp_dir: %s\n    precomp: {n_regions: 36, feature_dim: 256}\n"
+        % (tiny_dag / "results/synthetic/precomp"))
+    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "flickr_study.yaml", "-n",
+                     "tables/metric_learning_flickr.csv", "figures/metric_learning_gradients_flickr.png")
+    counts = {}
+    for line in (proc.stdout + proc.stderr).splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            counts[parts[0]] = int(parts[1])
+    assert counts["train"] == 40 and counts["evaluate"] == 40 and counts["aggregate_row"] == 8
+    assert counts["features_flickr"] == 3 and "region_features" not in counts and counts["paper_figure"] == 1

@@ -31,6 +31,67 @@ def test_vsepp_frozen_backbone_stays_in_eval_mode_and_gets_no_gradient():
     torch.testing.assert_close(emb.norm(dim=1), torch.ones(2))
     # cached pooled features and the CNN path give the same embedding
     pooled = model.backbone.pooled(images)
-    torch.testing.assert_close(model.encode_images({"pooled": pooled}), emb)
+    torch.testing.assert_close(model.encode_images({"features": pooled}), emb)
     model.set_finetune(True)
     assert any(p.requires_grad for p in model.backbone.parameters())
+
+
+# -- VSRN ---------------------------------------------------------------------------------------
+
+def vsrn(**kw):
+    from methods.models.vsrn import VSRN
+
+    torch.manual_seed(0)
+    return VSRN(12, 8, GRUTextEncoder(10, 4, 8), **kw)
+
+
+def test_vsrn_gcn_blocks_start_as_identity_and_follow_the_formula():
+    from methods.models.vsrn import ResidualGCN
+
+    torch.manual_seed(1)
+    block = ResidualGCN(6).train()
+    v = torch.randn(3, 5, 6)
+    torch.testing.assert_close(block(v), v)  # BN scale and shift start at 0
+    with torch.no_grad():
+        block.bn.weight.fill_(1.0)
+        block.bn.bias.fill_(0.5)
+    block.bn.reset_running_stats()  # the train-mode call above moved them
+    block.eval()  # running stats (0 mean, unit var): BN(x) = x / sqrt(1 + eps) + 0.5
+    # independent: loop over batch items and region pairs
+    want = torch.empty_like(v)
+    for b in range(3):
+        th, ph, g = block.theta(v[b]), block.phi(v[b]), block.g(v[b])
+        for i in range(5):
+            y = sum((th[i] @ ph[j]) / 5 * g[j] for j in range(5))
+            want[b, i] = v[b, i] + block.w(y) / (1 + block.bn.eps) ** 0.5 + 0.5
+    torch.testing.assert_close(block(v), want, rtol=1e-5, atol=1e-5)
+
+
+def test_vsrn_region_l2norm_axis_option():
+    regions = torch.randn(4, 7, 12)
+    for option, axis in (("feature", 2), ("region_axis", 1)):
+        model = vsrn(region_l2norm=option).eval()
+        seen = {}
+        model.gcn.register_forward_hook(lambda m, i, o: seen.update(gcn_in=i[0]))
+        emb = model.encode_images({"features": regions})
+        norms = seen["gcn_in"].norm(dim=axis)
+        torch.testing.assert_close(norms, torch.ones_like(norms))
+        torch.testing.assert_close(emb.norm(dim=1), torch.ones(4))
+
+
+def test_vsrn_image_embedding_is_the_last_gru_state_over_regions_in_order():
+    model = vsrn(gcn_blocks=0, final_bn=False, l2norm_after_fc=False).eval()
+    regions = torch.randn(2, 5, 12)
+    emb = model.encode_images({"features": regions})
+    # independent: step the GRU cell by cell over fc(regions) normalised per region
+    v = model.fc(regions)
+    v = v / v.norm(dim=2, keepdim=True)
+    cell = torch.nn.GRUCell(8, 8)
+    cell.load_state_dict({"weight_ih": model.gru.weight_ih_l0, "weight_hh": model.gru.weight_hh_l0,
+                          "bias_ih": model.gru.bias_ih_l0, "bias_hh": model.gru.bias_hh_l0})
+    h = torch.zeros(2, 8)
+    for r in range(5):
+        h = cell(v[:, r], h)
+    torch.testing.assert_close(emb, h / h.norm(dim=1, keepdim=True), rtol=1e-5, atol=1e-6)
+    # region order matters (a GRU, not a pooling)
+    assert not torch.allclose(model.encode_images({"features": regions.flip(1)}), emb)

@@ -6,7 +6,7 @@ import torch
 from methods.ensemble import average_similarities
 from methods.report.aggregate import aggregate
 from methods.report.table import verdict
-from methods.training.data import PairCollator
+from methods.training.data import CachedImageFeatures, PairCollator, make_train_dataset
 from methods.training.schedule import lr_at
 
 
@@ -43,11 +43,27 @@ def test_ensemble_averages_similarity_matrices(tmp_path):
 def test_collator_marks_every_caption_of_a_repeated_image_positive():
     items = [(3, [1, 5, 2], None), (7, [1, 6, 6, 2], None), (3, [1, 2], None)]
     pooled = np.arange(40, dtype=np.float32).reshape(10, 4)
-    batch = PairCollator(pooled)(items)
+    batch = PairCollator(CachedImageFeatures(pooled))(items)
     assert batch["image_index"].tolist() == [3, 7]
     assert batch["positives"].tolist() == [[True, False, True], [False, True, False]]
-    assert torch.equal(batch["pooled"], torch.from_numpy(pooled[[3, 7]]))
+    assert torch.equal(batch["features"], torch.from_numpy(pooled[[3, 7]]))
     assert batch["lengths"].tolist() == [3, 4, 2] and batch["tokens"][2].tolist() == [1, 2, 0, 0]
+
+
+def test_image_batches_hold_each_image_with_all_five_captions():
+    from methods.data.text import Vocabulary
+
+    captions = [f"image {i} caption {j}" for i in range(4) for j in range(5)]
+    vocab = Vocabulary.build(captions, threshold=1)
+    regions = np.arange(4 * 5 * 3 * 2, dtype=np.float32).reshape(20, 3, 2)  # one row per caption (old files)
+    dataset = make_train_dataset("images", captions, vocab, None)
+    assert len(dataset) == 4
+    batch = PairCollator(CachedImageFeatures(regions, step=5))([dataset[2], dataset[0]])
+    assert batch["image_index"].tolist() == [0, 2]
+    # image 0 owns the last five captions of the batch, image 2 the first five
+    assert batch["positives"].tolist() == [[False] * 5 + [True] * 5, [True] * 5 + [False] * 5]
+    assert torch.equal(batch["features"], torch.from_numpy(regions[[0, 10]]))
+    assert batch["tokens"].shape[0] == 10
 
 
 def test_step_and_cosine_schedules():
@@ -55,3 +71,11 @@ def test_step_and_cosine_schedules():
     assert lr_at(step, 14) == 2e-4 and lr_at(step, 15) == pytest.approx(2e-5)
     cos = {"lr": 1.0, "epochs": 10, "schedule": {"kind": "cosine"}}
     assert lr_at(cos, 0) == 1.0 and lr_at(cos, 5) == pytest.approx(0.5)
+
+
+def test_selection_metrics():
+    from methods.training.loop import selection_value
+
+    m = {"i2t_r1": 10.0, "i2t_r5": 20.0, "i2t_r10": 30.0, "t2i_r1": 1.0, "t2i_r5": 2.0, "t2i_r10": 3.0}
+    assert selection_value(m, "rsum") == 66.0
+    assert selection_value(m, "r1_r5_sum") == 33.0  # VSRN: R@10 left out

@@ -43,6 +43,23 @@ def check_dataset_inputs(cfg: dict, name: str) -> None:
         raise HarnessError(f"datasets.{name}.glove: file not found: {paths['glove']}")
 
 
+def check_region_inputs(cfg: dict, name: str) -> None:
+    """A model reading precomputed regions is planned on dataset ``name``: they must exist."""
+    from methods.workflow import dataset_paths
+
+    ds = cfg["datasets"][name]
+    if ds["kind"] == "synthetic":
+        if "region" not in ds["features"]:
+            raise HarnessError(f"datasets.{name}.features.region is not set: region models need the synthetic "
+                               f"RoIAlign regions configured there")
+        return
+    if dataset_paths(cfg, name)["precomp_dir"] is None:
+        raise HarnessError(f"datasets.{name}.precomp_dir is not set: region models (e.g. VSRN) read precomputed "
+                           f"BUTD features, expected layout {PRECOMP_LAYOUT}, one set per split "
+                           f"({', '.join(ds['splits'])})")
+    # its files are checked (shapes, caption counts) with the rest of the dataset, in check_dataset_inputs
+
+
 def check_backbone_weights(cfg: dict, backbone: str) -> None:
     bb = cfg["backbones"][backbone]
     if bb["weights"] is None:

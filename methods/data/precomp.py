@@ -22,8 +22,9 @@ def count_lines(path: Path) -> int:
         return sum(1 for _ in f)
 
 
-def open_precomp(precomp_dir: str | Path, split: str, n_regions: int, feature_dim: int) -> tuple[np.ndarray, list[str], int]:
-    """Return (memmapped features, captions, image_step) after checking shapes and counts.
+def open_precomp(precomp_dir: str | Path, split: str, n_regions: int, feature_dim: int | None) -> tuple[np.ndarray, list[str], int]:
+    """Return (memmapped features, captions, image_step) after checking shapes and counts
+    (``feature_dim`` None: any).
 
     ``image_step`` is 5 when features have one row per caption (image of caption k is row k,
     the same image repeated), else 1; the image of caption k is row ``(k // 5) * image_step``.
@@ -37,8 +38,8 @@ def open_precomp(precomp_dir: str | Path, split: str, n_regions: int, feature_di
         ims = np.load(ims_path, mmap_mode="r")
     except ValueError as exc:
         raise HarnessError(f"{ims_path}: not a readable .npy array ({exc})") from None
-    if ims.ndim != 3 or ims.shape[1:] != (n_regions, feature_dim):
-        raise HarnessError(f"{ims_path}: shape {ims.shape}, expected (N, {n_regions}, {feature_dim})")
+    if ims.ndim != 3 or ims.shape[1] != n_regions or feature_dim not in (None, ims.shape[2]):
+        raise HarnessError(f"{ims_path}: shape {ims.shape}, expected (N, {n_regions}, {feature_dim or 'C'})")
     if not np.issubdtype(ims.dtype, np.floating):
         raise HarnessError(f"{ims_path}: dtype {ims.dtype}, expected a float array")
     with open(caps_path) as f:

@@ -56,7 +56,7 @@ class VSEPP(nn.Module):
         return l2norm(self.fc(x))
 
     def encode_images(self, batch: dict) -> torch.Tensor:
-        pooled = self.backbone.pooled(batch["images"]) if "images" in batch else batch["pooled"]
+        pooled = self.backbone.pooled(batch["images"]) if "images" in batch else batch["features"]
         return self.project_pooled(pooled.float())
 
     def encode_captions(self, batch: dict) -> torch.Tensor:

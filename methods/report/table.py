@@ -18,7 +18,8 @@ from methods.io import read_json, write_text
 
 TABLE_METRICS = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum", "i2t_medr", "t2i_medr")
 COLUMNS = ("table", "dataset", "row", "label", "paper", "protocol", "metric", "reproduced", "reproduced_std",
-           "n_seeds", "seeds", "ensemble_size", "reported", "reported_ensemble_size", "difference", "tolerance",
+           "n_seeds", "seeds", "ensemble_size", "reported", "reported_std", "reported_ensemble_size", "difference",
+           "tolerance",
            "verdict", "reported_source", "run_configs")
 
 
@@ -50,6 +51,7 @@ def build_rows(spec: dict, aggregates: dict[str, dict]) -> list[dict]:
             for metric in TABLE_METRICS:
                 value, std = stats[metric]["mean"], stats[metric]["std"]
                 reported = rep["metrics"].get(metric) if rep else None
+                reported_std = (rep.get("metrics_std") or {}).get(metric) if reported is not None else None
                 tol = tolerance_for(metric, spec["tolerance"])
                 out.append({
                     "table": spec["table"], "dataset": spec["dataset"], "row": row["id"], "label": row["label"],
@@ -57,6 +59,7 @@ def build_rows(spec: dict, aggregates: dict[str, dict]) -> list[dict]:
                     "reproduced": round(value, 2), "reproduced_std": round(std, 2) if len(agg["seeds"]) > 1 else "",
                     "n_seeds": len(agg["seeds"]), "seeds": " ".join(map(str, agg["seeds"])),
                     "ensemble_size": agg["ensemble_size"], "reported": "" if reported is None else reported,
+                    "reported_std": "" if reported_std is None else reported_std,
                     "reported_ensemble_size": rep["ensemble_size"] if rep else "",
                     "difference": "" if reported is None else round(value - reported, 2), "tolerance": tol,
                     "verdict": verdict(value, reported, synthetic, agg["ensemble_size"],
@@ -92,7 +95,8 @@ def to_markdown(spec: dict, rows: list[dict]) -> str:
             def fmt(r: dict) -> str:
                 s = f"{r['reproduced']:.1f}" + (f" ± {r['reproduced_std']:.1f}" if r["reproduced_std"] != "" else "")
                 if r["reported"] != "":
-                    s += f" / {r['reported']} — {r['verdict']}"
+                    spread = f" ± {r['reported_std']}" if r["reported_std"] != "" else ""
+                    s += f" / {r['reported']}{spread} — {r['verdict']}"
                 return s
 
             lines.append(f"| {row['label']} | {first['seeds']} | {first['ensemble_size']} | "

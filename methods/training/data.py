@@ -1,23 +1,69 @@
-"""Caption-indexed batches: each item is one caption and its image; the collate function
-de-duplicates images and builds the (images x captions) positive mask for the losses."""
+"""Batches for training and validation.
+
+Two batchings, chosen by ``training.batching``:
+- ``captions``: each item is one caption and its image (VSE++/VSRN/SCAN style; an image may
+  appear with several of its captions, or once);
+- ``images``: each item is one image with all 5 of its captions (the ranking batches the
+  metric-learning study uses for SmoothAP: B images x 5B captions).
+Either way the collate function de-duplicates images and builds the (images x captions)
+positive mask the losses take.
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from methods.data.karpathy import CAPTIONS_PER_IMAGE, Split
+from methods.data.karpathy import CAPTIONS_PER_IMAGE
 from methods.data.text import Vocabulary
 from methods.features.images import ImageFiles
+
+
+class CachedImageFeatures:
+    """A memory-mapped feature array read by image index: row ``index * step`` (``step`` is 5 for
+    old precomputed files holding one row per caption). Pooled (N, C) or regions (N, R, C)."""
+
+    def __init__(self, array: np.ndarray, step: int = 1):
+        self.array, self.step = array, step
+
+    def __len__(self) -> int:
+        return self.array.shape[0] // self.step
+
+    @property
+    def dim(self) -> int:
+        return int(self.array.shape[-1])
+
+    def take(self, indices: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(self.array[np.asarray(indices) * self.step], dtype=np.float32))
+
+    def block(self, start: int, end: int) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(self.array[start * self.step:end * self.step:self.step], dtype=np.float32))
+
+
+@dataclass
+class SplitData:
+    """What training and evaluation read of one split: captions (5 per image, in image order),
+    cached image features, and image file names (for fine-tuning; None for precomputed regions)."""
+
+    name: str
+    captions: list[str]
+    features: CachedImageFeatures | None
+    filenames: list[str] | None
+
+    def __len__(self) -> int:
+        return len(self.captions) // CAPTIONS_PER_IMAGE
 
 
 class CaptionPairs(Dataset):
     """Item k = (image index k // 5, token ids of caption k[, transformed image])."""
 
-    def __init__(self, split: Split, vocab: Vocabulary, images: ImageFiles | None = None,
+    def __init__(self, captions: list[str], vocab: Vocabulary, images: ImageFiles | None = None,
                  max_images: int | None = None):
-        n_img = len(split) if max_images is None else min(max_images, len(split))
-        self.tokens = [vocab.encode(c) for c in split.captions[: n_img * CAPTIONS_PER_IMAGE]]
+        n_img = len(captions) // CAPTIONS_PER_IMAGE
+        n_img = n_img if max_images is None else min(max_images, n_img)
+        self.tokens = [vocab.encode(c) for c in captions[: n_img * CAPTIONS_PER_IMAGE]]
         self.images = images
         self.n_images = n_img
 
@@ -30,6 +76,24 @@ class CaptionPairs(Dataset):
         return image_index, self.tokens[k], image
 
 
+class ImagesWithCaptions(CaptionPairs):
+    """Item i = image i with each of its 5 captions (the image itself is loaded once)."""
+
+    def __len__(self) -> int:
+        return self.n_images
+
+    def __getitem__(self, i: int):
+        image = self.images[i] if self.images is not None else None
+        base = i * CAPTIONS_PER_IMAGE
+        return [(i, self.tokens[base + j], image if j == 0 else None) for j in range(CAPTIONS_PER_IMAGE)]
+
+
+def make_train_dataset(batching: str, captions: list[str], vocab: Vocabulary, images: ImageFiles | None):
+    if batching == "images":
+        return ImagesWithCaptions(captions, vocab, images)
+    return CaptionPairs(captions, vocab, images)
+
+
 def pad_tokens(token_lists: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     lengths = torch.tensor([len(t) for t in token_lists], dtype=torch.long)
     tokens = torch.zeros(len(token_lists), int(lengths.max()), dtype=torch.long)
@@ -39,12 +103,14 @@ def pad_tokens(token_lists: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor
 
 
 class PairCollator:
-    """Batch dict: ``image_index`` (U,), ``pooled`` (U, C) or ``images``, ``tokens``, ``lengths``, ``positives`` (U, B)."""
+    """Batch dict: ``image_index`` (U,), ``features`` (U, ...) or ``images``, ``tokens``, ``lengths``, ``positives`` (U, B)."""
 
-    def __init__(self, pooled: np.ndarray | None):
-        self.pooled = pooled  # memory-mapped (N, C) cached features, or None when images are loaded
+    def __init__(self, features: CachedImageFeatures | None):
+        self.features = features  # cached features, or None when images are loaded
 
     def __call__(self, items):
+        if isinstance(items[0], list):  # image batching: flatten each image's captions
+            items = [pair for group in items for pair in group]
         image_index = torch.tensor([it[0] for it in items], dtype=torch.long)
         unique, inverse = torch.unique(image_index, return_inverse=True)
         first = torch.full((len(unique),), len(items), dtype=torch.long).scatter_reduce(
@@ -55,7 +121,7 @@ class PairCollator:
         if items[0][2] is not None:
             batch["images"] = torch.stack([items[int(i)][2] for i in first])
         else:
-            batch["pooled"] = torch.from_numpy(np.asarray(self.pooled[unique.numpy()], dtype=np.float32))
+            batch["features"] = self.features.take(unique.numpy())
         return batch
 
 

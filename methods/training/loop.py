@@ -1,6 +1,8 @@
 """One training loop for every method: stages (frozen backbone, then fine-tune), Adam/AdamW,
 step or cosine schedule, gradient clipping, hardest-negative warm-up, AMP on CUDA, seeds,
-an atomic checkpoint every epoch, exact resume, and best-epoch selection on validation RSUM.
+an atomic checkpoint every epoch, exact resume, and best-epoch selection on a validation metric
+(RSUM, or VSRN's R@1+R@5 sum). Each epoch also records how many negatives give each query a
+gradient (``methods.losses.gradient_count``).
 
 Resuming: the checkpoint holds model, optimizer, AMP scaler and every RNG state at the end of
 the last finished epoch; each epoch's shuffle comes from a generator seeded by (seed, stage,
@@ -19,7 +21,6 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler
 from tqdm import tqdm
 
-from methods.data.karpathy import Split
 from methods.data.text import Vocabulary
 from methods.errors import HarnessError, first_line
 from methods.evaluation import autocast, encode_split, score_matrix
@@ -27,8 +28,9 @@ from methods.features.backbone import eval_transform, train_transform
 from methods.features.images import ImageFiles
 from methods.io import torch_save
 from methods.losses import build_loss, loss_kind_at
+from methods.losses.gradient_count import count_gradient_negatives
 from methods.metrics.retrieval import retrieval_metrics
-from methods.training.data import CaptionPairs, PairCollator, to_device
+from methods.training.data import CaptionPairs, PairCollator, SplitData, make_train_dataset, to_device
 from methods.training.schedule import lr_at
 
 CHECKPOINT_FORMAT = 1
@@ -42,10 +44,8 @@ class TrainInputs:
     run_dir: Path
     device: torch.device
     vocab: Vocabulary
-    train: Split
-    dev: Split
-    pooled_train: np.ndarray   # cached (N, C) features, memory-mapped
-    pooled_dev: np.ndarray
+    train: SplitData           # captions + cached (memory-mapped) image features
+    dev: SplitData
     images_dir: Path | None    # needed by fine-tune stages
     crop: int
     resize: int
@@ -89,14 +89,55 @@ def _make_optimizer(name: str, params, lr: float, weight_decay: float) -> torch.
     return cls(params, lr=lr, weight_decay=weight_decay)
 
 
+SELECTION_METRICS = {
+    "rsum": ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10"),
+    "r1_r5_sum": ("i2t_r1", "i2t_r5", "t2i_r1", "t2i_r5"),  # VSRN train.py: R@10 left out
+}
+
+
+def selection_value(metrics: dict, name: str) -> float:
+    return float(sum(metrics[k] for k in SELECTION_METRICS[name]))
+
+
 def validate(model, inp: TrainInputs, amp: bool) -> dict:
     n = min(inp.val_max_images, len(inp.dev))
-    pairs = CaptionPairs(inp.dev, inp.vocab, max_images=n)
+    pairs = CaptionPairs(inp.dev.captions, inp.vocab, max_images=n)
     images = (ImageFiles(inp.images_dir, inp.dev.filenames[:n], eval_transform(inp.resize, inp.crop))
               if getattr(model, "finetune", False) else None)
     img, cap = encode_split(model, pairs.tokens, n, inp.device, inp.config["training"]["eval_batch_size"],
-                            pooled=inp.pooled_dev, images=images, amp=amp)
+                            features=inp.dev.features, images=images, amp=amp)
     return retrieval_metrics(score_matrix(model, img, cap))
+
+
+class GradientCounter:
+    """Per-epoch statistics of the negatives that give each query a gradient, per direction."""
+
+    KEYS = ("contributing", "nonzero", "negatives")
+
+    def __init__(self, relative_threshold: float):
+        self.relative_threshold = relative_threshold
+        self.sums: dict = {}
+
+    def add(self, kind: str, loss_cfg: dict, scores: torch.Tensor, positives: torch.Tensor) -> None:
+        counts = count_gradient_negatives(kind, loss_cfg, scores, positives, self.relative_threshold)
+        for direction, c in counts.items():
+            acc = self.sums.setdefault(direction, {"queries": 0, **{k: [0.0, 0.0] for k in self.KEYS}})
+            acc["queries"] += int(c["negatives"].numel())
+            for k in self.KEYS:
+                v = c[k].double()
+                acc[k][0] += float(v.sum())
+                acc[k][1] += float((v * v).sum())
+
+    def summary(self) -> dict:
+        out = {}
+        for direction, acc in self.sums.items():
+            n = max(1, acc["queries"])
+            out[direction] = {"queries": acc["queries"], "relative_threshold": self.relative_threshold}
+            for k in self.KEYS:
+                mean = acc[k][0] / n
+                out[direction][f"{k}_mean"] = mean
+                out[direction][f"{k}_std"] = max(0.0, acc[k][1] / n - mean * mean) ** 0.5
+        return out
 
 
 def train(model, inp: TrainInputs) -> dict:
@@ -113,7 +154,8 @@ def train(model, inp: TrainInputs) -> dict:
                                f"({state['config_hash']}/{state['seed']} vs {inp.config_hash}/{inp.seed}); delete it")
         print(f"resuming from {last_path}: stage {state['stage']} epoch {state['epoch']}")
     history = state["history"] if state else []
-    best = state["best"] if state else {"rsum": -1.0, "stage": None, "epoch": None}
+    selection = tr["selection_metric"]
+    best = state["best"] if state else {"metric": selection, "value": -1.0, "rsum": None, "stage": None, "epoch": None}
     start_stage, start_epoch = (state["stage"], state["epoch"]) if state else (0, 0)
     scaler = torch.amp.GradScaler("cuda", enabled=amp)
     global_epoch = sum(s["epochs"] for s in tr["stages"][:start_stage]) + start_epoch
@@ -135,8 +177,9 @@ def train(model, inp: TrainInputs) -> dict:
         augment = (train_transform(inp.crop) if tr["finetune_augment"] == "random_resized_crop_flip"
                    else eval_transform(inp.resize, inp.crop))
         images = ImageFiles(inp.images_dir, inp.train.filenames, augment) if stage["finetune_backbone"] else None
-        dataset = CaptionPairs(inp.train, inp.vocab, images=images)
-        collate = PairCollator(None if images is not None else inp.pooled_train)
+        dataset = make_train_dataset(tr["batching"], inp.train.captions, inp.vocab, images)
+        collate = PairCollator(None if images is not None else inp.train.features)
+        count_every = tr["gradient_count"]["every_n_steps"]
         for epoch in range(first_epoch, stage["epochs"]):
             lr = lr_at(stage, epoch)
             for group in optimizer.param_groups:
@@ -145,17 +188,25 @@ def train(model, inp: TrainInputs) -> dict:
             loader = DataLoader(dataset, batch_size=tr["batch_size"], sampler=RandomSampler(dataset, generator=shuffle),
                                 collate_fn=collate, num_workers=tr["num_workers"])
             loss_fn = build_loss(cfg["loss"], global_epoch)
+            loss_kind = loss_kind_at(cfg["loss"], global_epoch)
+            counter = GradientCounter(tr["gradient_count"]["relative_threshold"])
             model.train()
             t0, seen, total = time.perf_counter(), 0, 0.0
             bar = tqdm(loader, desc=f"{stage['name']} {epoch + 1}/{stage['epochs']}", disable=not inp.progress,
                        mininterval=2.0)
+            skipped = 0
             for step, batch in enumerate(bar):
+                if batch["positives"].shape[0] < 2:  # one image: no negatives to rank against (and BN needs 2)
+                    skipped += 1
+                    continue
                 batch = to_device(batch, device)
                 with autocast(device, amp):
                     img = model.encode_images(batch)
                     cap = model.encode_captions(batch)
                     scores = model.similarity(img, cap)
                 loss = loss_fn(scores.float(), batch["positives"])  # losses in fp32
+                if count_every and step % count_every == 0:
+                    counter.add(loss_kind, cfg["loss"], scores.float(), batch["positives"])
                 if not torch.isfinite(loss):
                     raise HarnessError(f"loss is {loss.item()} at stage '{stage['name']}' epoch {epoch + 1} "
                                        f"step {step + 1}; stopping (last good checkpoint: {last_path})")
@@ -171,13 +222,16 @@ def train(model, inp: TrainInputs) -> dict:
                 bar.set_postfix(loss=f"{loss.item():.3f}", samples_per_s=f"{seen / (time.perf_counter() - t0):.0f}", refresh=False)
             val = validate(model, inp, amp)
             record = {"stage": stage["name"], "stage_index": stage_idx, "epoch": epoch + 1, "lr": lr,
-                      "loss_kind": loss_kind_at(cfg["loss"], global_epoch),
-                      "train_loss": total / max(1, step + 1), "val": val, "seconds": time.perf_counter() - t0}
+                      "loss_kind": loss_kind, "train_loss": total / max(1, step + 1 - skipped), "val": val,
+                      "gradient_counts": counter.summary(), "skipped_single_image_batches": skipped,
+                      "seconds": time.perf_counter() - t0}
             history.append(record)
             print(f"[{stage['name']} {epoch + 1}/{stage['epochs']}] loss {record['train_loss']:.4f} "
                   f"val rsum {val['rsum']:.2f} ({record['seconds']:.1f}s)", flush=True)
-            if val["rsum"] > best["rsum"]:
-                best = {"rsum": val["rsum"], "stage": stage_idx, "epoch": epoch + 1, "finetuned": stage["finetune_backbone"]}
+            value = selection_value(val, selection)
+            if value > best["value"]:
+                best = {"metric": selection, "value": value, "rsum": val["rsum"], "stage": stage_idx,
+                        "epoch": epoch + 1, "finetuned": stage["finetune_backbone"]}
                 torch_save(best_path, {"format": CHECKPOINT_FORMAT, "model": model.state_dict(), "best": best})
             global_epoch += 1
             next_stage, next_epoch = (stage_idx, epoch + 1) if epoch + 1 < stage["epochs"] else (stage_idx + 1, 0)

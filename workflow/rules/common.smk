@@ -1,7 +1,7 @@
 import json
 
 from methods.config import validate
-from methods.data.checks import check_backbone_weights, check_dataset_inputs
+from methods.data.checks import check_backbone_weights, check_dataset_inputs, check_region_inputs
 from methods.workflow import Plan, dataset_paths, dataset_payload, test_splits
 
 HARNESS = validate(dict(config), "config", "config/config.yaml (with --config/--configfile overrides)")
@@ -14,6 +14,7 @@ SYNTHETIC = [n for n, d in HARNESS["datasets"].items() if d["kind"] == "syntheti
 
 wildcard_constraints:
     dataset="[a-z0-9]+",
+    figure="|".join(sorted({f for f, _ in PLAN.figures})) or "no-paper-figure",
     table="[a-z0-9_]+",
     row="[a-z0-9_]+",
     exp="[a-z0-9_]+-[0-9a-f]{10}",
@@ -74,20 +75,39 @@ def region_grid(w):
 
 
 def run_dir(dataset, exp, seed):
-    return f"{R}/{dataset}/runs/{exp}/seed{seed}"
+    return PLAN.run_dir(dataset, exp, seed)
+
+
+def image_features_dir(dataset, exp_id):
+    """Cached pooled features of the experiment's backbone, or the dataset's precomputed regions."""
+    exp = PLAN.experiment(dataset, exp_id)
+    if exp.image_input == "regions":
+        return str(dataset_paths(HARNESS, dataset)["precomp_dir"])
+    return features_dir(dataset, exp.backbone)
+
+
+def image_feature_files(dataset, exp_id, split):
+    exp = PLAN.experiment(dataset, exp_id)
+    folder = image_features_dir(dataset, exp_id)
+    if exp.image_input == "regions":
+        check_region_inputs(HARNESS, dataset)
+        return [f"{folder}/{split}_ims.npy", f"{folder}/{split}_caps.txt"]
+    return [f"{folder}/{split}_pooled.npy"]
 
 
 def train_inputs(w):
     exp = PLAN.experiment(w.dataset, w.exp)
-    feats = features_dir(w.dataset, exp.backbone)
-    check_backbone_weights(HARNESS, exp.backbone)
+    weights = []
+    if exp.backbone is not None:
+        check_backbone_weights(HARNESS, exp.backbone)
+        weights = PLAN.weights_input(exp.backbone)
     return {
         **data_inputs(w),
         "cfg": dataset_json(w),
         "exp": f"{R}/{w.dataset}/runs/{w.exp}/config.json",
         "vocab": f"{R}/{w.dataset}/vocab.json",
-        "features": [f"{feats}/train_pooled.npy", f"{feats}/dev_pooled.npy"],
-        "weights": PLAN.weights_input(exp.backbone),
+        "features": [f for split in ("train", "dev") for f in image_feature_files(w.dataset, w.exp, split)],
+        "weights": weights,
     }
 
 
@@ -99,8 +119,8 @@ def evaluate_inputs(w):
         "model": f"{run_dir(w.dataset, w.exp, w.seed)}/model.pt",
         "vocab": f"{R}/{w.dataset}/vocab.json",
     }
-    if not exp.finetunes:  # a frozen CNN: the cached features of the test split
-        inputs["features"] = f"{features_dir(w.dataset, exp.backbone)}/{w.split}_pooled.npy"
+    if not exp.finetunes:  # a frozen CNN or precomputed regions: the cached features of the test split
+        inputs["features"] = image_feature_files(w.dataset, w.exp, w.split)
     return inputs
 
 
@@ -124,3 +144,15 @@ def table_inputs(w):
         "spec": f"{R}/{w.dataset}/tables/{w.table}.spec.json",
         "rows": [f"{R}/{w.dataset}/rows/{w.table}/{r.id}.json" for r in tbl.rows],
     }
+
+
+def figure_inputs(w):
+    fig = PLAN.figure(w.figure, w.dataset)
+    spec = PLAN.figure_spec(w.figure, w.dataset)
+    inputs = {
+        "spec": f"{R}/{w.dataset}/figures/{w.figure}.spec.json",
+        "rows": [f"{R}/{w.dataset}/rows/{fig.table}/{r['id']}.json" for r in spec["rows"]],
+    }
+    if fig.kind == "gradient_counts":
+        inputs["logs"] = [f"{run}/train_log.json" for r in spec["rows"] for run in r["runs"]]
+    return inputs

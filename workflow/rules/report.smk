@@ -58,3 +58,33 @@ rule figure_reproduced_vs_reported:
         f"{R}/logs/figure/reproduced_vs_reported_{{dataset}}.log",
     shell:
         "python -m methods.report.figure --dataset {wildcards.dataset} --out {output} {input} > {log} 2>&1"
+
+
+rule figure_spec:
+    """Rows (model, loss, seeds, runs) of one paper figure."""
+    output:
+        f"{R}/{{dataset}}/figures/{{figure}}.spec.json",
+    params:
+        spec=lambda w: json.dumps(PLAN.figure_spec(w.figure, w.dataset)),
+    localrule: True
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/figure_spec/{{dataset}}/{{figure}}.log",
+    shell:
+        "python -m methods.io --out {output} --json {params.spec:q} > {log} 2>&1"
+
+
+rule paper_figure:
+    """A figure a paper file declares (RSUM per loss and model; gradient counts per epoch)."""
+    input:
+        unpack(figure_inputs),
+    output:
+        report("figures/{figure}_{dataset}.png", category="Figures"),
+    localrule: True
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/figure/{{figure}}_{{dataset}}.log",
+    shell:
+        "python -m methods.report.paper_figures --spec {input.spec} --out {output} {input.rows} > {log} 2>&1"

@@ -21,7 +21,7 @@ rule train:
         model=f"{R}/{{dataset}}/runs/{{exp}}/seed{{seed}}/model.pt",
         log=f"{R}/{{dataset}}/runs/{{exp}}/seed{{seed}}/train_log.json",
     params:
-        features=lambda w: features_dir(w.dataset, PLAN.experiment(w.dataset, w.exp).backbone),
+        features=lambda w: image_features_dir(w.dataset, w.exp),
         run_dir=lambda w: run_dir(w.dataset, w.exp, w.seed),
         device=DEVICE,
     threads: res("train", "threads")
@@ -47,7 +47,7 @@ rule evaluate:
         metrics=f"{R}/{{dataset}}/runs/{{exp}}/seed{{seed}}/eval_{{split}}.json",
         sims=f"{R}/{{dataset}}/runs/{{exp}}/seed{{seed}}/sims_{{split}}.npy",
     params:
-        features=lambda w: features_dir(w.dataset, PLAN.experiment(w.dataset, w.exp).backbone),
+        features=lambda w: image_features_dir(w.dataset, w.exp),
         run_dir=lambda w: run_dir(w.dataset, w.exp, w.seed),
         device=DEVICE,
     threads: res("evaluate", "threads")

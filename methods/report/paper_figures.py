@@ -1,0 +1,122 @@
+"""Figures a paper file declares (``figures:``), from a figure spec, the table's row aggregates
+and, for gradient counts, the training logs of every run behind the rows.
+
+- ``rsum_by_loss``: RSUM of each row, grouped by loss (x) and model (bars), one panel per
+  protocol; bar = mean over seeds, whisker = std, dots = single seeds.
+- ``gradient_counts``: per model (columns) and query direction (rows), the mean number of
+  negatives per query whose gradient is at least the configured share of the query's largest,
+  per training epoch; line = mean over seeds, band = min..max over seeds.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from methods.cli import run_cli  # noqa: E402
+from methods.errors import HarnessError  # noqa: E402
+from methods.io import atomic_path, read_json  # noqa: E402
+
+LOSS_ORDER = ("triplet_sum", "triplet_hardest", "nt_xent", "smooth_ap")
+DIRECTIONS = {"i2t": "image → text (image queries)", "t2i": "text → image (caption queries)"}
+
+
+def _ordered(values) -> list:
+    seen = list(dict.fromkeys(values))
+    return sorted(seen, key=lambda v: (LOSS_ORDER.index(v) if v in LOSS_ORDER else len(LOSS_ORDER), v))
+
+
+def _title(spec: dict) -> str:
+    note = " — synthetic data, not comparable with the paper" if spec["dataset_kind"] == "synthetic" else ""
+    return f"{spec['title']} ({spec['dataset']}{note})"
+
+
+def rsum_by_loss(spec: dict, aggregates: dict[str, dict]):
+    losses = _ordered(r["loss"] for r in spec["rows"])
+    models = list(dict.fromkeys(r["model"] for r in spec["rows"]))
+    protocols = spec["protocols"]
+    fig, axes = plt.subplots(1, len(protocols), figsize=(4.8 * len(protocols) + 1, 4.2), squeeze=False)
+    width = 0.8 / max(1, len(models))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, protocol in zip(axes[0], protocols):
+        for m_idx, model in enumerate(models):
+            for row in (r for r in spec["rows"] if r["model"] == model):
+                stats = aggregates[row["id"]]["protocols"][protocol]["rsum"]
+                x = losses.index(row["loss"]) + (m_idx - (len(models) - 1) / 2) * width
+                ax.bar(x, stats["mean"], width * 0.9, color=colours[m_idx % len(colours)], alpha=0.75,
+                       yerr=stats["std"] if len(stats["values"]) > 1 else None, capsize=3,
+                       label=model if row["loss"] == next(r["loss"] for r in spec["rows"] if r["model"] == model) else None)
+                ax.scatter(np.full(len(stats["values"]), x), stats["values"], s=10, color="black", zorder=3)
+        ax.set_xticks(range(len(losses)), losses, rotation=15)
+        ax.set_ylabel("RSUM (six recalls, %)")
+        ax.set_title(f"protocol {protocol}", fontsize=10)
+        ax.legend(fontsize=8)
+    fig.suptitle(_title(spec), fontsize=10)
+    return fig
+
+
+def gradient_counts(spec: dict):
+    models = list(dict.fromkeys(r["model"] for r in spec["rows"]))
+    fig, axes = plt.subplots(2, len(models), figsize=(5.2 * len(models), 7), squeeze=False, sharex="col")
+    threshold = None
+    for col, model in enumerate(models):
+        for row_idx, direction in enumerate(DIRECTIONS):
+            ax = axes[row_idx][col]
+            rows = {r["loss"]: r for r in spec["rows"] if r["model"] == model}
+            for loss in _ordered(rows):
+                per_seed = []
+                for run in rows[loss]["runs"]:
+                    history = read_json(Path(run) / "train_log.json")["history"]
+                    counts = [h.get("gradient_counts", {}).get(direction) for h in history]
+                    if any(c is None for c in counts):
+                        raise HarnessError(f"{run}/train_log.json: an epoch has no gradient counts "
+                                           f"(training.gradient_count.every_n_steps is 0?)")
+                    per_seed.append([c["contributing_mean"] for c in counts])
+                    threshold = counts[0]["relative_threshold"]
+                length = min(len(s) for s in per_seed)
+                values = np.array([s[:length] for s in per_seed])
+                epochs = np.arange(1, length + 1)
+                line, = ax.plot(epochs, values.mean(axis=0), label=loss)
+                ax.fill_between(epochs, values.min(axis=0), values.max(axis=0), color=line.get_color(), alpha=0.2)
+            ax.set_yscale("symlog", linthresh=1.0)
+            ax.set_title(f"{model}: {DIRECTIONS[direction]}", fontsize=9)
+            ax.set_ylabel("negatives with a gradient / query")
+            ax.grid(alpha=0.3)
+            if row_idx == 1:
+                ax.set_xlabel("training epoch")
+            ax.legend(fontsize=8)
+    fig.suptitle(f"{_title(spec)}\ncounted: |∂L/∂s(q,n)| ≥ {threshold} × the query's largest over its negatives",
+                 fontsize=9)
+    return fig
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("rows", nargs="+", help="row aggregate JSONs of the figure's table, named <row id>.json")
+    args = parser.parse_args(argv)
+
+    def _run() -> None:
+        spec = read_json(args.spec)
+        if spec["kind"] == "rsum_by_loss":
+            fig = rsum_by_loss(spec, {Path(p).stem: read_json(p) for p in args.rows})
+        elif spec["kind"] == "gradient_counts":
+            fig = gradient_counts(spec)
+        else:
+            raise HarnessError(f"unknown figure kind '{spec['kind']}'")
+        fig.tight_layout()
+        with atomic_path(args.out, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=120, format="png")
+        plt.close(fig)
+
+    run_cli(_run)
+
+
+if __name__ == "__main__":
+    main()

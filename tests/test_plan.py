@@ -1,0 +1,74 @@
+"""The plan of the metric-learning study: 2 models x 4 losses x 5 seeds with the study's schedules."""
+import pytest
+
+from methods.config import REPO_ROOT, load_harness_config
+from methods.errors import HarnessError
+from methods.workflow import Plan
+
+CONFIG = REPO_ROOT / "config" / "config.yaml"
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return Plan(load_harness_config(CONFIG))
+
+
+def stage_schedule(cfg):
+    return [(s["epochs"], s["schedule"].get("decay_epochs"), s["finetune_backbone"]) for s in cfg["training"]["stages"]]
+
+
+@pytest.mark.parametrize("dataset", ["flickr", "coco"])
+def test_study_rows_have_the_papers_settings(plan, dataset):
+    table = plan.table("metric_learning", dataset)
+    assert len(table.rows) == 8 and all(r.seeds == [0, 1, 2, 3, 4] and r.ensemble_size == 1 for r in table.rows)
+    configs = {r.id: plan.experiment(dataset, r.members[0]).config for r in table.rows}
+    assert len({plan.experiment(dataset, r.members[0]).id for r in table.rows}) == 8
+    vsrn_decay = 10 if dataset == "flickr" else 15
+    vsrn_ap_decay = 50 if dataset == "flickr" else 75
+    for row_id, cfg in configs.items():
+        model, loss = row_id.split("_", 1)
+        assert cfg["model"]["kind"] == model and cfg["loss"]["kind"] == loss
+        if loss.startswith("triplet"):
+            assert cfg["loss"]["margin"] == 0.2
+        else:
+            assert cfg["loss"]["tau"] == {"nt_xent": 0.1, "smooth_ap": 0.01}[loss]
+        assert cfg["training"]["batching"] == ("images" if loss == "smooth_ap" else "captions")
+        assert cfg["training"]["batch_size"] == 128 and cfg["training"]["stages"][0]["lr"] == 2e-4
+        if model == "vsepp":  # ResNet-50, frozen for the whole run, no fine-tune stage
+            assert cfg["model"]["backbone"] == "resnet50"
+            assert stage_schedule(cfg) == ([(150, [75], False)] if loss == "smooth_ap" else [(30, [15], False)])
+        else:
+            assert cfg["model"]["region_l2norm"] == "feature" and cfg["model"]["final_bn"] is True
+            assert cfg["model"]["gcn_blocks"] == 4 and cfg["model"]["embed_dim"] == 2048
+            assert cfg["training"]["selection_metric"] == "r1_r5_sum"
+            assert stage_schedule(cfg) == ([(150, [vsrn_ap_decay], False)] if loss == "smooth_ap"
+                                           else [(30, [vsrn_decay], False)])
+
+
+def test_only_the_found_cell_group_is_reported(plan):
+    rows = {r.id: r for r in plan.table("metric_learning", "coco").rows}
+    assert [rid for rid, r in rows.items() if r.reported] == ["vsrn_triplet_hardest"]
+    cell = rows["vsrn_triplet_hardest"].reported["coco_5k"]
+    assert cell["metrics"]["rsum"] == 399.0 and cell["metrics_std"]["rsum"] == 2.32
+    assert "coco_1k_5fold" not in rows["vsrn_triplet_hardest"].reported
+    assert not any(r.reported for r in plan.table("metric_learning", "flickr").rows)
+
+
+def test_unknown_variant_is_a_clear_error(tmp_path):
+    paper = tmp_path / "p.yaml"
+    paper.write_text(
+        "paper: t\nkey: t\nmethods: {vsrn: config/methods/vsrn.yaml}\n"
+        "tables:\n  t:\n    title: t\n    datasets: [synthetic]\n"
+        "    rows: [{id: r, label: r, method: vsrn, variants: [smoothap], seeds: [0]}]\n")
+    cfg = load_harness_config(CONFIG, {"papers": [str(paper)]})
+    with pytest.raises(HarnessError, match="unknown variant 'smoothap'.*declared: nt_xent, smooth_ap"):
+        Plan(cfg)
+
+
+def test_figures_are_default_targets_of_the_synthetic_dataset(plan):
+    targets = plan.default_targets()
+    assert "figures/metric_learning_synthetic.png" in targets
+    assert "figures/metric_learning_gradients_synthetic.png" in targets
+    spec = plan.figure_spec("metric_learning_gradients", "synthetic")
+    assert {(r["model"], r["loss"]) for r in spec["rows"]} == {
+        (m, lo) for m in ("vsepp", "vsrn") for lo in ("triplet_sum", "triplet_hardest", "nt_xent", "smooth_ap")}
