@@ -43,11 +43,13 @@ def test_table_values_come_from_the_run(tiny_dag):
 
 
 def test_frozen_row_has_no_finetune_stage_and_ft_row_does(tiny_dag):
-    logs = {}
-    for path in (tiny_dag / "results/synthetic/runs").glob("*/seed0/train_log.json"):
-        log = json.loads(path.read_text())
-        logs[path.parts[-3]] = {h["stage"] for h in log["history"]}
-    assert sorted(map(sorted, logs.values())) == [["finetune", "frozen"], ["finetune", "frozen"], ["frozen"]]
+    spec = json.loads((tiny_dag / "results/synthetic/tables/table1.spec.json").read_text())
+    stages = {}
+    for row in spec["rows"]:
+        log = json.loads((tiny_dag / "results/synthetic/runs" / row["members"][0] / "seed0/train_log.json").read_text())
+        stages[row["id"]] = sorted({h["stage"] for h in log["history"]})
+    assert stages == {"vsepp_resnet152_ft": ["finetune", "frozen"], "vse0_resnet152_ft": ["finetune", "frozen"],
+                      "vsepp_resnet152_frozen": ["frozen"]}
 
 
 def test_rerun_is_a_no_op_and_dry_run_of_unconfigured_flickr_fails_clearly(tiny_dag):

@@ -14,16 +14,18 @@ pytestmark = pytest.mark.e2e
 
 def train_cmd(work, exp, run_dir):
     r = work / "results/synthetic"
-    backbone = json.loads(exp.read_text())["model"]["backbone"]
+    backbone = json.loads(exp.read_text())["model"].get("backbone")
+    features = r / "features" / backbone if backbone else r / "precomp"  # VSRN: the region features
     return [sys.executable, "-m", "methods.train", "--dataset-config", str(r / "dataset.json"), "--experiment",
-            str(exp), "--seed", "0", "--run-dir", str(run_dir), "--features-dir", str(r / "features" / backbone),
+            str(exp), "--seed", "0", "--run-dir", str(run_dir), "--features-dir", str(features),
             "--vocab", str(r / "vocab.json"), "--device", "cpu", "--threads", "1", "--no-progress"]
 
 
-def test_sigkill_then_rerun_equals_uninterrupted(tiny_dag, tmp_path):
-    frozen = next(p for p in (tiny_dag / "results/synthetic/runs").glob("*/config.json")
-                  if len(json.loads(p.read_text())["training"]["stages"]) == 1)
-    cfg = json.loads(frozen.read_text())
+@pytest.mark.parametrize("model, loss", [("vsepp", "triplet_hardest"), ("vsrn", "smooth_ap")])
+def test_sigkill_then_rerun_equals_uninterrupted(tiny_dag, tmp_path, model, loss):
+    """A frozen-CNN VSE++ run on caption batches, and VSRN with SmoothAP on image batches."""
+    cfg = next(c for c in (json.loads(p.read_text()) for p in (tiny_dag / "results/synthetic/runs").glob("*/config.json"))
+               if c["model"]["kind"] == model and c["loss"]["kind"] == loss and len(c["training"]["stages"]) == 1)
     cfg["training"]["stages"][0]["epochs"] = 30
     exp = tmp_path / "exp.json"
     exp.write_text(json.dumps(cfg))

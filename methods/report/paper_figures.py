@@ -10,6 +10,7 @@ and, for gradient counts, the training logs of every run behind the rows.
 from __future__ import annotations
 
 import argparse
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -31,9 +32,9 @@ def _ordered(values) -> list:
     return sorted(seen, key=lambda v: (LOSS_ORDER.index(v) if v in LOSS_ORDER else len(LOSS_ORDER), v))
 
 
-def _title(spec: dict) -> str:
+def _title(spec: dict, width: int) -> str:
     note = " — synthetic data, not comparable with the paper" if spec["dataset_kind"] == "synthetic" else ""
-    return f"{spec['title']} ({spec['dataset']}{note})"
+    return textwrap.fill(f"{spec['title']} ({spec['dataset']}{note})", width)
 
 
 def rsum_by_loss(spec: dict, aggregates: dict[str, dict]):
@@ -56,7 +57,7 @@ def rsum_by_loss(spec: dict, aggregates: dict[str, dict]):
         ax.set_ylabel("RSUM (six recalls, %)")
         ax.set_title(f"protocol {protocol}", fontsize=10)
         ax.legend(fontsize=8)
-    fig.suptitle(_title(spec), fontsize=10)
+    fig.suptitle(_title(spec, int(10 * fig.get_figwidth())), fontsize=10)
     return fig
 
 
@@ -90,7 +91,7 @@ def gradient_counts(spec: dict):
             if row_idx == 1:
                 ax.set_xlabel("training epoch")
             ax.legend(fontsize=8)
-    fig.suptitle(f"{_title(spec)}\ncounted: |∂L/∂s(q,n)| ≥ {threshold} × the query's largest over its negatives",
+    fig.suptitle(f"{_title(spec, int(11 * fig.get_figwidth()))}\ncounted: |∂L/∂s(q,n)| ≥ {threshold} × the query's largest over its negatives",
                  fontsize=9)
     return fig
 
