@@ -43,7 +43,7 @@ def loss_kind_at(cfg: dict, epoch: int) -> str:
     return kind
 
 
-def _kwargs(spec: LossSpec, cfg: dict) -> dict:
+def loss_kwargs(spec: LossSpec, cfg: dict) -> dict:
     missing = [p for p in spec.params if p not in cfg]
     if missing:
         raise HarnessError(f"loss '{cfg['kind']}' needs {', '.join(missing)} in the loss config")
@@ -53,14 +53,14 @@ def _kwargs(spec: LossSpec, cfg: dict) -> dict:
 def directional_losses(kind: str, cfg: dict, scores: torch.Tensor, positives: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(image->text, text->image) terms of loss ``kind`` on (images x captions) scores."""
     spec = LOSSES[kind]
-    kw = _kwargs(spec, cfg)
+    kw = loss_kwargs(spec, cfg)
     return spec.one_direction(scores, positives, **kw), spec.one_direction(scores.t(), positives.t(), **kw)
 
 
 def build_loss(cfg: dict, epoch: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     kind = loss_kind_at(cfg, epoch)
     combine = LOSSES[kind].combine
-    _kwargs(LOSSES[kind], cfg)  # fail now, not at the first step
+    loss_kwargs(LOSSES[kind], cfg)  # fail now, not at the first step
 
     def loss(scores: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
         i2t, t2i = directional_losses(kind, cfg, scores, positives)

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import torch
 
-from methods.losses import LOSSES, _kwargs
+from methods.losses import LOSSES, loss_kwargs
 
 
 def count_gradient_negatives(kind: str, cfg: dict, scores: torch.Tensor, positives: torch.Tensor,
                              relative_threshold: float) -> dict[str, dict[str, torch.Tensor]]:
     spec = LOSSES[kind]
-    kw = _kwargs(spec, cfg)
+    kw = loss_kwargs(spec, cfg)
     out = {}
     for direction, s, pos in (("i2t", scores, positives), ("t2i", scores.t(), positives.t())):
         leaf = s.detach().float().requires_grad_(True)
