@@ -21,6 +21,12 @@ class GRUTextEncoder(nn.Module):
         self.gru = nn.GRU(word_dim, hidden_dim, num_layers, batch_first=True, bidirectional=bidirectional)
         self.bidirectional = bidirectional
 
+    @classmethod
+    def from_config(cls, cfg: dict, vocab_size: int, word_vectors: torch.Tensor | None = None) -> "GRUTextEncoder":
+        """From a ``text`` block of a model config (word vectors are used only with ``word_init: glove``)."""
+        return cls(vocab_size, cfg["word_dim"], cfg["hidden_dim"], cfg["num_layers"], cfg["bidirectional"],
+                   word_vectors if cfg["word_init"] == "glove" else None)
+
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """tokens (B, L) padded with 0, lengths (B,) -> (B, hidden) unit vectors."""
         packed = pack_padded_sequence(self.embed(tokens), lengths.cpu(), batch_first=True, enforce_sorted=False)

@@ -14,8 +14,6 @@ from methods.models.text import GRUTextEncoder
 
 
 class VSEPP(nn.Module):
-    uses_backbone = True
-
     def __init__(self, backbone: ResNetBackbone, embed_dim: int, text: GRUTextEncoder,
                  pre_fc_l2norm: bool = True, backbone_bn: str = "frozen"):
         super().__init__()
@@ -29,9 +27,7 @@ class VSEPP(nn.Module):
     @classmethod
     def from_config(cls, cfg: dict, vocab_size: int, backbones: dict, word_vectors=None) -> "VSEPP":
         bb = backbones[cfg["backbone"]]
-        t = cfg["text"]
-        text = GRUTextEncoder(vocab_size, t["word_dim"], t["hidden_dim"], t["num_layers"], t["bidirectional"],
-                              word_vectors if t["word_init"] == "glove" else None)
+        text = GRUTextEncoder.from_config(cfg["text"], vocab_size, word_vectors)
         return cls(ResNetBackbone(bb["arch"], bb["weights"]), cfg["embed_dim"], text,
                    cfg["pre_fc_l2norm"], cfg["backbone_bn"])
 

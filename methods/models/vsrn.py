@@ -42,8 +42,6 @@ class ResidualGCN(nn.Module):
 
 
 class VSRN(nn.Module):
-    uses_backbone = False
-
     def __init__(self, region_dim: int, embed_dim: int, text: GRUTextEncoder, gcn_blocks: int = 4,
                  region_l2norm: str = "feature", l2norm_after_fc: bool = True, final_bn: bool = True):
         super().__init__()
@@ -60,9 +58,7 @@ class VSRN(nn.Module):
 
     @classmethod
     def from_config(cls, cfg: dict, vocab_size: int, image_dim: int, word_vectors=None) -> "VSRN":
-        t = cfg["text"]
-        text = GRUTextEncoder(vocab_size, t["word_dim"], t["hidden_dim"], t["num_layers"], t["bidirectional"],
-                              word_vectors if t["word_init"] == "glove" else None)
+        text = GRUTextEncoder.from_config(cfg["text"], vocab_size, word_vectors)
         return cls(image_dim, cfg["embed_dim"], text, cfg["gcn_blocks"], cfg["region_l2norm"],
                    cfg["l2norm_after_fc"], cfg["final_bn"])
 

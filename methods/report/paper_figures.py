@@ -46,12 +46,12 @@ def rsum_by_loss(spec: dict, aggregates: dict[str, dict]):
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, protocol in zip(axes[0], protocols):
         for m_idx, model in enumerate(models):
-            for row in (r for r in spec["rows"] if r["model"] == model):
+            for i, row in enumerate(r for r in spec["rows"] if r["model"] == model):
                 stats = aggregates[row["id"]]["protocols"][protocol]["rsum"]
                 x = losses.index(row["loss"]) + (m_idx - (len(models) - 1) / 2) * width
                 ax.bar(x, stats["mean"], width * 0.9, color=colours[m_idx % len(colours)], alpha=0.75,
                        yerr=stats["std"] if len(stats["values"]) > 1 else None, capsize=3,
-                       label=model if row["loss"] == next(r["loss"] for r in spec["rows"] if r["model"] == model) else None)
+                       label=model if i == 0 else None)  # one legend entry per model
                 ax.scatter(np.full(len(stats["values"]), x), stats["values"], s=10, color="black", zorder=3)
         ax.set_xticks(range(len(losses)), losses, rotation=15)
         ax.set_ylabel("RSUM (six recalls, %)")

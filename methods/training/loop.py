@@ -29,7 +29,7 @@ from methods.features.images import ImageFiles
 from methods.io import torch_save
 from methods.losses import build_loss, loss_kind_at
 from methods.losses.gradient_count import count_gradient_negatives
-from methods.metrics.retrieval import retrieval_metrics
+from methods.metrics.retrieval import RECALL_KS, retrieval_metrics
 from methods.training.data import CaptionPairs, PairCollator, SplitData, make_train_dataset, to_device
 from methods.training.schedule import lr_at
 
@@ -90,8 +90,8 @@ def _make_optimizer(name: str, params, lr: float, weight_decay: float) -> torch.
 
 
 SELECTION_METRICS = {
-    "rsum": ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10"),
-    "r1_r5_sum": ("i2t_r1", "i2t_r5", "t2i_r1", "t2i_r5"),  # VSRN train.py: R@10 left out
+    "rsum": tuple(f"{d}_r{k}" for d in ("i2t", "t2i") for k in RECALL_KS),
+    "r1_r5_sum": tuple(f"{d}_r{k}" for d in ("i2t", "t2i") for k in (1, 5)),  # VSRN train.py: R@10 left out
 }
 
 
@@ -110,33 +110,35 @@ def validate(model, inp: TrainInputs, amp: bool) -> dict:
 
 
 class GradientCounter:
-    """Per-epoch statistics of the negatives that give each query a gradient, per direction."""
+    """Per-epoch statistics of the negatives that give each query a gradient, per direction.
+
+    Sums stay on the scores' device (no host sync per step); ``summary`` reads them once.
+    """
 
     KEYS = ("contributing", "nonzero", "negatives")
 
     def __init__(self, relative_threshold: float):
         self.relative_threshold = relative_threshold
-        self.sums: dict = {}
+        self.queries: dict[str, int] = {}
+        self.sums: dict[str, torch.Tensor] = {}  # direction -> (len(KEYS), 2): sum and sum of squares
 
     def add(self, kind: str, loss_cfg: dict, scores: torch.Tensor, positives: torch.Tensor) -> None:
         counts = count_gradient_negatives(kind, loss_cfg, scores, positives, self.relative_threshold)
         for direction, c in counts.items():
-            acc = self.sums.setdefault(direction, {"queries": 0, **{k: [0.0, 0.0] for k in self.KEYS}})
-            acc["queries"] += int(c["negatives"].numel())
-            for k in self.KEYS:
-                v = c[k].double()
-                acc[k][0] += float(v.sum())
-                acc[k][1] += float((v * v).sum())
+            v = torch.stack([c[k] for k in self.KEYS]).double()                  # (keys, queries)
+            moments = torch.stack([v.sum(dim=1), (v * v).sum(dim=1)], dim=1)
+            self.sums[direction] = self.sums[direction] + moments if direction in self.sums else moments
+            self.queries[direction] = self.queries.get(direction, 0) + v.shape[1]
 
     def summary(self) -> dict:
         out = {}
-        for direction, acc in self.sums.items():
-            n = max(1, acc["queries"])
-            out[direction] = {"queries": acc["queries"], "relative_threshold": self.relative_threshold}
-            for k in self.KEYS:
-                mean = acc[k][0] / n
+        for direction, moments in self.sums.items():
+            n = max(1, self.queries[direction])
+            out[direction] = {"queries": self.queries[direction], "relative_threshold": self.relative_threshold}
+            for k, (total, squares) in zip(self.KEYS, moments.cpu().tolist()):
+                mean = total / n
                 out[direction][f"{k}_mean"] = mean
-                out[direction][f"{k}_std"] = max(0.0, acc[k][1] / n - mean * mean) ** 0.5
+                out[direction][f"{k}_std"] = max(0.0, squares / n - mean * mean) ** 0.5
         return out
 
 
@@ -204,9 +206,10 @@ def train(model, inp: TrainInputs) -> dict:
                     img = model.encode_images(batch)
                     cap = model.encode_captions(batch)
                     scores = model.similarity(img, cap)
-                loss = loss_fn(scores.float(), batch["positives"])  # losses in fp32
+                scores = scores.float()  # losses (and gradient counts) in fp32
+                loss = loss_fn(scores, batch["positives"])
                 if count_every and step % count_every == 0:
-                    counter.add(loss_kind, cfg["loss"], scores.float(), batch["positives"])
+                    counter.add(loss_kind, cfg["loss"], scores, batch["positives"])
                 if not torch.isfinite(loss):
                     raise HarnessError(f"loss is {loss.item()} at stage '{stage['name']}' epoch {epoch + 1} "
                                        f"step {step + 1}; stopping (last good checkpoint: {last_path})")
