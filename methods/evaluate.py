@@ -33,7 +33,8 @@ def load_model(path: Path, backbones: dict, device: torch.device):
     finetuned = ckpt["best"]["finetuned"]
     # The trained weights overwrite whatever the backbone is built with; never load ImageNet here.
     backbones = {k: {**v, "weights": "none"} for k, v in backbones.items()}
-    model = build_model(cfg["model"], ckpt["vocab_size"], backbones, image_dim=ckpt.get("image_dim"))
+    model = build_model(cfg["model"], ckpt["vocab_size"], backbones, image_dim=ckpt.get("image_dim"),
+                        n_regions=ckpt.get("n_regions"))
     missing, unexpected = model.load_state_dict(ckpt["state_dict"], strict=False)
     if unexpected or any(not k.startswith("backbone.") or finetuned for k in missing):
         raise HarnessError(f"{path}: weights do not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
         t_enc = time.time()
         img, cap = encode_split(model, tokens, n_images, device, ckpt["config"]["training"]["eval_batch_size"],
                                 features=features, images=images, amp=ckpt["config"]["training"]["amp"])
-        scores = score_matrix(model, img, cap)
+        scores = score_matrix(model, img, cap, amp=ckpt["config"]["training"]["amp"])
         t_score = time.time()
         results = [evaluate_protocol(scores, get_protocol(p)) for p in ds["protocols"]
                    if get_protocol(p).split == args.split]

@@ -1,4 +1,9 @@
-"""Encode a split and score every (image, caption) pair without a Python loop over queries."""
+"""Encode a split and score every (image, caption) pair without a Python loop over queries.
+
+Embedding models return one vector per image and caption and score by a matrix product;
+cross-attention models return feature sets (``methods.models.cross_attention``) and provide
+their own blocked ``score_matrix``.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -38,13 +43,20 @@ def encode_split(model, token_lists: list[list[int]], n_images: int, device: tor
         tokens, lengths = pad_tokens(token_lists[start:start + batch_size])
         with autocast(device, amp):
             cap_chunks.append(model.encode_captions({"tokens": tokens.to(device), "lengths": lengths}).float())
-    img_emb, cap_emb = torch.cat(img_chunks), torch.cat(cap_chunks)
-    assert cap_emb.shape[0] == CAPTIONS_PER_IMAGE * img_emb.shape[0]
+    img_emb, cap_emb = _concat(img_chunks), _concat(cap_chunks)
+    assert len(cap_emb) == CAPTIONS_PER_IMAGE * len(img_emb)
     return img_emb, cap_emb
 
 
+def _concat(chunks: list):
+    return torch.cat(chunks) if torch.is_tensor(chunks[0]) else type(chunks[0]).cat(chunks)
+
+
 @torch.no_grad()
-def score_matrix(model, img_emb: torch.Tensor, cap_emb: torch.Tensor, chunk: int = 2048) -> torch.Tensor:
+def score_matrix(model, img_emb, cap_emb, chunk: int = 2048, amp: bool = False) -> torch.Tensor:
     """(N, 5N) float32 scores, computed in image blocks on the embeddings' device, returned on CPU."""
+    if hasattr(model, "score_matrix"):  # a cross-attention model scores blocks of pairs itself
+        with autocast(img_emb.glob.device, amp):
+            return model.score_matrix(img_emb, cap_emb)
     return torch.cat([model.similarity(img_emb[s:s + chunk], cap_emb).float().cpu()
                       for s in range(0, img_emb.shape[0], chunk)])

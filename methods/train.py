@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> None:
         vocab = Vocabulary.load(args.vocab)
         vocab.check_covers(splits["train"].captions[:5000], args.vocab)
         image_dim = splits["train"].features.dim
+        n_regions = splits["train"].features.regions  # None for pooled features
         word_vectors = None
         if cfg["model"].get("text", {}).get("word_init") == "glove":
             from methods.data.glove import load_word_vectors
@@ -52,7 +53,8 @@ def main(argv: list[str] | None = None) -> None:
             if not paths["glove"]:
                 raise HarnessError("word_init: glove needs datasets.<name>.glove (a GloVe text file) in config")
             word_vectors = load_word_vectors(paths["glove"], vocab, cfg["model"]["text"]["word_dim"])
-        model = build_model(cfg["model"], len(vocab), payload["backbones"], word_vectors, image_dim=image_dim)
+        model = build_model(cfg["model"], len(vocab), payload["backbones"], word_vectors, image_dim=image_dim,
+                            n_regions=n_regions)
         run_dir = Path(args.run_dir)
         inp = TrainInputs(cfg, config_hash(cfg), args.seed, run_dir, device, vocab, splits["train"], splits["dev"],
                           Path(paths["images_dir"]) if paths["images_dir"] else None,
@@ -65,6 +67,7 @@ def main(argv: list[str] | None = None) -> None:
             state = {k: v for k, v in state.items() if not k.startswith("backbone.")}
         torch_save(run_dir / "model.pt", {"format": 1, "config": cfg, "config_hash": config_hash(cfg),
                                           "seed": args.seed, "vocab_size": len(vocab), "image_dim": image_dim,
+                                          "n_regions": n_regions,
                                           "best": best["best"],
                                           "state_dict": state})
         write_json(run_dir / "train_log.json", {

@@ -14,7 +14,7 @@ from methods.config import (REPO_ROOT, config_hash, deep_merge, dotted_to_nested
 from methods.errors import HarnessError
 from methods.metrics.protocols import get_protocol
 
-ENSEMBLE_SEED_STRIDE = 1000  # member i of an ensemble seeded s trains with seed s + 1000 * i
+ENSEMBLE_SEED_STRIDE = 1000  # a repeated ensemble member trains with seed s + 1000 * (earlier repeats)
 
 
 def dataset_paths(cfg: dict, name: str) -> dict[str, Path | None]:
@@ -109,7 +109,9 @@ class Row:
         return None if len(self.members) == 1 else "ens-" + config_hash(self.members)
 
     def member_seed(self, seed: int, member: int) -> int:
-        return seed + ENSEMBLE_SEED_STRIDE * member
+        """Members with different configs train with the row's seed (SGRAF = the SGR and SAF runs of
+        that seed); a member repeating an earlier member's config gets +1000 per earlier repeat."""
+        return seed + ENSEMBLE_SEED_STRIDE * self.members[:member].count(self.members[member])
 
 
 @dataclass
@@ -127,6 +129,7 @@ class Figure:
     kind: str
     table: str
     title: str
+    row: str | None = None        # saf_weights: the row whose first run is inspected
 
 
 class Plan:
@@ -219,7 +222,11 @@ class Plan:
                 if dataset in self.cfg["datasets"]:
                     if (fig_name, dataset) in self.figures:
                         raise HarnessError(f"{path}: figure '{fig_name}' is declared by two paper files")
-                    self.figures[(fig_name, dataset)] = Figure(fig_name, dataset, fig["kind"], fig["table"], fig["title"])
+                    if fig.get("row") and fig["row"] not in {r["id"] for r in paper["tables"][fig["table"]]["rows"]}:
+                        raise HarnessError(f"{path}: figure '{fig_name}' names row '{fig['row']}', which table "
+                                           f"'{fig['table']}' does not have")
+                    self.figures[(fig_name, dataset)] = Figure(fig_name, dataset, fig["kind"], fig["table"],
+                                                               fig["title"], fig.get("row"))
 
     @staticmethod
     def _reported_for(by_protocol: dict, ds_cfg: dict) -> dict:
@@ -277,9 +284,14 @@ class Plan:
             rows.append({"id": row.id, "label": row.label, "model": cfg["model"]["kind"], "method": cfg["method"],
                          "loss": cfg["loss"]["kind"], "seeds": row.seeds, "ensemble_size": row.ensemble_size,
                          "runs": self.row_runs(row, dataset)})
-        return {"figure": name, "kind": fig.kind, "title": fig.title, "dataset": dataset, "table": fig.table,
+        spec = {"figure": name, "kind": fig.kind, "title": fig.title, "dataset": dataset, "table": fig.table,
                 "dataset_kind": self.cfg["datasets"][dataset]["kind"],
                 "protocols": self.cfg["datasets"][dataset]["protocols"], "rows": rows}
+        if fig.row is not None:  # one trained model: the row's first member, first seed, first test split
+            row = self.row(fig.table, dataset, fig.row)
+            spec.update(row=fig.row, run=self.run_dir(dataset, row.members[0], row.member_seed(row.seeds[0], 0)),
+                        split=test_splits(self.cfg, dataset)[0])
+        return spec
 
     def row(self, table: str, dataset: str, row_id: str) -> Row:
         for row in self.table(table, dataset).rows:

@@ -11,6 +11,16 @@ from tests.conftest import snakemake
 pytestmark = pytest.mark.e2e
 
 
+def job_counts(proc) -> dict[str, int]:
+    """Jobs per rule from the summary table a dry run prints."""
+    counts = {}
+    for line in (proc.stdout + proc.stderr).splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            counts[parts[0]] = int(parts[1])
+    return counts
+
+
 def read_table(path):
     with open(path) as f:
         return list(csv.DictReader(f))
@@ -18,11 +28,12 @@ def read_table(path):
 
 def test_table_values_come_from_the_run(tiny_dag):
     rows = read_table(tiny_dag / "tables" / "table1_synthetic.csv")
-    assert {r["row"] for r in rows} == {"vsepp_resnet152_ft", "vsepp_resnet152_frozen", "vse0_resnet152_ft"}
+    assert {r["row"] for r in rows} == {"vsepp_resnet152_ft", "vsepp_resnet152_frozen", "vse0_resnet152_ft",
+                                        "sgraf_sgr", "sgraf_saf", "sgraf_sgraf"}
     assert (tiny_dag / "tables" / "table1_synthetic.md").exists()
     assert (tiny_dag / "figures" / "reproduced_vs_reported_synthetic.png").stat().st_size > 1000
     spec = json.loads((tiny_dag / "results/synthetic/tables/table1.spec.json").read_text())
-    for row in spec["rows"]:
+    for row in (r for r in spec["rows"] if r["ensemble_size"] == 1):  # ensembles: test_sgraf_tables_...
         run = tiny_dag / "results/synthetic/runs" / row["members"][0] / "seed0"
         ev = json.loads((run / "eval_test.json").read_text())
         # the evaluation's metrics recompute from its saved score matrix ...
@@ -45,7 +56,7 @@ def test_table_values_come_from_the_run(tiny_dag):
 def test_frozen_row_has_no_finetune_stage_and_ft_row_does(tiny_dag):
     spec = json.loads((tiny_dag / "results/synthetic/tables/table1.spec.json").read_text())
     stages = {}
-    for row in spec["rows"]:
+    for row in (r for r in spec["rows"] if r["members"][0].startswith("vsepp-")):
         log = json.loads((tiny_dag / "results/synthetic/runs" / row["members"][0] / "seed0/train_log.json").read_text())
         stages[row["id"]] = sorted({h["stage"] for h in log["history"]})
     assert stages == {"vsepp_resnet152_ft": ["finetune", "frozen"], "vse0_resnet152_ft": ["finetune", "frozen"],
@@ -63,23 +74,25 @@ def test_rerun_is_a_no_op_and_dry_run_of_unconfigured_flickr_fails_clearly(tiny_
 
 def test_dry_run_of_configured_flickr_plans_the_paper_runs(tiny_dag):
     """Flickr30K paths configured (here: the synthetic files in the Karpathy layout): the plan
-    holds one feature job per split, and 3 rows x 3 seeds of training and evaluation."""
+    holds one feature job per split, 3 VSE++ rows x 3 seeds, and SGR + SAF x 3 seeds read from
+    the precomputed regions, whose ensemble is the SGRAF row."""
     data = tiny_dag / "results/synthetic/data"
     weights = tiny_dag / "resnet152.pth"
     weights.write_bytes(b"")  # a dry run checks presence only
+    base = ("backbones:\n  resnet152: {arch: resnet152, weights: %s}\n"
+            "datasets:\n  flickr:\n    karpathy_json: %s\n    images_dir: %s\n"
+            % (weights, data / "dataset_synthetic.json", data / "images"))
+    (tiny_dag / "flickr_images_only.yaml").write_text(base)
+    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "flickr_images_only.yaml", "-n",
+                     "tables/table1_flickr.csv", check=False)
+    assert proc.returncode != 0 and "datasets.flickr.precomp_dir is not set" in proc.stdout + proc.stderr
     (tiny_dag / "flickr.yaml").write_text(
-        "backbones:\n  resnet152: {arch: resnet152, weights: %s}\n"
-        "datasets:\n  flickr:\n    karpathy_json: %s\n    images_dir: %s\n"
-        % (weights, data / "dataset_synthetic.json", data / "images"))
+        base + "    precomp_dir: %s\n    precomp: {n_regions: 36, feature_dim: 256}\n"
+        % (tiny_dag / "results/synthetic/precomp"))
     proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "flickr.yaml", "-n", "tables/table1_flickr.csv")
-    out = proc.stdout + proc.stderr
-    counts = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit():
-            counts[parts[0]] = int(parts[1])
-    assert counts["train"] == 9 and counts["evaluate"] == 9 and counts["features_flickr"] == 3
-    assert counts["table"] == 1 and "generate_synthetic" not in counts
+    counts = job_counts(proc)
+    assert counts["train"] == 15 and counts["evaluate"] == 15 and counts["features_flickr"] == 3
+    assert counts["ensemble"] == 3 and counts["table"] == 1 and "generate_synthetic" not in counts
 
 
 def test_ensemble_row_averages_member_similarities(tiny_dag):
@@ -90,7 +103,7 @@ def test_ensemble_row_averages_member_similarities(tiny_dag):
     spec = json.loads((tiny_dag / "results/synthetic/tables/ensembletest.spec.json").read_text())
     exp = next(r for r in spec["rows"] if r["id"] == "pair")["members"][0]
     runs = tiny_dag / "results/synthetic/runs" / exp
-    # members: the same config with seeds 0 and 1000 (seed s + 1000 * member index)
+    # members: the same config twice, so seeds 0 and 1000 (s + 1000 per earlier repeat)
     sims = (np.load(runs / "seed0/sims_test.npy") + np.load(runs / "seed1000/sims_test.npy")) / 2
     assert float(pair["rsum"]["reproduced"]) == pytest.approx(retrieval_metrics(sims)["rsum"], abs=0.006)
 
@@ -139,10 +152,48 @@ def test_dry_run_of_the_study_on_configured_flickr(tiny_dag):
         % (tiny_dag / "results/synthetic/precomp"))
     proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "flickr_study.yaml", "-n",
                      "tables/metric_learning_flickr.csv", "figures/metric_learning_gradients_flickr.png")
-    counts = {}
-    for line in (proc.stdout + proc.stderr).splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit():
-            counts[parts[0]] = int(parts[1])
+    counts = job_counts(proc)
     assert counts["train"] == 40 and counts["evaluate"] == 40 and counts["aggregate_row"] == 8
     assert counts["features_flickr"] == 3 and "region_features" not in counts and counts["paper_figure"] == 1
+
+
+def test_dry_run_of_sgraf_table5_on_configured_coco(tiny_dag):
+    """SAF, SGR and joint rows x 3 seeds on COCO; the split row averages the SGR and SAF runs."""
+    data, precomp = tiny_dag / "results/synthetic/data", tiny_dag / "coco_precomp"
+    precomp.mkdir(exist_ok=True)
+    for harness_split, source in (("train", "train"), ("dev", "dev"), ("testall", "test")):
+        for suffix in ("ims.npy", "caps.txt"):
+            target = precomp / f"{harness_split}_{suffix}"
+            if not target.exists():
+                target.symlink_to(tiny_dag / f"results/synthetic/precomp/{source}_{suffix}")
+    (tiny_dag / "coco_sgraf.yaml").write_text(
+        "datasets:\n  coco:\n    karpathy_json: %s\n    images_dir: %s\n    precomp_dir: %s\n"
+        "    precomp: {n_regions: 36, feature_dim: 256}\n"
+        "    splits: {train: [train], dev: [val], testall: [test]}\n"
+        % (data / "dataset_synthetic.json", data / "images", precomp))
+    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "coco_sgraf.yaml", "-n", "tables/sgraf_t5_coco.csv")
+    counts = job_counts(proc)
+    # 3 models (SGR, SAF, joint) x 3 seeds, evaluated on testall (COCO 1K 5-fold and 5K from one matrix)
+    assert counts["train"] == 9 and counts["evaluate"] == 9 and counts["ensemble"] == 3
+    assert counts["aggregate_row"] == 4 and counts["table"] == 1
+    assert "sgraf" in proc.stdout and "testall" in proc.stdout
+
+
+def test_sgraf_tables_figure_and_ensemble_of_sgr_and_saf(tiny_dag):
+    for table in ("sgraf_t1", "sgraf_t2", "sgraf_t3", "sgraf_t4", "sgraf_t5", "sgraf_t7"):
+        rows = read_table(tiny_dag / "tables" / f"{table}_synthetic.csv")
+        assert rows and all(r["verdict"] in ("not reported", "not comparable (synthetic data)") for r in rows)
+    assert (tiny_dag / "figures" / "sgraf_saf_weights_synthetic.png").stat().st_size > 5000
+    spec = json.loads((tiny_dag / "results/synthetic/tables/sgraf_t1.spec.json").read_text())
+    members = {r["id"]: r["members"] for r in spec["rows"]}
+    assert members["sgraf"] == members["sgr"] + members["saf"]
+    runs = tiny_dag / "results/synthetic/runs"
+    # the ensemble of seed 0 averages the SGR and SAF models of seed 0 (the rows' own runs)
+    sims = (np.load(runs / members["sgr"][0] / "seed0/sims_test.npy")
+            + np.load(runs / members["saf"][0] / "seed0/sims_test.npy")) / 2
+    rows = read_table(tiny_dag / "tables" / "sgraf_t1_synthetic.csv")
+    rsum = {r["row"]: r for r in rows if r["metric"] == "rsum"}
+    assert rsum["sgraf"]["ensemble_size"] == "2"
+    assert float(rsum["sgraf"]["reproduced"]) == pytest.approx(retrieval_metrics(sims)["rsum"], abs=0.006)
+    ev = json.loads((runs / members["saf"][0] / "seed0/eval_test.json").read_text())
+    assert ev["config"]["model"]["heads"] == ["saf"] and ev["config"]["model"]["kind"] == "sgraf"

@@ -15,17 +15,20 @@ pytestmark = pytest.mark.e2e
 def train_cmd(work, exp, run_dir):
     r = work / "results/synthetic"
     backbone = json.loads(exp.read_text())["model"].get("backbone")
-    features = r / "features" / backbone if backbone else r / "precomp"  # VSRN: the region features
+    features = r / "features" / backbone if backbone else r / "precomp"  # region models: the precomputed regions
     return [sys.executable, "-m", "methods.train", "--dataset-config", str(r / "dataset.json"), "--experiment",
             str(exp), "--seed", "0", "--run-dir", str(run_dir), "--features-dir", str(features),
             "--vocab", str(r / "vocab.json"), "--device", "cpu", "--threads", "1", "--no-progress"]
 
 
-@pytest.mark.parametrize("model, loss", [("vsepp", "triplet_hardest"), ("vsrn", "smooth_ap")])
-def test_sigkill_then_rerun_equals_uninterrupted(tiny_dag, tmp_path, model, loss):
-    """A frozen-CNN VSE++ run on caption batches, and VSRN with SmoothAP on image batches."""
+@pytest.mark.parametrize("model, loss, heads", [("vsepp", "triplet_hardest", None), ("vsrn", "smooth_ap", None),
+                                               ("sgraf", "triplet_sum", ["sgr", "saf"])])
+def test_sigkill_then_rerun_equals_uninterrupted(tiny_dag, tmp_path, model, loss, heads):
+    """A frozen-CNN VSE++ run on caption batches, VSRN with SmoothAP on image batches, and SGRAF
+    trained jointly (dropout, BatchNorm over pairs, two heads)."""
     cfg = next(c for c in (json.loads(p.read_text()) for p in (tiny_dag / "results/synthetic/runs").glob("*/config.json"))
-               if c["model"]["kind"] == model and c["loss"]["kind"] == loss and len(c["training"]["stages"]) == 1)
+               if c["model"]["kind"] == model and c["loss"]["kind"] == loss and len(c["training"]["stages"]) == 1
+               and c["model"].get("heads") == heads)
     cfg["training"]["stages"][0]["epochs"] = 30
     exp = tmp_path / "exp.json"
     exp.write_text(json.dumps(cfg))

@@ -54,7 +54,7 @@ def check_region_inputs(cfg: dict, name: str) -> None:
                                f"RoIAlign regions configured there")
         return
     if dataset_paths(cfg, name)["precomp_dir"] is None:
-        raise HarnessError(f"datasets.{name}.precomp_dir is not set: region models (e.g. VSRN) read precomputed "
+        raise HarnessError(f"datasets.{name}.precomp_dir is not set: region models (VSRN, SGRAF) read precomputed "
                            f"BUTD features, expected layout {PRECOMP_LAYOUT}, one set per split "
                            f"({', '.join(ds['splits'])})")
     # its files are checked (shapes, caption counts) with the rest of the dataset, in check_dataset_inputs

@@ -10,7 +10,7 @@ from torch import nn
 
 from methods.errors import HarnessError
 
-IMAGE_INPUT = {"vsepp": "pooled", "vsrn": "regions"}
+IMAGE_INPUT = {"vsepp": "pooled", "vsrn": "regions", "sgraf": "regions"}
 
 
 def image_input(model_cfg: dict) -> str:
@@ -21,8 +21,11 @@ def image_input(model_cfg: dict) -> str:
 
 
 def build_model(model_cfg: dict, vocab_size: int, backbones: dict, word_vectors=None,
-                image_dim: int | None = None) -> nn.Module:
+                image_dim: int | None = None, n_regions: int | None = None) -> nn.Module:
+    """``image_dim`` / ``n_regions``: dimension and count of the region features (region models)."""
     kind = model_cfg["kind"]
+    if IMAGE_INPUT.get(kind) == "regions" and image_dim is None:
+        raise HarnessError(f"a {kind} model needs the region feature dimension (image_dim)")
     if kind == "vsepp":
         from methods.models.vsepp import VSEPP
 
@@ -30,7 +33,11 @@ def build_model(model_cfg: dict, vocab_size: int, backbones: dict, word_vectors=
     if kind == "vsrn":
         from methods.models.vsrn import VSRN
 
-        if image_dim is None:
-            raise HarnessError("a VSRN model needs the region feature dimension (image_dim)")
         return VSRN.from_config(model_cfg, vocab_size, image_dim, word_vectors)
+    if kind == "sgraf":
+        from methods.models.sgraf import SGRAF
+
+        if n_regions is None:
+            raise HarnessError("an SGRAF model needs the number of regions per image (n_regions)")
+        return SGRAF.from_config(model_cfg, vocab_size, image_dim, n_regions, word_vectors)
     raise HarnessError(f"unknown model kind '{kind}'; known: {', '.join(sorted(IMAGE_INPUT))}")

@@ -1,16 +1,21 @@
-"""GRU caption encoder: word embedding -> (bi)GRU -> last valid state -> l2."""
+"""GRU caption encoder: word embedding -> [dropout] -> (bi)GRU.
+
+``forward`` gives one vector per caption (last valid state, l2); ``words`` gives one vector
+per word (the two directions averaged, l2), for cross-attention models.
+"""
 from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from methods.models.layers import l2norm
 
 
 class GRUTextEncoder(nn.Module):
     def __init__(self, vocab_size: int, word_dim: int, hidden_dim: int, num_layers: int = 1,
-                 bidirectional: bool = False, word_vectors: torch.Tensor | None = None):
+                 bidirectional: bool = False, word_vectors: torch.Tensor | None = None,
+                 embed_dropout: float = 0.0):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, word_dim)
         nn.init.uniform_(self.embed.weight, -0.1, 0.1)
@@ -18,6 +23,7 @@ class GRUTextEncoder(nn.Module):
             known = word_vectors.abs().sum(dim=1) > 0
             with torch.no_grad():
                 self.embed.weight[known] = word_vectors[known]
+        self.dropout = nn.Dropout(embed_dropout)  # SGRAF: 0.4 on the word embeddings
         self.gru = nn.GRU(word_dim, hidden_dim, num_layers, batch_first=True, bidirectional=bidirectional)
         self.bidirectional = bidirectional
 
@@ -25,14 +31,27 @@ class GRUTextEncoder(nn.Module):
     def from_config(cls, cfg: dict, vocab_size: int, word_vectors: torch.Tensor | None = None) -> "GRUTextEncoder":
         """From a ``text`` block of a model config (word vectors are used only with ``word_init: glove``)."""
         return cls(vocab_size, cfg["word_dim"], cfg["hidden_dim"], cfg["num_layers"], cfg["bidirectional"],
-                   word_vectors if cfg["word_init"] == "glove" else None)
+                   word_vectors if cfg["word_init"] == "glove" else None, cfg.get("embed_dropout", 0.0))
+
+    def _packed(self, tokens: torch.Tensor, lengths: torch.Tensor):
+        return pack_padded_sequence(self.dropout(self.embed(tokens)), lengths.cpu(), batch_first=True,
+                                    enforce_sorted=False)
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """tokens (B, L) padded with 0, lengths (B,) -> (B, hidden) unit vectors."""
-        packed = pack_padded_sequence(self.embed(tokens), lengths.cpu(), batch_first=True, enforce_sorted=False)
-        _, hidden = self.gru(packed)  # (layers * dirs, B, H), final valid step of each sequence
+        _, hidden = self.gru(self._packed(tokens, lengths))  # (layers * dirs, B, H), final valid step of each sequence
         if self.bidirectional:
             out = (hidden[-2] + hidden[-1]) / 2  # directions averaged (SCAN/SGRAF convention)
         else:
             out = hidden[-1]
         return l2norm(out)
+
+    def words(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """(B, max(lengths), hidden) unit vectors, one per word; padded positions are zero."""
+        out, _ = self.gru(self._packed(tokens, lengths))
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=int(lengths.max()))
+        if self.bidirectional:
+            half = out.shape[-1] // 2
+            out = (out[..., :half] + out[..., half:]) / 2
+        mask = torch.arange(out.shape[1], device=out.device)[None, :] < lengths.to(out.device)[:, None]
+        return l2norm(out) * mask[..., None]

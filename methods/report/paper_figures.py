@@ -6,6 +6,8 @@ and, for gradient counts, the training logs of every run behind the rows.
 - ``gradient_counts``: per model (columns) and query direction (rows), the mean number of
   negatives per query whose gradient is at least the configured share of the query's largest,
   per training epoch; line = mean over seeds, band = min..max over seeds.
+- ``saf_weights``: SGRAF's SAF weights over the words of matched and mismatched captions
+  (``methods.report.saf_weights``), from one trained run of the figure's row.
 """
 from __future__ import annotations
 
@@ -96,11 +98,32 @@ def gradient_counts(spec: dict):
     return fig
 
 
+def _saf_weights(spec: dict, args):
+    import torch
+
+    from methods.data.inputs import load_split_data
+    from methods.data.text import Vocabulary
+    from methods.evaluate import load_model
+    from methods.models import image_input
+    from methods.report.saf_weights import saf_weights_figure
+    from methods.workflow import load_dataset_payload
+
+    run = Path(spec["run"])
+    model, ckpt, _ = load_model(run / "model.pt", {}, torch.device("cpu"))
+    payload = load_dataset_payload(args.dataset_config)
+    data = load_split_data(payload, spec["split"], image_input(ckpt["config"]["model"]), args.features_dir)
+    sims = np.load(run / f"sims_{spec['split']}.npy", mmap_mode="r")
+    return saf_weights_figure(spec, model, data.features, data.captions, Vocabulary.load(args.vocab), sims)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("rows", nargs="+", help="row aggregate JSONs of the figure's table, named <row id>.json")
+    parser.add_argument("--dataset-config", help="saf_weights: the dataset's dataset.json")
+    parser.add_argument("--features-dir", help="saf_weights: the region features of the run's dataset")
+    parser.add_argument("--vocab", help="saf_weights: the vocabulary the run was trained with")
     args = parser.parse_args(argv)
 
     def _run() -> None:
@@ -109,6 +132,8 @@ def main(argv: list[str] | None = None) -> None:
             fig = rsum_by_loss(spec, {Path(p).stem: read_json(p) for p in args.rows})
         elif spec["kind"] == "gradient_counts":
             fig = gradient_counts(spec)
+        elif spec["kind"] == "saf_weights":
+            fig = _saf_weights(spec, args)
         else:
             raise HarnessError(f"unknown figure kind '{spec['kind']}'")
         fig.tight_layout()

@@ -35,6 +35,11 @@ class CachedImageFeatures:
     def dim(self) -> int:
         return int(self.array.shape[-1])
 
+    @property
+    def regions(self) -> int | None:
+        """Regions per image of (N, R, C) region features; None for pooled (N, C) features."""
+        return int(self.array.shape[1]) if self.array.ndim == 3 else None
+
     def take(self, indices: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.asarray(self.array[np.asarray(indices) * self.step], dtype=np.float32))
 

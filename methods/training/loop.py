@@ -106,7 +106,7 @@ def validate(model, inp: TrainInputs, amp: bool) -> dict:
               if getattr(model, "finetune", False) else None)
     img, cap = encode_split(model, pairs.tokens, n, inp.device, inp.config["training"]["eval_batch_size"],
                             features=inp.dev.features, images=images, amp=amp)
-    return retrieval_metrics(score_matrix(model, img, cap))
+    return retrieval_metrics(score_matrix(model, img, cap, amp=amp))
 
 
 class GradientCounter:
@@ -205,11 +205,14 @@ def train(model, inp: TrainInputs) -> dict:
                 with autocast(device, amp):
                     img = model.encode_images(batch)
                     cap = model.encode_captions(batch)
-                    scores = model.similarity(img, cap)
-                scores = scores.float()  # losses (and gradient counts) in fp32
-                loss = loss_fn(scores, batch["positives"])
+                    # several heads (SGRAF joint training): the sum of their losses
+                    head_scores = (model.training_similarities(img, cap) if hasattr(model, "training_similarities")
+                                   else [model.similarity(img, cap)])
+                head_scores = [s.float() for s in head_scores]  # losses (and gradient counts) in fp32
+                loss = sum(loss_fn(s, batch["positives"]) for s in head_scores)
                 if count_every and step % count_every == 0:
-                    counter.add(loss_kind, cfg["loss"], scores, batch["positives"])
+                    for scores in head_scores:
+                        counter.add(loss_kind, cfg["loss"], scores, batch["positives"])
                 if not torch.isfinite(loss):
                     raise HarnessError(f"loss is {loss.item()} at stage '{stage['name']}' epoch {epoch + 1} "
                                        f"step {step + 1}; stopping (last good checkpoint: {last_path})")

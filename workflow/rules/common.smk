@@ -155,4 +155,19 @@ def figure_inputs(w):
     }
     if fig.kind == "gradient_counts":
         inputs["logs"] = [f"{run}/train_log.json" for r in spec["rows"] for run in r["runs"]]
+    if fig.kind == "saf_weights":  # one trained model, its test scores and its inputs
+        exp = PLAN.row(fig.table, w.dataset, fig.row).members[0]
+        inputs.update(cfg=dataset_json(w), vocab=f"{R}/{w.dataset}/vocab.json",
+                      model=f"{spec['run']}/model.pt", sims=f"{spec['run']}/sims_{spec['split']}.npy",
+                      features=image_feature_files(w.dataset, exp, spec["split"]))
     return inputs
+
+
+def figure_extra_args(w):
+    """Command-line arguments a figure kind needs beyond its spec and row aggregates."""
+    fig = PLAN.figure(w.figure, w.dataset)
+    if fig.kind != "saf_weights":
+        return ""
+    exp = PLAN.row(fig.table, w.dataset, fig.row).members[0]
+    return (f"--dataset-config {R}/{w.dataset}/dataset.json --vocab {R}/{w.dataset}/vocab.json "
+            f"--features-dir {image_features_dir(w.dataset, exp)}")

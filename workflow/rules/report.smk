@@ -76,15 +76,17 @@ rule figure_spec:
 
 
 rule paper_figure:
-    """A figure a paper file declares (RSUM per loss and model; gradient counts per epoch)."""
+    """A figure a paper file declares (RSUM per loss and model; gradient counts per epoch; SAF weights)."""
     input:
         unpack(figure_inputs),
     output:
         report("figures/{figure}_{dataset}.png", category="Figures"),
+    params:
+        extra=figure_extra_args,
     localrule: True
     conda:
         CONDA_ENV
     log:
         f"{R}/logs/figure/{{figure}}_{{dataset}}.log",
     shell:
-        "python -m methods.report.paper_figures --spec {input.spec} --out {output} {input.rows} > {log} 2>&1"
+        "python -m methods.report.paper_figures --spec {input.spec} --out {output} {params.extra} {input.rows} > {log} 2>&1"

@@ -1,0 +1,95 @@
+"""Benchmark (not a test): time SGRAF's full similarity matrix, SGR and SAF, at the paper's size.
+
+    python -m methods.benchmarks.cross_attention                        # 1,000 images x 5,000 captions
+    python -m methods.benchmarks.cross_attention --images 100 --captions 500 --device cpu
+
+Random weights and inputs in the BUTD layout: 36 regions x 2048-d per image, caption lengths
+uniform in 8-30 tokens, the paper's dimensions (1024-d embeddings, 256-d similarity vectors,
+3 SGR steps). The timed part is what evaluation does after encoding: every (image, caption)
+pair scored in length-sorted blocks (``SGRAF.score_matrix``); encoding both sides is timed
+apart. On CUDA it runs under fp16 autocast (the evaluation default, ``training.amp``) and in
+fp32. Prints seconds and pairs/s per module; reference point: the public code's per-caption
+loop needs ~120.8 s (SGR) and ~106.3 s (SAF) for 1K x 5K on an H100 (reference-implementations.md).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from methods.evaluation import autocast
+from methods.models.sgraf import SGRAF
+from methods.models.text import GRUTextEncoder
+from methods.runtime import resolve_device
+
+
+def build(heads: list[str], vocab: int, device: torch.device) -> SGRAF:
+    torch.manual_seed(0)
+    text = GRUTextEncoder(vocab, 300, 1024, bidirectional=True, embed_dropout=0.4)
+    return SGRAF(2048, 36, 1024, 256, text, heads).to(device).eval()
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+@torch.no_grad()
+def run(heads: list[str], n_images: int, n_captions: int, device: torch.device, amp: bool,
+        block_elements: int | None, repeats: int) -> dict:
+    model = build(heads, 10_000, device)
+    model.block_elements = block_elements
+    g = torch.Generator().manual_seed(1)
+    features = torch.randn(n_images, 36, 2048, generator=g)
+    lengths = torch.randint(8, 31, (n_captions,), generator=g)
+    tokens = torch.randint(4, 10_000, (n_captions, 30), generator=g)
+    tokens[torch.arange(30)[None, :] >= lengths[:, None]] = 0
+    synchronize(device)
+    t0 = time.perf_counter()
+    with autocast(device, amp):
+        img = model.encode_images({"features": features.to(device)}).float()
+        cap = model.encode_captions({"tokens": tokens.to(device), "lengths": lengths}).float()
+    synchronize(device)
+    encode = time.perf_counter() - t0
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        t0 = time.perf_counter()
+        with autocast(device, amp):
+            scores = model.score_matrix(img, cap)
+        synchronize(device)
+        times.append(time.perf_counter() - t0)
+    assert scores.shape == (n_images, n_captions) and torch.isfinite(scores).all()
+    best = min(times)
+    return {"heads": "+".join(heads), "amp": amp, "encode_s": encode, "score_s": best, "pairs_per_s": n_images * n_captions / best,
+            "peak_gib": torch.cuda.max_memory_allocated() / 2 ** 30 if device.type == "cuda" else None}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=1000)
+    parser.add_argument("--captions", type=int, default=5000)
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's)")
+    parser.add_argument("--repeats", type=int, default=2, help="timed repeats (the best is reported; CUDA warms up on the first)")
+    parser.add_argument("--block-elements", type=int, default=None, help="override the per-block element budget")
+    args = parser.parse_args(argv)
+    device = resolve_device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"device: {name}; torch {torch.__version__}; {args.images} images x {args.captions} captions, "
+          f"36 regions x 2048-d, lengths 8-30")
+    for amp in ([True, False] if device.type == "cuda" else [False]):
+        for heads in (["sgr"], ["saf"]):
+            r = run(heads, args.images, args.captions, device, amp, args.block_elements, args.repeats)
+            peak = f", peak {r['peak_gib']:.2f} GiB" if r["peak_gib"] is not None else ""
+            print(f"{r['heads']:>4} {'fp16 autocast' if amp else 'fp32':>13}: scores {r['score_s']:.2f} s "
+                  f"({r['pairs_per_s']:,.0f} pairs/s), encoding {r['encode_s']:.2f} s{peak}", flush=True)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+
+
+if __name__ == "__main__":
+    main()
