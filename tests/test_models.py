@@ -95,3 +95,15 @@ def test_vsrn_image_embedding_is_the_last_gru_state_over_regions_in_order():
     torch.testing.assert_close(emb, h / h.norm(dim=1, keepdim=True), rtol=1e-5, atol=1e-6)
     # region order matters (a GRU, not a pooling)
     assert not torch.allclose(model.encode_images({"features": regions.flip(1)}), emb)
+
+
+def test_l2norm_keeps_half_precision_and_maps_zero_vectors_to_zero():
+    from methods.models.layers import l2norm
+    x = torch.randn(6, 33, dtype=torch.float64) * torch.logspace(-3, 3, 6, dtype=torch.float64)[:, None]
+    x[2] = 0
+    want = x / x.norm(dim=1, keepdim=True).clamp(min=1e-300)
+    for dtype, tol in ((torch.float32, 1e-6), (torch.float16, 2e-3), (torch.bfloat16, 1e-2)):
+        got = l2norm(x.to(dtype), dim=1)
+        assert got.dtype == dtype
+        assert torch.isfinite(got).all() and (got[2] == 0).all()
+        torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)

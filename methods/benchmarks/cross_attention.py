@@ -14,6 +14,7 @@ loop needs ~120.8 s (SGR) and ~106.3 s (SAF) for 1K x 5K on an H100 (reference-i
 from __future__ import annotations
 
 import argparse
+import copy
 import time
 
 import torch
@@ -63,7 +64,20 @@ def run(heads: list[str], n_images: int, n_captions: int, device: torch.device, 
     assert scores.shape == (n_images, n_captions) and torch.isfinite(scores).all()
     best = min(times)
     return {"heads": "+".join(heads), "amp": amp, "encode_s": encode, "score_s": best, "pairs_per_s": n_images * n_captions / best,
-            "peak_gib": torch.cuda.max_memory_allocated() / 2 ** 30 if device.type == "cuda" else None}
+            "peak_gib": torch.cuda.max_memory_allocated() / 2 ** 30 if device.type == "cuda" else None,
+            "max_abs_diff_vs_cpu": agreement_with_cpu(model, img, cap, scores, device)}
+
+
+def agreement_with_cpu(model: SGRAF, img, cap, scores: torch.Tensor, device: torch.device,
+                       n_images: int = 20, n_captions: int = 200) -> float | None:
+    """Max |score - CPU fp32 score| on a corner of the matrix (the CPU path equals the per-pair
+    reference, tests/test_sgraf.py), so the number checks the device and AMP path."""
+    if device.type == "cpu":
+        return None
+    n_images, n_captions = min(n_images, scores.shape[0]), min(n_captions, scores.shape[1])
+    cpu_model = copy.deepcopy(model).cpu()
+    reference = cpu_model.score_matrix(img[:n_images].to("cpu"), cap[:n_captions].to("cpu"))
+    return (scores[:n_images, :n_captions].float().cpu() - reference).abs().max().item()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -74,6 +88,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's)")
     parser.add_argument("--repeats", type=int, default=2, help="timed repeats (the best is reported; CUDA warms up on the first)")
     parser.add_argument("--block-elements", type=int, default=None, help="override the per-block element budget")
+    parser.add_argument("--precision", choices=["both", "amp", "fp32"], default="both",
+                        help="on CUDA: fp16 autocast, fp32, or both (CPU always runs fp32)")
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
     if args.threads:
@@ -81,12 +97,15 @@ def main(argv: list[str] | None = None) -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"device: {name}; torch {torch.__version__}; {args.images} images x {args.captions} captions, "
           f"36 regions x 2048-d, lengths 8-30")
-    for amp in ([True, False] if device.type == "cuda" else [False]):
+    precisions = {"both": [True, False], "amp": [True], "fp32": [False]}[args.precision]
+    for amp in (precisions if device.type == "cuda" else [False]):
         for heads in (["sgr"], ["saf"]):
             r = run(heads, args.images, args.captions, device, amp, args.block_elements, args.repeats)
             peak = f", peak {r['peak_gib']:.2f} GiB" if r["peak_gib"] is not None else ""
+            diff = (f", max |diff| vs CPU fp32 {r['max_abs_diff_vs_cpu']:.1e}"
+                    if r["max_abs_diff_vs_cpu"] is not None else "")
             print(f"{r['heads']:>4} {'fp16 autocast' if amp else 'fp32':>13}: scores {r['score_s']:.2f} s "
-                  f"({r['pairs_per_s']:,.0f} pairs/s), encoding {r['encode_s']:.2f} s{peak}", flush=True)
+                  f"({r['pairs_per_s']:,.0f} pairs/s), encoding {r['encode_s']:.2f} s{peak}{diff}", flush=True)
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats()
 

@@ -94,14 +94,25 @@ def text_to_visual_attention(regions: torch.Tensor, words: torch.Tensor, mask: t
                              smooth: float) -> torch.Tensor:
     """SCAN t-i attention (words attend to regions), as SGRAF uses it: for every pair and word j,
     s_rj = LeakyReLU_0.1(v_r . t_j), normalised over the caption's words (l2), alpha_rj =
-    softmax_r(smooth * s_rj), a_j = l2norm(sum_r alpha_rj v_r). Returns (I, C, L, D); rows of
-    padded words are meaningless and must be masked by the caller."""
-    s = F.leaky_relu(region_word_cosines(regions, words), 0.1)
-    s = s * mask[None, :, None, :]                                   # padded words: out of the l2 norm
-    s = l2norm(s.float(), dim=3).to(s.dtype)
-    alpha = torch.softmax(smooth * s.float(), dim=2).to(regions.dtype)  # over regions, fp32 exponentials
-    attended = torch.einsum("icrl,ird->icld", alpha, regions)
-    return l2norm(attended, dim=-1)
+    softmax_r(smooth * s_rj), a_j = l2norm(sum_r alpha_rj v_r). Returns (I, C, L, D), contiguous;
+    rows of padded words are meaningless and must be masked by the caller.
+
+    Layout: the cosines are one GEMM giving (C, L, I, R), so the softmax runs over the contiguous
+    last dim and each image's (C*L, R) weights are a strided view that the batched GEMM reads as
+    is; the big (I, C, L, D) result is written once, in the layout the similarity step reads."""
+    i, r, d = regions.shape
+    c, l, _ = words.shape
+    s = (words.reshape(c * l, d) @ regions.reshape(i * r, d).t()).view(c, l, i, r)
+    s = F.leaky_relu(s, 0.1) * mask[:, :, None, None]                # padded words: out of the l2 norm
+    s = l2norm(s.float(), dim=1)
+    alpha = torch.softmax(smooth * s, dim=3)                         # over regions, fp32 exponentials
+    # |sum_r alpha_r v_r|^2 = alpha^T (V V^T) alpha: each attended vector's norm from the R x R Gram
+    # matrix, folded into alpha, so the big tensor needs no normalisation pass of its own.
+    gram = regions.float() @ regions.float().transpose(1, 2)         # (I, R, R)
+    sq_norm = (torch.einsum("clir,irs->clis", alpha, gram) * alpha).sum(3)
+    alpha = alpha / sq_norm.clamp(min=1e-16).sqrt()[..., None]
+    attended = torch.bmm(alpha.view(c * l, i, r).transpose(0, 1), regions)  # (I, C*L, D); fp16 under autocast
+    return attended.view(i, c, l, d)
 
 
 def visual_to_text_attention(regions: torch.Tensor, words: torch.Tensor, mask: torch.Tensor,
@@ -112,9 +123,11 @@ def visual_to_text_attention(regions: torch.Tensor, words: torch.Tensor, mask: t
     s = F.leaky_relu(region_word_cosines(regions, words), 0.1)
     s = l2norm(s.float(), dim=2)
     logits = (smooth * s).masked_fill(~mask[None, :, None, :], float("-inf"))
-    alpha = torch.softmax(logits, dim=3).to(words.dtype)            # over words
-    attended = torch.einsum("icrl,cld->icrd", alpha, words)
-    return l2norm(attended, dim=-1)
+    alpha = torch.softmax(logits, dim=3)                             # over words
+    gram = torch.einsum("cld,cmd->clm", words.float(), words.float())  # as above, per caption
+    sq_norm = torch.einsum("icrl,clm,icrm->icr", alpha, gram, alpha)
+    alpha = alpha / sq_norm.clamp(min=1e-16).sqrt()[..., None]
+    return torch.einsum("icrl,cld->icrd", alpha, words)
 
 
 def caption_blocks(lengths: torch.Tensor, n_images: int, pair_elements: Callable[[int], int], budget: int,
@@ -140,11 +153,12 @@ def score_in_blocks(pair_scores: Callable[[RegionFeatures, WordFeatures], torch.
                     budget: int | None = None, image_block: int = 128) -> torch.Tensor:
     """(N_img, N_cap) float32 scores on the CPU; ``pair_scores(img_block, cap_block)`` gives
     (I, C) for one block. Captions are grouped by length; results go back to their order."""
-    budget = budget or default_block_elements(img.regions.device)
-    out = torch.empty(len(img), len(cap), dtype=torch.float32)
+    device = img.regions.device
+    budget = budget or default_block_elements(device)
+    out = torch.empty(len(img), len(cap), dtype=torch.float32, device=device)  # one copy to the host, at the end
     for cap_index, _ in caption_blocks(cap.lengths, len(img), pair_elements, budget, image_block):
-        cap_block = cap[cap_index.to(cap.words.device)]
+        cap_index = cap_index.to(device)
+        cap_block = cap[cap_index]
         for start in range(0, len(img), image_block):
-            block = pair_scores(img[start:start + image_block], cap_block)
-            out[start:start + image_block, cap_index] = block.float().cpu()
-    return out
+            out[start:start + image_block, cap_index] = pair_scores(img[start:start + image_block], cap_block).float()
+    return out.cpu()

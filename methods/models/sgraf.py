@@ -79,7 +79,10 @@ class VectorSimilarity(nn.Module):
         self.proj = xavier_linear(dim, sim_dim)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return l2norm(self.proj((x - y) ** 2))
+        # y comes from the fp32 cache, x is fp16 under autocast; d * d, not d ** 2: autocast runs
+        # pow in fp32, which would cast the largest tensor of the pair step twice.
+        d = x - y.to(x.dtype)
+        return l2norm(self.proj(d * d))
 
 
 class MaskedBatchNorm(nn.Module):
@@ -160,7 +163,7 @@ class AttentionFiltration(nn.Module):
 
     def forward(self, nodes: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         beta = self.weights(nodes, mask).to(nodes.dtype)
-        pooled = l2norm((beta[..., None] * nodes).sum(-2))
+        pooled = l2norm((beta[..., None, :] @ nodes).squeeze(-2))     # weighted sum over nodes, as a GEMV
         return sigmoid_score(self.score, pooled)
 
 
@@ -260,7 +263,7 @@ class SGRAF(nn.Module):
             if self.similarity_kind == "vector":
                 nodes.append(self.local_sim(attended, queries))
             else:
-                nodes.append((attended * queries).sum(-1))
+                nodes.append((attended * queries.to(attended.dtype)).sum(-1))
             masks.append(local_mask)
         return torch.cat(nodes, dim=2), torch.cat(masks, dim=1)
 
