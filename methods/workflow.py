@@ -25,9 +25,9 @@ def dataset_paths(cfg: dict, name: str) -> dict[str, Path | None]:
     if ds["kind"] == "synthetic":
         root = Path(cfg["results_dir"]) / name / "data"
         return {"karpathy_json": root / f"dataset_{name}.json", "images_dir": root / "images",
-                "precomp_dir": Path(cfg["results_dir"]) / name / "precomp", "glove": None}
+                "precomp_dir": Path(cfg["results_dir"]) / name / "precomp", "glove": None, "vocab": None}
     return {k: (Path(ds[k]).expanduser() if ds.get(k) else None)
-            for k in ("karpathy_json", "images_dir", "precomp_dir", "glove")}
+            for k in ("karpathy_json", "images_dir", "precomp_dir", "glove", "vocab")}
 
 
 def dataset_payload(cfg: dict, name: str) -> dict:
@@ -87,6 +87,12 @@ class Experiment:
     @property
     def finetunes(self) -> bool:
         return any(s["finetune_backbone"] for s in self.config["training"]["stages"])
+
+    @property
+    def may_evaluate_on_cached_features(self) -> bool:
+        """A stage with a frozen CNN (or none at all): its epoch may be the best one, and a model
+        selected there is evaluated on cached features."""
+        return not all(s["finetune_backbone"] for s in self.config["training"]["stages"])
 
 
 @dataclass

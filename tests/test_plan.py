@@ -1,4 +1,7 @@
 """The plan of the metric-learning study: 2 models x 4 losses x 5 seeds with the study's schedules."""
+import copy
+import dataclasses
+
 import pytest
 
 from methods.config import REPO_ROOT, load_harness_config
@@ -72,3 +75,15 @@ def test_figures_are_default_targets_of_the_synthetic_dataset(plan):
     spec = plan.figure_spec("metric_learning_gradients", "synthetic")
     assert {(r["model"], r["loss"]) for r in spec["rows"]} == {
         (m, lo) for m in ("vsepp", "vsrn") for lo in ("triplet_sum", "triplet_hardest", "nt_xent", "smooth_ap")}
+
+
+def test_a_finetuned_run_whose_best_epoch_may_be_frozen_waits_for_cached_test_features(plan):
+    """VSE++ fine-tuned = a frozen stage then a fine-tune stage: if the best validation epoch is
+    in the frozen stage, evaluation reads cached features, so the DAG must have built them."""
+    rows = {r.id: r for r in plan.table("table1", "synthetic").rows}
+    ft = plan.experiment("synthetic", rows["vsepp_resnet152_ft"].members[0])
+    assert [s["finetune_backbone"] for s in ft.config["training"]["stages"]] == [False, True]
+    assert ft.finetunes and ft.may_evaluate_on_cached_features
+    only_finetune = copy.deepcopy(ft.config)
+    only_finetune["training"]["stages"] = only_finetune["training"]["stages"][1:]
+    assert not dataclasses.replace(ft, config=only_finetune).may_evaluate_on_cached_features

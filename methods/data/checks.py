@@ -8,6 +8,7 @@ from methods.data.karpathy import LAYOUT as KARPATHY_LAYOUT
 from methods.data.karpathy import load_splits
 from methods.data.precomp import LAYOUT as PRECOMP_LAYOUT
 from methods.data.precomp import open_precomp
+from methods.data.text import Vocabulary
 from methods.errors import HarnessError
 
 
@@ -41,6 +42,11 @@ def check_dataset_inputs(cfg: dict, name: str) -> None:
             open_precomp(paths["precomp_dir"], split, pre["n_regions"], pre["feature_dim"])
     if paths["glove"] is not None and not Path(paths["glove"]).is_file():
         raise HarnessError(f"datasets.{name}.glove: file not found: {paths['glove']}")
+    if paths["vocab"] is not None:
+        vocab = Vocabulary.load(paths["vocab"])
+        train = splits["train"].captions
+        held_out = [c for split_name, split in splits.items() if split_name != "train" for c in split.captions]
+        vocab.check_built_from(train, held_out, f"datasets.{name}.vocab ({paths['vocab']})")
 
 
 def check_region_inputs(cfg: dict, name: str) -> None:

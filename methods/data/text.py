@@ -67,6 +67,19 @@ class Vocabulary:
             raise HarnessError(f"{path}: word2idx and idx2word disagree")
         return vocab
 
+    def check_built_from(self, train_captions: Iterable[str], other_captions: Iterable[str], where: str) -> None:
+        """A supplied vocabulary must fit the training captions, and must not hold words that only
+        dev/test captions contain (the leak of the public VSE++ code)."""
+        train_captions = list(train_captions)
+        self.check_covers(train_captions, where)
+        train_words = {tok for cap in train_captions for tok in tokenize(cap)}
+        leaked = sorted({tok for cap in other_captions for tok in tokenize(cap)
+                         if tok in self.word2idx and tok not in train_words})
+        if leaked:
+            raise HarnessError(
+                f"{where}: {len(leaked)} vocabulary words occur only in dev/test captions (e.g. {', '.join(leaked[:5])}); "
+                f"it was built with held-out captions. Remove the setting to build one from the training split")
+
     def check_covers(self, captions: Iterable[str], where: str, max_unk_rate: float = 0.2) -> None:
         """Fail when a vocabulary plainly does not belong to these captions (wrong dataset)."""
         total = unknown = 0

@@ -28,6 +28,7 @@ word nodes excluded); in eval mode both use the running statistics and agree.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from methods.models.cross_attention import (RegionFeatures, WordFeatures,
@@ -117,7 +118,11 @@ class GraphReasoningStep(nn.Module):
         self.query, self.key, self.update = (xavier_linear(sim_dim, sim_dim) for _ in range(3))
 
     def forward(self, nodes: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        edges = self.query(nodes) @ self.key(nodes).transpose(-1, -2)           # (..., N, N), no 1/sqrt(d)
+        # (W_q n_i + b_q) . (W_k n_j + b_k) = n_j . (W_k^T W_q n_i + W_k^T b_q) + a term constant in j,
+        # which the softmax over j cancels: one projection instead of two, and no key tensor per pair.
+        weight = self.key.weight.t() @ self.query.weight
+        bias = self.key.weight.t() @ self.query.bias
+        edges = F.linear(nodes, weight, bias) @ nodes.transpose(-1, -2)          # (..., N, N), no 1/sqrt(d)
         edges = torch.softmax(edges.float().masked_fill(~mask[..., None, :], float("-inf")), dim=-1)
         return torch.relu(self.update(edges.to(nodes.dtype) @ nodes))
 

@@ -8,17 +8,25 @@ Resuming: the checkpoint holds model, optimizer, AMP scaler and every RNG state 
 the last finished epoch; each epoch's shuffle comes from a generator seeded by (seed, stage,
 epoch). A run killed at any point and re-run therefore repeats the unfinished epoch exactly and
 ends with the same weights as an uninterrupted run (same device, same seed).
+
+Preemption: SIGTERM (SLURM's time limit, scancel, preemption) and SIGUSR1 (``sbatch
+--signal=USR1@<s>``, sent ahead of the limit) make the loop finish the current step, write a
+mid-epoch checkpoint (weights, optimizer, RNG, the batches done and the epoch's running sums)
+and stop with ``Preempted``; a re-run skips the batches already done and carries on exactly.
 """
 from __future__ import annotations
 
 import random
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from methods.data.text import Vocabulary
@@ -84,6 +92,29 @@ def load_checkpoint(path: Path) -> dict:
                            f"delete it to restart this run from scratch") from None
 
 
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+class Preempted(HarnessError):
+    """Training stopped on a signal after writing a checkpoint; re-running resumes it."""
+
+
+@contextmanager
+def preemption_signals():
+    """While training, SIGTERM/SIGUSR1 only set a flag (the list holds the signals received):
+    the loop checkpoints at the next step boundary instead of dying mid-write."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():  # handlers can only be set there
+        yield received
+        return
+    previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum)) for sig in PREEMPTION_SIGNALS}
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _make_optimizer(name: str, params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
     cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
     return cls(params, lr=lr, weight_decay=weight_decay)
@@ -130,6 +161,13 @@ class GradientCounter:
             self.sums[direction] = self.sums[direction] + moments if direction in self.sums else moments
             self.queries[direction] = self.queries.get(direction, 0) + v.shape[1]
 
+    def state_dict(self) -> dict:
+        return {"queries": dict(self.queries), "sums": {d: m.cpu() for d, m in self.sums.items()}}
+
+    def load_state_dict(self, state: dict, device: torch.device) -> None:
+        self.queries = dict(state["queries"])
+        self.sums = {d: m.to(device) for d, m in state["sums"].items()}
+
     def summary(self) -> dict:
         out = {}
         for direction, moments in self.sums.items():
@@ -143,6 +181,11 @@ class GradientCounter:
 
 
 def train(model, inp: TrainInputs) -> dict:
+    with preemption_signals() as received:
+        return _train(model, inp, received)
+
+
+def _train(model, inp: TrainInputs, received: list[int]) -> dict:
     cfg, tr = inp.config, inp.config["training"]
     device, amp = inp.device, tr["amp"] and inp.device.type == "cuda"
     ckpt_dir = inp.run_dir / "checkpoints"
@@ -154,7 +197,8 @@ def train(model, inp: TrainInputs) -> dict:
         if state["config_hash"] != inp.config_hash or state["seed"] != inp.seed:
             raise HarnessError(f"{last_path} belongs to another config or seed "
                                f"({state['config_hash']}/{state['seed']} vs {inp.config_hash}/{inp.seed}); delete it")
-        print(f"resuming from {last_path}: stage {state['stage']} epoch {state['epoch']}")
+        within = f" after step {state['step']}" if state.get("step") else ""
+        print(f"resuming from {last_path}: stage {state['stage']} epoch {state['epoch']}{within}", flush=True)
     history = state["history"] if state else []
     selection = tr["selection_metric"]
     best = state["best"] if state else {"metric": selection, "value": -1.0, "rsum": None, "stage": None, "epoch": None}
@@ -163,19 +207,31 @@ def train(model, inp: TrainInputs) -> dict:
     global_epoch = sum(s["epochs"] for s in tr["stages"][:start_stage]) + start_epoch
     t_start = time.perf_counter()
 
+    def save_last(stage_idx: int, epoch: int, step: int, optimizer, partial: dict | None) -> None:
+        """(stage, epoch, step) is where a re-run starts; optimizer None: a new stage starts there."""
+        torch_save(last_path, {
+            "format": CHECKPOINT_FORMAT, "config_hash": inp.config_hash, "seed": inp.seed,
+            "stage": stage_idx, "epoch": epoch, "step": step, "partial": partial, "model": model.state_dict(),
+            "optimizer": optimizer.state_dict() if optimizer is not None else None, "scaler": scaler.state_dict(),
+            "rng": _rng_state(), "best": best, "history": history})
+
+    def stop(where: str) -> Preempted:
+        names = ", ".join(signal.Signals(sig).name for sig in dict.fromkeys(received))
+        return Preempted(f"received {names}: checkpoint written {where} ({last_path}); re-run the same target to resume")
+
     for stage_idx, stage in enumerate(tr["stages"]):
         if stage_idx < start_stage:
             continue
         model.set_finetune(stage["finetune_backbone"])
         optimizer = _make_optimizer(tr["optimizer"], model.trainable_parameters(), stage["lr"], tr["weight_decay"])
-        first_epoch = 0
+        first_epoch, first_step, partial = 0, 0, None
         if state and stage_idx == start_stage:
             model.load_state_dict(state["model"])
             if state["optimizer"] is not None:  # None: the previous stage just ended, new optimizer
                 optimizer.load_state_dict(state["optimizer"])
             scaler.load_state_dict(state["scaler"])
             _set_rng_state(state["rng"])
-            first_epoch = start_epoch
+            first_epoch, first_step, partial = start_epoch, state.get("step", 0), state.get("partial")
         augment = (train_transform(inp.crop) if tr["finetune_augment"] == "random_resized_crop_flip"
                    else eval_transform(inp.resize, inp.crop))
         images = ImageFiles(inp.images_dir, inp.train.filenames, augment) if stage["finetune_backbone"] else None
@@ -187,17 +243,25 @@ def train(model, inp: TrainInputs) -> dict:
             for group in optimizer.param_groups:
                 group["lr"] = lr
             shuffle = torch.Generator().manual_seed(inp.seed * 1_000_003 + stage_idx * 10_007 + epoch)
-            loader = DataLoader(dataset, batch_size=tr["batch_size"], sampler=RandomSampler(dataset, generator=shuffle),
-                                collate_fn=collate, num_workers=tr["num_workers"])
+            order = torch.randperm(len(dataset), generator=shuffle).tolist()
+            skip = first_step if epoch == first_epoch else 0  # batches a preempted run already did
+            # generator=shuffle: the loader draws its worker base seed from it, not from the global RNG,
+            # so creating it mid-epoch on resume leaves the dropout RNG stream where the checkpoint left it
+            loader = DataLoader(dataset, batch_size=tr["batch_size"], sampler=order[skip * tr["batch_size"]:],
+                                collate_fn=collate, num_workers=tr["num_workers"], generator=shuffle)
             loss_fn = build_loss(cfg["loss"], global_epoch)
             loss_kind = loss_kind_at(cfg["loss"], global_epoch)
             counter = GradientCounter(tr["gradient_count"]["relative_threshold"])
+            seen, total, skipped = 0, 0.0, 0
+            if skip and partial:
+                seen, total, skipped = partial["seen"], partial["total"], partial["skipped"]
+                counter.load_state_dict(partial["counter"], device)
             model.train()
-            t0, seen, total = time.perf_counter(), 0, 0.0
+            t0 = time.perf_counter()
             bar = tqdm(loader, desc=f"{stage['name']} {epoch + 1}/{stage['epochs']}", disable=not inp.progress,
-                       mininterval=2.0)
-            skipped = 0
-            for step, batch in enumerate(bar):
+                       mininterval=2.0, initial=skip, total=skip + len(loader))
+            step = skip - 1
+            for step, batch in enumerate(bar, start=skip):
                 if batch["positives"].shape[0] < 2:  # one image: no negatives to rank against (and BN needs 2)
                     skipped += 1
                     continue
@@ -226,6 +290,10 @@ def train(model, inp: TrainInputs) -> dict:
                 seen += batch["tokens"].shape[0]
                 total += loss.item()
                 bar.set_postfix(loss=f"{loss.item():.3f}", samples_per_s=f"{seen / (time.perf_counter() - t0):.0f}", refresh=False)
+                if received and step + 1 < skip + len(loader):
+                    save_last(stage_idx, epoch, step + 1, optimizer, {"seen": seen, "total": total, "skipped": skipped,
+                                                                       "counter": counter.state_dict()})
+                    raise stop(f"at stage '{stage['name']}' epoch {epoch + 1} after step {step + 1}")
             val = validate(model, inp, amp)
             record = {"stage": stage["name"], "stage_index": stage_idx, "epoch": epoch + 1, "lr": lr,
                       "loss_kind": loss_kind, "train_loss": total / max(1, step + 1 - skipped), "val": val,
@@ -241,10 +309,8 @@ def train(model, inp: TrainInputs) -> dict:
                 torch_save(best_path, {"format": CHECKPOINT_FORMAT, "model": model.state_dict(), "best": best})
             global_epoch += 1
             next_stage, next_epoch = (stage_idx, epoch + 1) if epoch + 1 < stage["epochs"] else (stage_idx + 1, 0)
-            torch_save(last_path, {
-                "format": CHECKPOINT_FORMAT, "config_hash": inp.config_hash, "seed": inp.seed,
-                "stage": next_stage, "epoch": next_epoch, "model": model.state_dict(),
-                "optimizer": optimizer.state_dict() if next_stage == stage_idx else None, "scaler": scaler.state_dict(), "rng": _rng_state(),
-                "best": best, "history": history})
+            save_last(next_stage, next_epoch, 0, optimizer if next_stage == stage_idx else None, None)
+            if received:
+                raise stop(f"at the end of stage '{stage['name']}' epoch {epoch + 1}")
         state = None
     return {"history": history, "best": best, "best_path": best_path, "train_seconds": time.perf_counter() - t_start}

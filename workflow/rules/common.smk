@@ -119,7 +119,7 @@ def evaluate_inputs(w):
         "model": f"{run_dir(w.dataset, w.exp, w.seed)}/model.pt",
         "vocab": f"{R}/{w.dataset}/vocab.json",
     }
-    if not exp.finetunes:  # a frozen CNN or precomputed regions: the cached features of the test split
+    if exp.may_evaluate_on_cached_features:  # best epoch with a frozen CNN, or regions: cached test features
         inputs["features"] = image_feature_files(w.dataset, w.exp, w.split)
     return inputs
 

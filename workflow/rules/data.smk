@@ -37,10 +37,11 @@ rule generate_synthetic:
 
 
 rule vocab:
-    """Vocabulary from the training captions only."""
+    """Vocabulary from the training captions only (or the configured one, checked against them)."""
     input:
         unpack(data_inputs),
         cfg=dataset_json,
+        configured=lambda w: [str(p)] if (p := dataset_paths(HARNESS, w.dataset)["vocab"]) else [],
     output:
         f"{R}/{{dataset}}/vocab.json",
     threads: res("vocab", "threads")

@@ -33,7 +33,7 @@ rule table:
     input:
         unpack(table_inputs),
     output:
-        csv=report("tables/{table}_{dataset}.csv", category="Tables"),
+        csv=report("tables/{table}_{dataset}.csv", category="Tables", caption="../report/table.rst"),
         md="tables/{table}_{dataset}.md",
     localrule: True
     conda:
@@ -50,7 +50,7 @@ rule figure_reproduced_vs_reported:
     input:
         lambda w: [f"tables/{t}_{w.dataset}.csv" for t, d in PLAN.tables if d == w.dataset],
     output:
-        report("figures/reproduced_vs_reported_{dataset}.png", category="Figures"),
+        report("figures/reproduced_vs_reported_{dataset}.png", category="Figures", caption="../report/figure.rst"),
     localrule: True
     conda:
         CONDA_ENV
@@ -80,7 +80,7 @@ rule paper_figure:
     input:
         unpack(figure_inputs),
     output:
-        report("figures/{figure}_{dataset}.png", category="Figures"),
+        report("figures/{figure}_{dataset}.png", category="Figures", caption="../report/figure.rst"),
     params:
         extra=figure_extra_args,
     localrule: True
