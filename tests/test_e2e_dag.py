@@ -21,6 +21,22 @@ def job_counts(proc) -> dict[str, int]:
     return counts
 
 
+def flickr_config(tiny_dag, name: str, backbone: str, with_precomp: bool) -> str:
+    """A config file giving Flickr30K paths (the synthetic files in the Karpathy layout) and an
+    empty weights file for ``backbone`` (dry runs check presence only); returns its name."""
+    data = tiny_dag / "results/synthetic/data"
+    weights = tiny_dag / f"{backbone}.pth"
+    weights.write_bytes(b"")
+    text = ("backbones:\n  %s: {arch: %s, weights: %s}\n"
+            "datasets:\n  flickr:\n    karpathy_json: %s\n    images_dir: %s\n"
+            % (backbone, backbone, weights, data / "dataset_synthetic.json", data / "images"))
+    if with_precomp:
+        text += ("    precomp_dir: %s\n    precomp: {n_regions: 36, feature_dim: 256}\n"
+                 % (tiny_dag / "results/synthetic/precomp"))
+    (tiny_dag / name).write_text(text)
+    return name
+
+
 def read_table(path):
     with open(path) as f:
         return list(csv.DictReader(f))
@@ -76,20 +92,11 @@ def test_dry_run_of_configured_flickr_plans_the_paper_runs(tiny_dag):
     """Flickr30K paths configured (here: the synthetic files in the Karpathy layout): the plan
     holds one feature job per split, 3 VSE++ rows x 3 seeds, and SGR + SAF x 3 seeds read from
     the precomputed regions, whose ensemble is the SGRAF row."""
-    data = tiny_dag / "results/synthetic/data"
-    weights = tiny_dag / "resnet152.pth"
-    weights.write_bytes(b"")  # a dry run checks presence only
-    base = ("backbones:\n  resnet152: {arch: resnet152, weights: %s}\n"
-            "datasets:\n  flickr:\n    karpathy_json: %s\n    images_dir: %s\n"
-            % (weights, data / "dataset_synthetic.json", data / "images"))
-    (tiny_dag / "flickr_images_only.yaml").write_text(base)
-    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "flickr_images_only.yaml", "-n",
-                     "tables/table1_flickr.csv", check=False)
+    images_only = flickr_config(tiny_dag, "flickr_images_only.yaml", "resnet152", with_precomp=False)
+    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", images_only, "-n", "tables/table1_flickr.csv", check=False)
     assert proc.returncode != 0 and "datasets.flickr.precomp_dir is not set" in proc.stdout + proc.stderr
-    (tiny_dag / "flickr.yaml").write_text(
-        base + "    precomp_dir: %s\n    precomp: {n_regions: 36, feature_dim: 256}\n"
-        % (tiny_dag / "results/synthetic/precomp"))
-    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "flickr.yaml", "-n", "tables/table1_flickr.csv")
+    flickr = flickr_config(tiny_dag, "flickr.yaml", "resnet152", with_precomp=True)
+    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", flickr, "-n", "tables/table1_flickr.csv")
     counts = job_counts(proc)
     assert counts["train"] == 15 and counts["evaluate"] == 15 and counts["features_flickr"] == 3
     assert counts["ensemble"] == 3 and counts["table"] == 1 and "generate_synthetic" not in counts
@@ -137,20 +144,12 @@ def test_metric_learning_table_figures_and_gradient_counts(tiny_dag):
 
 def test_dry_run_of_the_study_on_configured_flickr(tiny_dag):
     """2 models x 4 losses x 5 seeds; VSRN reads the precomputed regions, VSE++ ResNet-50 features."""
-    data = tiny_dag / "results/synthetic/data"
-    weights = tiny_dag / "resnet50.pth"
-    weights.write_bytes(b"")
-    base = ("backbones:\n  resnet50: {arch: resnet50, weights: %s}\n"
-            "datasets:\n  flickr:\n    karpathy_json: %s\n    images_dir: %s\n"
-            % (weights, data / "dataset_synthetic.json", data / "images"))
-    (tiny_dag / "flickr_noregions.yaml").write_text(base)
-    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "flickr_noregions.yaml", "-n",
+    no_regions = flickr_config(tiny_dag, "flickr_noregions.yaml", "resnet50", with_precomp=False)
+    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", no_regions, "-n",
                      "tables/metric_learning_flickr.csv", check=False)
     assert proc.returncode != 0 and "datasets.flickr.precomp_dir is not set" in proc.stdout + proc.stderr
-    (tiny_dag / "flickr_study.yaml").write_text(
-        base + "    precomp_dir: %s\n    precomp: {n_regions: 36, feature_dim: 256}\n"
-        % (tiny_dag / "results/synthetic/precomp"))
-    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "flickr_study.yaml", "-n",
+    study = flickr_config(tiny_dag, "flickr_study.yaml", "resnet50", with_precomp=True)
+    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", study, "-n",
                      "tables/metric_learning_flickr.csv", "figures/metric_learning_gradients_flickr.png")
     counts = job_counts(proc)
     assert counts["train"] == 40 and counts["evaluate"] == 40 and counts["aggregate_row"] == 8
