@@ -1,6 +1,7 @@
 """Reproducibility harness for image-text retrieval papers.
 
-Sub-packages: ``data`` (datasets, vocabulary, synthetic generator), ``features``
-(cached CNN features), ``models``, ``losses``, ``metrics``, ``training``,
-``report`` (tables and figures) and ``papers`` (declarative paper files).
+Layers, each importing only from itself and below: base helpers (``errors``, ``io``, ``config``,
+``registry``, ``runtime``, ``cli``) -> ``data`` -> ``features`` -> ``models`` -> ``losses`` and
+``metrics`` -> ``training`` and ``scoring`` -> ``report`` -> ``plan``, ``api`` and the commands
+(``train``, ``evaluate``, ``ensemble``). ``papers/`` holds the declarative paper files.
 """

@@ -1,14 +1,17 @@
-"""Shared entry-point behaviour: a HarnessError prints one clear line and exits 2."""
+"""What every ``python -m methods...`` entry point shares: its argument parser (``--dataset-config``
+for jobs of one dataset, ``--device``/``--threads`` for compute jobs), the threads Snakemake gave
+the job, and one clear line with exit code 2 for a ``HarnessError``."""
 from __future__ import annotations
 
 import argparse
 import sys
 from typing import Callable
 
+from methods.errors import HarnessError
+from methods.runtime import set_threads
+
 
 def run_cli(fn: Callable[[], None]) -> None:
-    from methods.errors import HarnessError
-
     try:
         fn()
     except HarnessError as exc:
@@ -16,11 +19,22 @@ def run_cli(fn: Callable[[], None]) -> None:
         sys.exit(2)
 
 
-def entry_parser(doc: str, compute: bool = False) -> argparse.ArgumentParser:
-    """Parser of a DAG entry point: ``--dataset-config``, and ``--device``/``--threads`` for compute jobs."""
+def run_command(doc: str, add_arguments: Callable[[argparse.ArgumentParser], None],
+                run: Callable[[argparse.Namespace], None], argv: list[str] | None = None, *,
+                dataset_config: bool = True, compute: bool = False) -> None:
+    """Parse ``argv`` (``doc``'s first line is the description), then ``run(args)``."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--dataset-config", required=True, help="results/<dataset>/dataset.json")
+    if dataset_config:
+        parser.add_argument("--dataset-config", required=True, help="results/<dataset>/dataset.json")
     if compute:
         parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
         parser.add_argument("--threads", type=int, default=1, help="the threads Snakemake gave the job")
-    return parser
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+
+    def _run() -> None:
+        if compute:
+            set_threads(args.threads)
+        run(args)
+
+    run_cli(_run)

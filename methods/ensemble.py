@@ -2,13 +2,13 @@
 report their ensemble rows), evaluated under the dataset's protocols like a single model."""
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
 import numpy as np
 
-from methods.cli import run_cli
+from methods.cli import run_command
+from methods.data.datasets import load_dataset_payload
 from methods.errors import HarnessError
 from methods.io import read_json, write_json
 from methods.metrics.protocols import evaluate_protocol, get_protocol
@@ -24,32 +24,30 @@ def average_similarities(paths: list[Path]) -> np.ndarray:
     return (total / len(paths)).astype(np.float32)
 
 
-def main(argv: list[str] | None = None) -> None:
-    from methods.workflow import load_dataset_payload
+def _ensemble(args) -> None:
+    t0 = time.time()
+    payload = load_dataset_payload(args.dataset_config)
+    runs = [Path(m) for m in args.members]
+    sims = average_similarities([r / f"sims_{args.split}.npy" for r in runs])
+    members = [read_json(r / f"eval_{args.split}.json") for r in runs]
+    results = [evaluate_protocol(sims, get_protocol(p)) for p in payload["dataset"]["protocols"]
+               if get_protocol(p).split == args.split]
+    write_json(args.out, {
+        "kind": "ensemble", "ensemble_size": len(runs), "dataset": payload["name"], "split": args.split,
+        "members": [{"run_dir": str(r), "config_hash": m["config_hash"], "seed": m["seed"]}
+                    for r, m in zip(runs, members)],
+        "seed": members[0]["seed"], "results": results, "provenance": members[0]["provenance"],
+        "wall_seconds": {"total": time.time() - t0}})
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset-config", required=True)
+
+def _arguments(parser) -> None:
     parser.add_argument("--split", required=True)
     parser.add_argument("--members", nargs="+", required=True, help="member run dirs (sims_<split>.npy, eval_<split>.json)")
     parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
 
-    def _run() -> None:
-        t0 = time.time()
-        payload = load_dataset_payload(args.dataset_config)
-        runs = [Path(m) for m in args.members]
-        sims = average_similarities([r / f"sims_{args.split}.npy" for r in runs])
-        members = [read_json(r / f"eval_{args.split}.json") for r in runs]
-        results = [evaluate_protocol(sims, get_protocol(p)) for p in payload["dataset"]["protocols"]
-                   if get_protocol(p).split == args.split]
-        write_json(args.out, {
-            "kind": "ensemble", "ensemble_size": len(runs), "dataset": payload["name"], "split": args.split,
-            "members": [{"run_dir": str(r), "config_hash": m["config_hash"], "seed": m["seed"]}
-                        for r, m in zip(runs, members)],
-            "seed": members[0]["seed"], "results": results, "provenance": members[0]["provenance"],
-            "wall_seconds": {"total": time.time() - t0}})
 
-    run_cli(_run)
+def main(argv: list[str] | None = None) -> None:
+    run_command(__doc__, _arguments, _ensemble, argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Device selection, threads, seeds and provenance (git commit, versions)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import random
@@ -57,3 +58,17 @@ def provenance(device: torch.device) -> dict:
         "threads": torch.get_num_threads(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
     }
+
+
+def autocast(device: torch.device, enabled: bool):
+    """fp16 autocast on CUDA when asked for; a no-op context on the CPU."""
+    if enabled and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.float16)
+    return contextlib.nullcontext()
+
+
+def to_device(value, device: torch.device):
+    """A tensor, a dict of them (a batch, multi-scale grids) or anything else, moved to ``device``."""
+    if isinstance(value, dict):
+        return {k: to_device(v, device) for k, v in value.items()}
+    return value.to(device, non_blocking=True) if torch.is_tensor(value) else value

@@ -14,7 +14,7 @@ from methods.data.text import Vocabulary, tokenize
 from methods.errors import HarnessError
 from methods.io import atomic_path, write_json
 from methods.training.loop import load_checkpoint
-from methods.workflow import Plan
+from methods.plan import Plan
 
 CONFIG = REPO_ROOT / "config" / "config.yaml"
 

@@ -6,7 +6,7 @@ import pytest
 
 from methods.config import REPO_ROOT, load_harness_config
 from methods.errors import HarnessError
-from methods.workflow import Plan
+from methods.plan import Plan
 
 CONFIG = REPO_ROOT / "config" / "config.yaml"
 

@@ -6,7 +6,8 @@ import torch
 from methods.ensemble import average_similarities
 from methods.report.aggregate import aggregate
 from methods.report.table import verdict
-from methods.training.data import CachedImageFeatures, PairCollator, make_train_dataset
+from methods.data.inputs import CachedImageFeatures
+from methods.training.data import PairCollator, make_train_dataset
 from methods.training.schedule import lr_at
 
 

@@ -37,7 +37,7 @@ def written_files(run_dir):
 
 def test_nan_loss_stops_with_stage_epoch_and_step(tiny_dag, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tiny_dag)
-    monkeypatch.setattr("methods.training.loop.build_loss",
+    monkeypatch.setattr("methods.losses.ranking.build_loss",
                         lambda loss_cfg, epoch: (lambda scores, positives: scores.sum() * float("nan")))
     args, run_dir = vsepp_frozen_args(tiny_dag, tmp_path)
     err = run_expecting_error(args, capsys)

@@ -139,7 +139,7 @@ def test_block_scores_equal_the_per_pair_reference(name):
     features, tokens, lengths = random_inputs()
     with torch.no_grad():
         img = model.encode_images({"features": features})
-        cap = model.encode_captions({"tokens": tokens, "lengths": lengths})
+        cap = model.encode_texts({"tokens": tokens, "lengths": lengths})
         fast = model.score_matrix(img, cap)
         model.block_elements = 1  # one caption per block: padding, sorting and scatter-back exercised
         tiny_blocks = model.score_matrix(img, cap)
@@ -155,10 +155,10 @@ def test_training_similarity_keeps_gradients_and_matches_eval_scoring():
     model = build(heads=["sgr", "saf"])
     features, tokens, lengths = random_inputs()
     img = model.encode_images({"features": features})
-    cap = model.encode_captions({"tokens": tokens, "lengths": lengths})
-    heads = model.training_similarities(img, cap)
+    cap = model.encode_texts({"tokens": tokens, "lengths": lengths})
+    heads = model.training_outputs(img, cap)["scores"]
     assert len(heads) == 2 and all(h.shape == (3, 6) for h in heads)
-    torch.testing.assert_close(model.similarity(img, cap), (heads[0] + heads[1]) / 2)
+    torch.testing.assert_close(model.score(img, cap), (heads[0] + heads[1]) / 2)
     (heads[0].sum() + heads[1].sum()).backward()
     assert model.heads["sgr"].steps[0].query.weight.grad.abs().sum() > 0
     assert model.heads["saf"].attention.weight.grad.abs().sum() > 0
@@ -184,7 +184,7 @@ def test_saf_weights_sum_to_one_over_the_caption_words():
     features, tokens, lengths = random_inputs()
     with torch.no_grad():
         img = model.encode_images({"features": features})
-        cap = model.encode_captions({"tokens": tokens, "lengths": lengths})
+        cap = model.encode_texts({"tokens": tokens, "lengths": lengths})
         beta = model.saf_weights(img, cap)
     assert beta.shape == (3, 6, 1 + int(lengths.max()))
     torch.testing.assert_close(beta.sum(-1), torch.ones(3, 6))
@@ -212,7 +212,7 @@ def test_ablation_switches_build_the_named_modules():
         for model, nodes in ((full, 1 + 9), (local_only, 9), (build(heads=["saf"], attention="i2t"), 1 + REGIONS),
                              (build(heads=["saf"], attention="i2t", nodes_global=False), REGIONS)):
             n, mask = model.pair_nodes(model.encode_images({"features": features}),
-                                       model.encode_captions({"tokens": tokens, "lengths": lengths}))
+                                       model.encode_texts({"tokens": tokens, "lengths": lengths}))
             assert n.shape[2] == nodes and mask.shape == (6, nodes)
     with pytest.raises(ValueError, match="only be averaged"):
         build(heads=["sgr"], similarity="scalar")

@@ -3,7 +3,7 @@ transcribed numbers agree wherever the paper prints the same result twice."""
 import pytest
 
 from methods.config import REPO_ROOT, load_harness_config
-from methods.workflow import Plan
+from methods.plan import Plan
 
 CONFIG = REPO_ROOT / "config" / "config.yaml"
 

@@ -9,7 +9,7 @@ uniform in 8-30 tokens, the paper's dimensions (1024-d embeddings, 256-d similar
 pair scored in length-sorted blocks (``SGRAF.score_matrix``); encoding both sides is timed
 apart. On CUDA it runs under fp16 autocast (the evaluation default, ``training.amp``) and in
 fp32. Prints seconds and pairs/s per module; reference point: the public code's per-caption
-loop needs ~120.8 s (SGR) and ~106.3 s (SAF) for 1K x 5K on an H100 (reference-implementations.md).
+loop needs ~120.8 s (SGR) and ~106.3 s (SAF) for 1K x 5K on an H100 (Paranioar/SGRAF, evaluation.py, run on the same machine).
 """
 from __future__ import annotations
 
@@ -19,10 +19,9 @@ import time
 
 import torch
 
-from methods.evaluation import autocast
 from methods.models.sgraf import SGRAF
 from methods.models.text import GRUTextEncoder
-from methods.runtime import resolve_device
+from methods.runtime import autocast, resolve_device
 
 
 def build(heads: list[str], vocab: int, device: torch.device) -> SGRAF:
@@ -50,15 +49,14 @@ def run(heads: list[str], n_images: int, n_captions: int, device: torch.device, 
     t0 = time.perf_counter()
     with autocast(device, amp):
         img = model.encode_images({"features": features.to(device)}).float()
-        cap = model.encode_captions({"tokens": tokens.to(device), "lengths": lengths}).float()
+        cap = model.encode_texts({"tokens": tokens.to(device), "lengths": lengths}).float()
     synchronize(device)
     encode = time.perf_counter() - t0
     times = []
     for _ in range(repeats):
         synchronize(device)
         t0 = time.perf_counter()
-        with autocast(device, amp):
-            scores = model.score_matrix(img, cap)
+        scores = model.score_matrix(img, cap, amp=amp)
         synchronize(device)
         times.append(time.perf_counter() - t0)
     assert scores.shape == (n_images, n_captions) and torch.isfinite(scores).all()

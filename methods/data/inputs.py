@@ -1,19 +1,139 @@
-"""Load what a model reads of one split, by the model's image input (``methods.models.IMAGE_INPUT``):
+"""Image inputs as named kinds (``IMAGE_INPUTS``): what a model reads for an image, which files
+the DAG must provide for it, and how one split of it is loaded (memory-mapped, never read whole).
 
-- ``pooled``: captions and file names from the Karpathy split, cached pooled CNN features from
-  ``<features_dir>/<split>_pooled.npy`` (a DAG output);
-- ``regions``: captions and region features from a precomputed BUTD directory
-  (``<features_dir>/<split>_ims.npy`` + ``_caps.txt``), whose captions are the ones aligned
-  with its feature rows.
+- ``pooled``: cached pooled CNN features ``<features_dir>/<split>_pooled.npy`` (N, C) of the
+  model's backbone (a DAG output); captions and file names from the Karpathy split (fine-tuning
+  stages run the CNN on the image files instead).
+- ``regions``: precomputed region features in the BUTD layout, ``<precomp_dir>/<split>_ims.npy``
+  (N, R, C) + ``_caps.txt``, whose captions are the ones aligned with the feature rows.
+- ``grid``: cached multi-scale ResNet maps ``<features_dir>/<split>_<scale>.npy`` (N, H, W, C),
+  one file per scale the model names in ``model.grid_scales`` (conv3 / conv4 / conv5).
+
+A kind also gives the shape a model is built with (``image_shape``): ``{"dim": C}``,
+``{"dim": C, "regions": R}`` or ``{"scales": {scale: [H, W, C]}}``.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from methods.data.datasets import dataset_paths, features_dir, payload_splits
+from methods.data.karpathy import CAPTIONS_PER_IMAGE
+from methods.data.precomp import LAYOUT as PRECOMP_LAYOUT
 from methods.data.precomp import check_npy_header, open_precomp
-from methods.training.data import CachedImageFeatures, SplitData
+from methods.errors import HarnessError
+from methods.registry import Registry
+
+
+class CachedImageFeatures:
+    """A memory-mapped feature array read by image index: row ``index * step`` (``step`` is 5 for
+    old precomputed files holding one row per caption). Pooled (N, C) or regions (N, R, C)."""
+
+    def __init__(self, array: np.ndarray, step: int = 1):
+        self.array, self.step = array, step
+
+    def __len__(self) -> int:
+        return self.array.shape[0] // self.step
+
+    @property
+    def dim(self) -> int:
+        return int(self.array.shape[-1])
+
+    @property
+    def regions(self) -> int | None:
+        """Regions per image of (N, R, C) region features; None for pooled (N, C) features."""
+        return int(self.array.shape[1]) if self.array.ndim == 3 else None
+
+    def image_shape(self) -> dict:
+        return {"dim": self.dim} if self.regions is None else {"dim": self.dim, "regions": self.regions}
+
+    def take(self, indices: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(self.array[np.asarray(indices) * self.step], dtype=np.float32))
+
+    def block(self, start: int, end: int) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(self.array[start * self.step:end * self.step:self.step], dtype=np.float32))
+
+
+class CachedGridFeatures:
+    """Several memory-mapped (N, H, W, C) maps of the same images, one per scale; a batch is a
+    dict scale -> float32 tensor."""
+
+    def __init__(self, arrays: dict[str, np.ndarray]):
+        sizes = {a.shape[0] for a in arrays.values()}
+        if len(sizes) != 1:
+            raise HarnessError(f"grid maps of one split have different image counts: "
+                               f"{ {k: a.shape[0] for k, a in arrays.items()} }")
+        self.arrays = arrays
+
+    def __len__(self) -> int:
+        return next(iter(self.arrays.values())).shape[0]
+
+    def image_shape(self) -> dict:
+        return {"scales": {k: [int(d) for d in a.shape[1:]] for k, a in self.arrays.items()}}
+
+    def take(self, indices: np.ndarray) -> dict[str, torch.Tensor]:
+        idx = np.asarray(indices)
+        return {k: torch.from_numpy(np.asarray(a[idx], dtype=np.float32)) for k, a in self.arrays.items()}
+
+    def block(self, start: int, end: int) -> dict[str, torch.Tensor]:
+        return {k: torch.from_numpy(np.asarray(a[start:end], dtype=np.float32)) for k, a in self.arrays.items()}
+
+
+@dataclass
+class SplitData:
+    """What training and evaluation read of one split: captions (5 per image, in image order),
+    cached image features, and image file names (for fine-tuning; None for precomputed regions)."""
+
+    name: str
+    captions: list[str]
+    features: CachedImageFeatures | CachedGridFeatures | None
+    filenames: list[str] | None
+
+    def __len__(self) -> int:
+        return len(self.captions) // CAPTIONS_PER_IMAGE
+
+
+class ImageInput:
+    """One kind of image input. ``model_cfg`` is the experiment's ``model`` block."""
+
+    name: str
+
+    def directory(self, cfg: dict, dataset: str, model_cfg: dict) -> str:
+        """Where the kind's files of this dataset live (harness config ``cfg``)."""
+        raise NotImplementedError
+
+    def files(self, directory: str, split: str, model_cfg: dict) -> list[str]:
+        """The files of one split: the DAG's inputs for jobs that read it."""
+        raise NotImplementedError
+
+    def check(self, cfg: dict, dataset: str, model_cfg: dict) -> None:
+        """DAG-build-time check that the dataset can provide this input for this model."""
+
+    def load(self, payload: dict, split: str, directory: str | Path, model_cfg: dict) -> SplitData:
+        raise NotImplementedError
+
+
+IMAGE_INPUTS: Registry[ImageInput] = Registry("image input")
+
+
+class PooledInput(ImageInput):
+    name = "pooled"
+
+    def directory(self, cfg: dict, dataset: str, model_cfg: dict) -> str:
+        return features_dir(cfg["results_dir"], dataset, model_cfg["backbone"])
+
+    def files(self, directory: str, split: str, model_cfg: dict) -> list[str]:
+        return [f"{directory}/{split}_pooled.npy"]
+
+    def load(self, payload: dict, split: str, directory: str | Path, model_cfg: dict) -> SplitData:
+        karpathy = payload_splits(payload, [split])[split]
+        path = Path(directory) / f"{split}_pooled.npy"
+        check_npy_header(path, (len(karpathy), None))
+        return SplitData(split, karpathy.captions, CachedImageFeatures(np.load(path, mmap_mode="r")),
+                         karpathy.filenames)
 
 
 def region_shape(dataset_cfg: dict) -> tuple[int, int | None]:
@@ -24,16 +144,69 @@ def region_shape(dataset_cfg: dict) -> tuple[int, int | None]:
     return dataset_cfg["features"]["region"]["n_regions"], None
 
 
-def load_split_data(payload: dict, split: str, source: str, features_dir: str | Path) -> SplitData:
-    from methods.workflow import payload_splits
+class RegionInput(ImageInput):
+    name = "regions"
 
-    features_dir = Path(features_dir)
-    if source == "regions":
+    def directory(self, cfg: dict, dataset: str, model_cfg: dict) -> str:
+        return str(dataset_paths(cfg, dataset)["precomp_dir"])
+
+    def files(self, directory: str, split: str, model_cfg: dict) -> list[str]:
+        return [f"{directory}/{split}_ims.npy", f"{directory}/{split}_caps.txt"]
+
+    def check(self, cfg: dict, dataset: str, model_cfg: dict) -> None:
+        ds = cfg["datasets"][dataset]
+        if ds["kind"] == "synthetic":
+            if "region" not in ds["features"]:
+                raise HarnessError(f"datasets.{dataset}.features.region is not set: region models need the "
+                                   f"synthetic RoIAlign regions configured there")
+            return
+        if dataset_paths(cfg, dataset)["precomp_dir"] is None:
+            raise HarnessError(f"datasets.{dataset}.precomp_dir is not set: region models (VSRN, SGRAF) read "
+                               f"precomputed BUTD features, expected layout {PRECOMP_LAYOUT}, one set per split "
+                               f"({', '.join(ds['splits'])})")
+        # its files are checked (shapes, caption counts) with the rest of the dataset, in check_dataset_inputs
+
+    def load(self, payload: dict, split: str, directory: str | Path, model_cfg: dict) -> SplitData:
         n_regions, dim = region_shape(payload["dataset"])
-        ims, captions, step = open_precomp(features_dir, split, n_regions, dim)
+        ims, captions, step = open_precomp(directory, split, n_regions, dim)
         return SplitData(split, captions, CachedImageFeatures(ims, step), None)
-    karpathy = payload_splits(payload, [split])[split]
-    path = features_dir / f"{split}_pooled.npy"
-    check_npy_header(path, (len(karpathy), None))
-    return SplitData(split, karpathy.captions, CachedImageFeatures(np.load(path, mmap_mode="r")),
-                     karpathy.filenames)
+
+
+def check_grid_scales(dataset_cfg: dict, dataset: str, model_cfg: dict) -> None:
+    """The model's scales must be among the maps the dataset's feature rule caches."""
+    cached = dataset_cfg["features"]["grid_layers"]
+    missing = [s for s in model_cfg["grid_scales"] if s not in cached]
+    if missing:
+        raise HarnessError(f"datasets.{dataset}.features.grid_layers {cached} does not cache {missing}, "
+                           f"which the model reads (model.grid_scales)")
+
+
+class GridInput(ImageInput):
+    name = "grid"
+
+    def directory(self, cfg: dict, dataset: str, model_cfg: dict) -> str:
+        return features_dir(cfg["results_dir"], dataset, model_cfg["backbone"])
+
+    def files(self, directory: str, split: str, model_cfg: dict) -> list[str]:
+        return [f"{directory}/{split}_{scale}.npy" for scale in model_cfg["grid_scales"]]
+
+    def check(self, cfg: dict, dataset: str, model_cfg: dict) -> None:
+        check_grid_scales(cfg["datasets"][dataset], dataset, model_cfg)
+
+    def load(self, payload: dict, split: str, directory: str | Path, model_cfg: dict) -> SplitData:
+        karpathy = payload_splits(payload, [split])[split]
+        check_grid_scales(payload["dataset"], payload["name"], model_cfg)
+        arrays = {}
+        for scale in model_cfg["grid_scales"]:
+            path = Path(directory) / f"{split}_{scale}.npy"
+            check_npy_header(path, (len(karpathy), None, None, None))
+            arrays[scale] = np.load(path, mmap_mode="r")
+        return SplitData(split, karpathy.captions, CachedGridFeatures(arrays), karpathy.filenames)
+
+
+for _kind in (PooledInput(), RegionInput(), GridInput()):
+    IMAGE_INPUTS.register(_kind.name, _kind)
+
+
+def image_input(name: str) -> ImageInput:
+    return IMAGE_INPUTS.get(name)

@@ -9,7 +9,6 @@ and a caption can fit several images (hard negatives exist).
 """
 from __future__ import annotations
 
-import argparse
 import math
 import random
 from dataclasses import dataclass
@@ -17,6 +16,8 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
+from methods.cli import run_command
+from methods.data.datasets import load_dataset_payload
 from methods.data.text import tokenize
 from methods.io import atomic_path, write_json
 
@@ -213,20 +214,13 @@ def generate(out_dir: str | Path, seed: int, image_size: int, max_objects: int, 
                {"dataset": "synthetic", "label_names": LABELS, "seed": seed, "images": entries})
 
 
+def _generate(args) -> None:
+    cfg = load_dataset_payload(args.dataset_config)["dataset"]["generator"]
+    generate(args.out, cfg["seed"], cfg["image_size"], cfg["max_objects"], cfg["splits"])
+
+
 def main(argv: list[str] | None = None) -> None:
-    from methods.cli import run_cli
-    from methods.workflow import load_dataset_payload
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset-config", required=True, help="results/<dataset>/dataset.json")
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
-
-    def _run() -> None:
-        cfg = load_dataset_payload(args.dataset_config)["dataset"]["generator"]
-        generate(args.out, cfg["seed"], cfg["image_size"], cfg["max_objects"], cfg["splits"])
-
-    run_cli(_run)
+    run_command(__doc__, lambda p: p.add_argument("--out", required=True), _generate, argv)
 
 
 if __name__ == "__main__":

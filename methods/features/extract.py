@@ -13,10 +13,12 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from methods.cli import run_command
+from methods.data.datasets import load_dataset_payload, payload_splits
 from methods.features.backbone import ResNetBackbone, eval_transform, layer_channels
 from methods.features.images import ImageFiles
 from methods.io import open_npy_for_writing
-from methods.runtime import resolve_device, set_threads
+from methods.runtime import resolve_device
 
 
 @torch.no_grad()
@@ -48,31 +50,28 @@ def extract_split(backbone: ResNetBackbone, images: ImageFiles, out_dir: Path, s
     return {"images": n, "seconds": time.perf_counter() - start}
 
 
-def main(argv: list[str] | None = None) -> None:
-    from methods.cli import entry_parser, run_cli
-    from methods.workflow import load_dataset_payload, payload_splits
+def _extract(args) -> None:
+    payload = load_dataset_payload(args.dataset_config)
+    ds, paths = payload["dataset"], payload["paths"]
+    split = payload_splits(payload, [args.split])[args.split]
+    bb_cfg = payload["backbones"][args.backbone]
+    backbone = ResNetBackbone(bb_cfg["arch"], bb_cfg["weights"])
+    feats = ds["features"]
+    images = ImageFiles(paths["images_dir"], split.filenames, eval_transform(feats["resize"], feats["crop"]))
+    device = resolve_device(args.device)
+    stats = extract_split(backbone, images, Path(args.out_dir), args.split, feats["grid_layers"],
+                          feats["dtype"], feats["batch_size"], device)
+    print(f"extracted {stats['images']} images in {stats['seconds']:.1f}s on {device}")
 
-    parser = entry_parser(__doc__, compute=True)
+
+def _arguments(parser) -> None:
     parser.add_argument("--backbone", required=True)
     parser.add_argument("--split", required=True)
     parser.add_argument("--out-dir", required=True)
-    args = parser.parse_args(argv)
 
-    def _run() -> None:
-        set_threads(args.threads)
-        payload = load_dataset_payload(args.dataset_config)
-        ds, paths = payload["dataset"], payload["paths"]
-        split = payload_splits(payload, [args.split])[args.split]
-        bb_cfg = payload["backbones"][args.backbone]
-        backbone = ResNetBackbone(bb_cfg["arch"], bb_cfg["weights"])
-        feats = ds["features"]
-        images = ImageFiles(paths["images_dir"], split.filenames, eval_transform(feats["resize"], feats["crop"]))
-        device = resolve_device(args.device)
-        stats = extract_split(backbone, images, Path(args.out_dir), args.split, feats["grid_layers"],
-                              feats["dtype"], feats["batch_size"], device)
-        print(f"extracted {stats['images']} images in {stats['seconds']:.1f}s on {device}")
 
-    run_cli(_run)
+def main(argv: list[str] | None = None) -> None:
+    run_command(__doc__, _arguments, _extract, argv, compute=True)
 
 
 if __name__ == "__main__":

@@ -16,12 +16,13 @@ from torch.utils.data import DataLoader
 from torchvision import transforms
 from tqdm import tqdm
 
-from methods.cli import entry_parser, run_cli
+from methods.cli import run_command
+from methods.data.datasets import load_dataset_payload, payload_splits
 from methods.errors import HarnessError
 from methods.features.backbone import eval_transform
 from methods.features.images import ImageFiles
 from methods.io import torch_save
-from methods.runtime import resolve_device, seed_everything, set_threads
+from methods.runtime import resolve_device, seed_everything
 
 
 class _Labelled(torch.utils.data.Dataset):
@@ -65,32 +66,30 @@ def pretrain(arch: str, images: ImageFiles, labels: list[list[int]], epochs: int
     return state
 
 
-def main(argv: list[str] | None = None) -> None:
-    from methods.workflow import load_dataset_payload, payload_splits
+def _pretrain(args) -> None:
+    payload = load_dataset_payload(args.dataset_config)
+    ds, paths = payload["dataset"], payload["paths"]
+    bb = payload["backbones"][args.backbone]
+    cfg = bb["pretrain"]
+    train = payload_splits(payload, ["train"])["train"]
+    if train.labels is None:
+        raise HarnessError(f"{paths['karpathy_json']}: pre-training needs per-image 'labels'")
+    # Flips only: random resized crops of tiny images cut objects out and make the labels wrong.
+    feats = ds["features"]
+    transform = transforms.Compose([transforms.RandomHorizontalFlip(), eval_transform(feats["resize"], feats["crop"])])
+    images = ImageFiles(paths["images_dir"], train.filenames, transform)
+    state = pretrain(bb["arch"], images, train.labels, cfg["epochs"], cfg["lr"], cfg["batch_size"], cfg["seed"],
+                     resolve_device(args.device))
+    torch_save(args.out, state)
 
-    parser = entry_parser(__doc__, compute=True)
+
+def _arguments(parser) -> None:
     parser.add_argument("--backbone", required=True)
     parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
 
-    def _run() -> None:
-        set_threads(args.threads)
-        payload = load_dataset_payload(args.dataset_config)
-        ds, paths = payload["dataset"], payload["paths"]
-        bb = payload["backbones"][args.backbone]
-        cfg = bb["pretrain"]
-        train = payload_splits(payload, ["train"])["train"]
-        if train.labels is None:
-            raise HarnessError(f"{paths['karpathy_json']}: pre-training needs per-image 'labels'")
-        # Flips only: random resized crops of tiny images cut objects out and make the labels wrong.
-        feats = ds["features"]
-        transform = transforms.Compose([transforms.RandomHorizontalFlip(), eval_transform(feats["resize"], feats["crop"])])
-        images = ImageFiles(paths["images_dir"], train.filenames, transform)
-        state = pretrain(bb["arch"], images, train.labels, cfg["epochs"], cfg["lr"], cfg["batch_size"], cfg["seed"],
-                         resolve_device(args.device))
-        torch_save(args.out, state)
 
-    run_cli(_run)
+def main(argv: list[str] | None = None) -> None:
+    run_command(__doc__, _arguments, _pretrain, argv, compute=True)
 
 
 if __name__ == "__main__":

@@ -6,13 +6,15 @@ Writes ``{split}_ims.npy`` (N, n_regions, C), ``{split}_caps.txt``, ``{split}_id
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 import torch
 from torchvision.ops import roi_align
 
+from methods.cli import run_command
+from methods.data.datasets import load_dataset_payload
+from methods.data.karpathy import build_split, load_karpathy
 from methods.io import open_npy_for_writing, save_npy, write_text
 
 
@@ -43,43 +45,39 @@ def region_features(grid: np.ndarray, boxes_crop: np.ndarray, crop: int, output_
     return pooled.mean(dim=(2, 3)).reshape(n, rois.shape[1], -1).numpy()
 
 
-def main(argv: list[str] | None = None) -> None:
-    from methods.cli import run_cli
-    from methods.data.karpathy import build_split, load_karpathy
-    from methods.workflow import load_dataset_payload
+def _region_features(args) -> None:
+    payload = load_dataset_payload(args.dataset_config)
+    ds = payload["dataset"]
+    feats, region = ds["features"], ds["features"]["region"]
+    images = load_karpathy(payload["paths"]["karpathy_json"])
+    split = build_split(images, args.split, ds["splits"][args.split], payload["name"])
+    by_file = {e["filename"]: e for e in images}
+    grid = np.load(args.grid, mmap_mode="r")
+    side = ds["generator"]["image_size"]
+    out = Path(args.out_dir)
+    all_boxes = np.stack([
+        proposal_boxes(by_file[f]["boxes"], side, region["n_regions"],
+                       np.random.default_rng([region["seed"], split.image_ids[i]]))
+        for i, f in enumerate(split.filenames)])
+    n = len(split)
+    with open_npy_for_writing(out / f"{args.split}_ims.npy", (n, region["n_regions"], grid.shape[-1]), "float32") as ims:
+        for start in range(0, n, 256):
+            end = min(n, start + 256)
+            crop_boxes = to_crop_coordinates(all_boxes[start:end], side, feats["resize"], feats["crop"])
+            ims[start:end] = region_features(grid[start:end], crop_boxes, feats["crop"], region["output_size"])
+    save_npy(out / f"{args.split}_boxes.npy", all_boxes)
+    write_text(out / f"{args.split}_caps.txt", "".join(c + "\n" for c in split.captions))
+    write_text(out / f"{args.split}_ids.txt", "".join(f"{i}\n" for i in split.image_ids))
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset-config", required=True, help="results/<dataset>/dataset.json")
+
+def _arguments(parser) -> None:
     parser.add_argument("--split", required=True)
     parser.add_argument("--grid", required=True, help="cached grid map (N, H, W, C)")
     parser.add_argument("--out-dir", required=True)
-    args = parser.parse_args(argv)
 
-    def _run() -> None:
-        payload = load_dataset_payload(args.dataset_config)
-        ds = payload["dataset"]
-        feats, region = ds["features"], ds["features"]["region"]
-        images = load_karpathy(payload["paths"]["karpathy_json"])
-        split = build_split(images, args.split, ds["splits"][args.split], payload["name"])
-        by_file = {e["filename"]: e for e in images}
-        grid = np.load(args.grid, mmap_mode="r")
-        side = ds["generator"]["image_size"]
-        out = Path(args.out_dir)
-        all_boxes = np.stack([
-            proposal_boxes(by_file[f]["boxes"], side, region["n_regions"],
-                           np.random.default_rng([region["seed"], split.image_ids[i]]))
-            for i, f in enumerate(split.filenames)])
-        n = len(split)
-        with open_npy_for_writing(out / f"{args.split}_ims.npy", (n, region["n_regions"], grid.shape[-1]), "float32") as ims:
-            for start in range(0, n, 256):
-                end = min(n, start + 256)
-                crop_boxes = to_crop_coordinates(all_boxes[start:end], side, feats["resize"], feats["crop"])
-                ims[start:end] = region_features(grid[start:end], crop_boxes, feats["crop"], region["output_size"])
-        save_npy(out / f"{args.split}_boxes.npy", all_boxes)
-        write_text(out / f"{args.split}_caps.txt", "".join(c + "\n" for c in split.captions))
-        write_text(out / f"{args.split}_ids.txt", "".join(f"{i}\n" for i in split.image_ids))
 
-    run_cli(_run)
+def main(argv: list[str] | None = None) -> None:
+    run_command(__doc__, _arguments, _region_features, argv)
 
 
 if __name__ == "__main__":

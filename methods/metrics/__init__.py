@@ -1,1 +1,6 @@
-"""Retrieval metrics on the image x caption score matrix, and the named evaluation protocols."""
+"""Metrics on a score matrix with a relevance description, registered by name
+(``methods.metrics.registry.METRICS``), and the named evaluation protocols.
+
+Importing the package registers every metric module's entries.
+"""
+from methods.metrics import label_ranking, retrieval  # noqa: F401  (registration)

@@ -1,4 +1,5 @@
-"""Named evaluation protocols; the name is written into every result row."""
+"""Named evaluation protocols: the split, the folds, the relevance and the metrics reported.
+The protocol name is written into every result row."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -6,9 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from methods.data.karpathy import CAPTIONS_PER_IMAGE
 from methods.errors import HarnessError
-from methods.metrics.retrieval import METRIC_NAMES, retrieval_metrics
+from methods.metrics.registry import METRICS, evaluate
+from methods.metrics.relevance import CaptionsOfImage
+from methods.metrics.retrieval import RETRIEVAL_METRICS
+from methods.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -18,38 +21,46 @@ class Protocol:
     n_folds: int
     n_images: int | None  # asserted on the split when set
     description: str
+    relevance: str = "captions_of_image"
+    metrics: tuple[str, ...] = RETRIEVAL_METRICS
+
+    def __post_init__(self) -> None:
+        for m in self.metrics:
+            if METRICS.get(m).relevance != self.relevance:
+                raise ValueError(f"protocol {self.name}: metric {m} is not defined for {self.relevance} relevance")
 
 
-PROTOCOLS = {
-    p.name: p for p in (
-        Protocol("f30k_1k", "test", 1, 1000, "Flickr30K Karpathy test, 1,000 images / 5,000 captions"),
-        Protocol("coco_1k_5fold", "testall", 5, 5000,
-                 "COCO 5K testall in 5 consecutive folds of 1,000 images; every metric averaged over folds"),
-        Protocol("coco_5k", "testall", 1, 5000, "COCO Karpathy test, all 5,000 images / 25,000 captions"),
-        Protocol("synthetic_test", "test", 1, None, "synthetic test split, all images at once"),
-    )
-}
+PROTOCOLS: Registry[Protocol] = Registry("protocol")
+for _p in (
+    Protocol("f30k_1k", "test", 1, 1000, "Flickr30K Karpathy test, 1,000 images / 5,000 captions"),
+    Protocol("coco_1k_5fold", "testall", 5, 5000,
+             "COCO 5K testall in 5 consecutive folds of 1,000 images; every metric averaged over folds"),
+    Protocol("coco_5k", "testall", 1, 5000, "COCO Karpathy test, all 5,000 images / 25,000 captions"),
+    Protocol("synthetic_test", "test", 1, None, "synthetic test split, all images at once"),
+):
+    PROTOCOLS.register(_p.name, _p)
 
 
 def get_protocol(name: str) -> Protocol:
-    if name not in PROTOCOLS:
-        raise HarnessError(f"unknown protocol '{name}'; known: {', '.join(sorted(PROTOCOLS))}")
-    return PROTOCOLS[name]
+    return PROTOCOLS.get(name)
 
 
-def evaluate_protocol(scores: torch.Tensor | np.ndarray, protocol: Protocol) -> dict:
-    """Metrics of ``scores`` (N, 5N) under ``protocol``; folds are consecutive image blocks."""
+def evaluate_protocol(scores: torch.Tensor | np.ndarray, protocol: Protocol, relevance=None) -> dict:
+    """Metrics of ``scores`` under ``protocol``; folds are consecutive image (and text) blocks.
+    ``relevance`` defaults to captions_of_image with 5 captions per image."""
     scores = torch.as_tensor(scores)
-    n = scores.shape[0]
+    relevance = relevance if relevance is not None else CaptionsOfImage()
+    if relevance.kind != protocol.relevance:
+        raise HarnessError(f"protocol {protocol.name} needs {protocol.relevance} relevance, got {relevance.kind}")
+    relevance.check(scores)
+    n = relevance.n_images(scores)
     if protocol.n_images is not None and n != protocol.n_images:
         raise HarnessError(f"protocol {protocol.name} expects {protocol.n_images} images in split "
                            f"'{protocol.split}', the score matrix has {n}")
     if n % protocol.n_folds:
         raise HarnessError(f"protocol {protocol.name}: {n} images do not split into {protocol.n_folds} folds")
-    size = n // protocol.n_folds
-    folds = [retrieval_metrics(scores[f * size:(f + 1) * size,
-                                      f * size * CAPTIONS_PER_IMAGE:(f + 1) * size * CAPTIONS_PER_IMAGE])
+    folds = [evaluate(*relevance.fold(scores, f, protocol.n_folds), protocol.metrics)
              for f in range(protocol.n_folds)]
-    mean = {k: float(np.mean([m[k] for m in folds])) for k in METRIC_NAMES}
+    mean = {k: float(np.mean([m[k] for m in folds])) for k in protocol.metrics}
     return {"protocol": protocol.name, "split": protocol.split, "n_images": n, "n_folds": protocol.n_folds,
             "metrics": mean, "folds": folds if protocol.n_folds > 1 else None}

@@ -1,6 +1,5 @@
-"""R@K, median and mean rank for image->text and text->image retrieval.
-
-Layout: ``scores`` is (N_images, 5 * N_images); caption k belongs to image k // 5.
+"""R@K, median and mean rank for image->text and text->image retrieval with
+``captions_of_image`` relevance (caption k belongs to image k // c, c = 5 in the Karpathy files).
 
 Tie rule (fixed, independent of sort algorithm): a negative whose score equals the best
 ground-truth score is ranked *above* it, i.e. ties count against the model. A model that
@@ -18,31 +17,26 @@ import math
 import numpy as np
 import torch
 
-from methods.data.karpathy import CAPTIONS_PER_IMAGE
-from methods.errors import HarnessError
+from methods.metrics.registry import EvaluationContext, evaluate, register_metric
+from methods.metrics.relevance import CaptionsOfImage
 
 RECALL_KS = (1, 5, 10)
-METRIC_NAMES = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum",
-                "i2t_medr", "i2t_meanr", "t2i_medr", "t2i_meanr")
+DIRECTIONS = ("i2t", "t2i")
+RECALLS = tuple(f"{d}_r{k}" for d in DIRECTIONS for k in RECALL_KS)
+# What the Karpathy protocols report, in table order.
+RETRIEVAL_METRICS = (*RECALLS, "rsum", "i2t_medr", "i2t_meanr", "t2i_medr", "t2i_meanr")
 
 
-def _check_layout(scores: torch.Tensor) -> None:
-    if scores.ndim != 2 or scores.shape[1] != CAPTIONS_PER_IMAGE * scores.shape[0]:
-        raise HarnessError(f"score matrix has shape {tuple(scores.shape)}; expected (N, {CAPTIONS_PER_IMAGE}N) "
-                           f"with caption k belonging to image k // {CAPTIONS_PER_IMAGE}")
-    if not torch.isfinite(scores).all():
-        raise HarnessError("score matrix contains NaN or inf")
-
-
-def i2t_ranks(scores: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+def i2t_ranks(scores: torch.Tensor, chunk: int = 1024, captions_per_image: int = 5) -> torch.Tensor:
     """0-based rank of the best ground-truth caption of each image, ties against the model."""
-    _check_layout(scores)
+    c = captions_per_image
+    CaptionsOfImage(c).check(scores)
     n = scores.shape[0]
     ranks = torch.empty(n, dtype=torch.long, device=scores.device)
     for start in range(0, n, chunk):
-        block = scores[start:start + chunk]  # (b, 5N)
+        block = scores[start:start + chunk]  # (b, cN)
         rows = torch.arange(start, start + block.shape[0], device=scores.device)
-        gt_cols = rows[:, None] * CAPTIONS_PER_IMAGE + torch.arange(CAPTIONS_PER_IMAGE, device=scores.device)
+        gt_cols = rows[:, None] * c + torch.arange(c, device=scores.device)
         best = block.gather(1, gt_cols).max(dim=1, keepdim=True).values
         is_gt = torch.zeros_like(block, dtype=torch.bool).scatter_(1, gt_cols, True)
         above = (block > best).sum(dim=1)
@@ -51,30 +45,56 @@ def i2t_ranks(scores: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
     return ranks
 
 
-def t2i_ranks(scores: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
+def t2i_ranks(scores: torch.Tensor, chunk: int = 4096, captions_per_image: int = 5) -> torch.Tensor:
     """0-based rank of the ground-truth image of each caption, ties against the model."""
-    _check_layout(scores)
+    CaptionsOfImage(captions_per_image).check(scores)
     n_cap = scores.shape[1]
     ranks = torch.empty(n_cap, dtype=torch.long, device=scores.device)
     for start in range(0, n_cap, chunk):
         block = scores[:, start:start + chunk]  # (N, c)
         cols = torch.arange(start, start + block.shape[1], device=scores.device)
-        gt = block.gather(0, (cols // CAPTIONS_PER_IMAGE)[None, :])  # (1, c)
+        gt = block.gather(0, (cols // captions_per_image)[None, :])  # (1, c)
         ranks[start:start + block.shape[1]] = (block > gt).sum(dim=0) + (block == gt).sum(dim=0) - 1
     return ranks
 
 
-def summarize_ranks(ranks: np.ndarray, prefix: str) -> dict[str, float]:
-    out = {f"{prefix}_r{k}": 100.0 * float(np.mean(ranks < k)) for k in RECALL_KS}
-    out[f"{prefix}_medr"] = float(math.floor(np.median(ranks)) + 1)
-    out[f"{prefix}_meanr"] = float(np.mean(ranks) + 1)
-    return out
+def ranks(context: EvaluationContext, direction: str) -> np.ndarray:
+    c = context.relevance.captions_per_image
+    fn = i2t_ranks if direction == "i2t" else t2i_ranks
+    return context.cached(f"{direction}_ranks",
+                          lambda: fn(context.scores, captions_per_image=c).cpu().numpy())
 
 
-def retrieval_metrics(scores: torch.Tensor | np.ndarray) -> dict[str, float]:
-    """All metrics of one score matrix (one fold)."""
-    scores = torch.as_tensor(scores)
-    metrics = summarize_ranks(i2t_ranks(scores).cpu().numpy(), "i2t")
-    metrics.update(summarize_ranks(t2i_ranks(scores).cpu().numpy(), "t2i"))
-    metrics["rsum"] = sum(metrics[f"{d}_r{k}"] for d in ("i2t", "t2i") for k in RECALL_KS)
-    return {k: metrics[k] for k in METRIC_NAMES}
+def _recall(direction: str, k: int):
+    return lambda context: 100.0 * float(np.mean(ranks(context, direction) < k))
+
+
+def _median_rank(direction: str):
+    return lambda context: float(math.floor(np.median(ranks(context, direction))) + 1)
+
+
+def _mean_rank(direction: str):
+    return lambda context: float(np.mean(ranks(context, direction)) + 1)
+
+
+ARROW = {"i2t": "i→t", "t2i": "t→i"}
+for _d in DIRECTIONS:
+    for _k in RECALL_KS:
+        register_metric(f"{_d}_r{_k}", _recall(_d, _k), relevance="captions_of_image", direction="higher",
+                        label=f"{ARROW[_d]} R@{_k}", tolerance="recall", scale="percent")
+register_metric("rsum", None, components=RECALLS, relevance="captions_of_image", direction="higher",
+                label="RSUM", tolerance="rsum", scale="percent_sum")
+for _d in DIRECTIONS:
+    register_metric(f"{_d}_medr", _median_rank(_d), relevance="captions_of_image", direction="lower",
+                    label=f"{ARROW[_d]} medr", tolerance="rank", scale="rank")
+    register_metric(f"{_d}_meanr", _mean_rank(_d), relevance="captions_of_image", direction="lower",
+                    label=f"{ARROW[_d]} meanr", tolerance=None, scale="rank", in_table=False)
+# VSRN's train.py keeps the epoch with the best R@1 + R@5 both ways (R@10 left out).
+register_metric("r1_r5_sum", None, components=tuple(f"{d}_r{k}" for d in DIRECTIONS for k in (1, 5)),
+                relevance="captions_of_image", direction="higher", label="R@1+R@5 sum", tolerance=None,
+                scale="percent_sum", in_table=False)
+
+
+def retrieval_metrics(scores: torch.Tensor | np.ndarray, captions_per_image: int = 5) -> dict[str, float]:
+    """The Karpathy protocols' metrics of one score matrix (one fold)."""
+    return evaluate(scores, CaptionsOfImage(captions_per_image), RETRIEVAL_METRICS)

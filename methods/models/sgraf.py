@@ -31,8 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.models.cross_attention import (RegionFeatures, WordFeatures,
-                                            score_in_blocks, text_to_visual_attention, visual_to_text_attention)
+from methods.models.base import MODELS, BuildContext, CrossAttentionModel
+from methods.models.cross_attention import (RegionFeatures, WordFeatures, text_to_visual_attention,
+                                            visual_to_text_attention)
 from methods.models.layers import l2norm, xavier_linear
 from methods.models.text import GRUTextEncoder
 
@@ -185,7 +186,10 @@ class AverageAggregation(nn.Module):
         return masked_mean(sigmoid_score(self.score, nodes), mask)
 
 
-class SGRAF(nn.Module):
+@MODELS.register("sgraf")
+class SGRAF(CrossAttentionModel):
+    image_input = "regions"
+
     def __init__(self, region_dim: int, n_regions: int, embed_dim: int, sim_dim: int, text: GRUTextEncoder,
                  heads: list[str], nodes_global: bool = True, nodes_local: bool = True, sgr_steps: int = 3,
                  attention: str = "t2i", smooth: float = 9.0, similarity: str = "vector",
@@ -217,29 +221,20 @@ class SGRAF(nn.Module):
                    "avg": lambda: AverageAggregation(self.sim_dim)}
         self.heads = nn.ModuleDict({h: modules[h]() for h in heads})
         self.embed_dim = embed_dim
-        self.block_elements: int | None = None  # None: by device (cross_attention.BLOCK_ELEMENTS)
-        self.finetune = False
 
     @classmethod
-    def from_config(cls, cfg: dict, vocab_size: int, image_dim: int, n_regions: int, word_vectors=None) -> "SGRAF":
-        text = GRUTextEncoder.from_config(cfg["text"], vocab_size, word_vectors)
-        return cls(image_dim, n_regions, cfg["embed_dim"], cfg["sim_dim"], text, cfg["heads"],
+    def from_config(cls, cfg: dict, ctx: BuildContext) -> "SGRAF":
+        text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
+        return cls(ctx.image("dim", "sgraf"), ctx.image("regions", "sgraf"), cfg["embed_dim"], cfg["sim_dim"], text, cfg["heads"],
                    cfg["nodes"]["global"], cfg["nodes"]["local"], cfg["sgr_steps"], cfg["attention"]["direction"],
                    cfg["attention"]["smooth"], cfg["similarity"], cfg["sa_dropout"])
-
-    def set_finetune(self, finetune: bool) -> None:
-        if finetune:
-            raise ValueError("SGRAF reads precomputed region features; it has no backbone to fine-tune")
-
-    def trainable_parameters(self) -> list[nn.Parameter]:
-        return [p for p in self.parameters() if p.requires_grad]
 
     # -- encoders: each side once ----------------------------------------------------------------
     def encode_images(self, batch: dict) -> RegionFeatures:
         regions = l2norm(self.fc(batch["features"].float()))
         return RegionFeatures(regions, self.visual_sa(regions))
 
-    def encode_captions(self, batch: dict) -> WordFeatures:
+    def encode_texts(self, batch: dict) -> WordFeatures:
         lengths = batch["lengths"].to(batch["tokens"].device)
         words = self.text.words(batch["tokens"], lengths)
         mask = torch.arange(words.shape[1], device=words.device)[None, :] < lengths[:, None]
@@ -277,16 +272,14 @@ class SGRAF(nn.Module):
         nodes, mask = self.pair_nodes(img, cap)
         return [self.heads[h](nodes, mask[None]) for h in self.head_names]
 
-    def pair_scores(self, img: RegionFeatures, cap: WordFeatures) -> torch.Tensor:
+    def score(self, img: RegionFeatures, cap: WordFeatures) -> torch.Tensor:
+        """(I, C) scores of a block: the head's, or the mean of the heads' (joint training)."""
         scores = self.head_scores(img, cap)
         return scores[0] if len(scores) == 1 else torch.stack(scores).mean(0)
 
-    def training_similarities(self, img: RegionFeatures, cap: WordFeatures) -> list[torch.Tensor]:
+    def training_outputs(self, img: RegionFeatures, cap: WordFeatures) -> dict:
         """Per-head scores of a training batch (joint training sums the heads' losses)."""
-        return self.head_scores(img, cap)
-
-    def similarity(self, img: RegionFeatures, cap: WordFeatures) -> torch.Tensor:
-        return self.pair_scores(img, cap)
+        return {"scores": self.head_scores(img, cap)}
 
     def pair_elements(self, length: int) -> int:
         """Elements of the per-pair intermediates for a caption of this length: the attention
@@ -295,10 +288,6 @@ class SGRAF(nn.Module):
         attended = length if self.attention == "t2i" else regions
         nodes = 1 + attended
         return regions * length + attended * self.embed_dim + 2 * nodes * (self.sim_dim or 1) + nodes * nodes
-
-    def score_matrix(self, img: RegionFeatures, cap: WordFeatures) -> torch.Tensor:
-        """(N_img, N_cap) float32 scores on the CPU, in length-sorted blocks of pairs."""
-        return score_in_blocks(self.pair_scores, img, cap, self.pair_elements, self.block_elements)
 
     @torch.no_grad()
     def saf_weights(self, img: RegionFeatures, cap: WordFeatures) -> torch.Tensor:

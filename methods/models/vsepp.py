@@ -6,14 +6,17 @@ the fine-tune stage runs the CNN on images. Both feed the same ``project_pooled`
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from methods.features.backbone import ResNetBackbone
+from methods.models.base import MODELS, BuildContext, EmbeddingModel
 from methods.models.layers import l2norm, xavier_linear
 from methods.models.text import GRUTextEncoder
 
 
-class VSEPP(nn.Module):
+@MODELS.register("vsepp")
+class VSEPP(EmbeddingModel):
+    image_input = "pooled"
+
     def __init__(self, backbone: ResNetBackbone, embed_dim: int, text: GRUTextEncoder,
                  pre_fc_l2norm: bool = True, backbone_bn: str = "frozen"):
         super().__init__()
@@ -25,9 +28,9 @@ class VSEPP(nn.Module):
         self.finetune = False
 
     @classmethod
-    def from_config(cls, cfg: dict, vocab_size: int, backbones: dict, word_vectors=None) -> "VSEPP":
-        bb = backbones[cfg["backbone"]]
-        text = GRUTextEncoder.from_config(cfg["text"], vocab_size, word_vectors)
+    def from_config(cls, cfg: dict, ctx: BuildContext) -> "VSEPP":
+        bb = ctx.backbones[cfg["backbone"]]
+        text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
         return cls(ResNetBackbone(bb["arch"], bb["weights"]), cfg["embed_dim"], text,
                    cfg["pre_fc_l2norm"], cfg["backbone_bn"])
 
@@ -44,9 +47,6 @@ class VSEPP(nn.Module):
             self.backbone.eval()
         return self
 
-    def trainable_parameters(self) -> list[nn.Parameter]:
-        return [p for p in self.parameters() if p.requires_grad]
-
     def project_pooled(self, pooled: torch.Tensor) -> torch.Tensor:
         x = l2norm(pooled) if self.pre_fc_l2norm else pooled
         return l2norm(self.fc(x))
@@ -55,9 +55,5 @@ class VSEPP(nn.Module):
         pooled = self.backbone.pooled(batch["images"]) if "images" in batch else batch["features"]
         return self.project_pooled(pooled.float())
 
-    def encode_captions(self, batch: dict) -> torch.Tensor:
+    def encode_texts(self, batch: dict) -> torch.Tensor:
         return self.text(batch["tokens"], batch["lengths"])
-
-    @staticmethod
-    def similarity(img_emb: torch.Tensor, cap_emb: torch.Tensor) -> torch.Tensor:
-        return img_emb @ cap_emb.t()

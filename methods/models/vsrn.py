@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from methods.models.base import MODELS, BuildContext, EmbeddingModel
 from methods.models.layers import l2norm, xavier_linear
 from methods.models.text import GRUTextEncoder
 
@@ -41,7 +42,10 @@ class ResidualGCN(nn.Module):
         return v + self.bn(self.w(y).transpose(1, 2)).transpose(1, 2)
 
 
-class VSRN(nn.Module):
+@MODELS.register("vsrn")
+class VSRN(EmbeddingModel):
+    image_input = "regions"
+
     def __init__(self, region_dim: int, embed_dim: int, text: GRUTextEncoder, gcn_blocks: int = 4,
                  region_l2norm: str = "feature", l2norm_after_fc: bool = True, final_bn: bool = True):
         super().__init__()
@@ -54,20 +58,12 @@ class VSRN(nn.Module):
         self.text = text
         self.region_axis = 2 if region_l2norm == "feature" else 1
         self.l2norm_after_fc = l2norm_after_fc
-        self.finetune = False
 
     @classmethod
-    def from_config(cls, cfg: dict, vocab_size: int, image_dim: int, word_vectors=None) -> "VSRN":
-        text = GRUTextEncoder.from_config(cfg["text"], vocab_size, word_vectors)
-        return cls(image_dim, cfg["embed_dim"], text, cfg["gcn_blocks"], cfg["region_l2norm"],
+    def from_config(cls, cfg: dict, ctx: BuildContext) -> "VSRN":
+        text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
+        return cls(ctx.image("dim", "vsrn"), cfg["embed_dim"], text, cfg["gcn_blocks"], cfg["region_l2norm"],
                    cfg["l2norm_after_fc"], cfg["final_bn"])
-
-    def set_finetune(self, finetune: bool) -> None:
-        if finetune:
-            raise ValueError("VSRN reads precomputed region features; it has no backbone to fine-tune")
-
-    def trainable_parameters(self) -> list[nn.Parameter]:
-        return [p for p in self.parameters() if p.requires_grad]
 
     def encode_images(self, batch: dict) -> torch.Tensor:
         v = self.fc(batch["features"].float())                                 # (B, N, D)
@@ -77,9 +73,5 @@ class VSRN(nn.Module):
         _, hidden = self.gru(v)                                                # regions in detector order
         return l2norm(self.bn(hidden[-1]))
 
-    def encode_captions(self, batch: dict) -> torch.Tensor:
+    def encode_texts(self, batch: dict) -> torch.Tensor:
         return self.text(batch["tokens"], batch["lengths"])
-
-    @staticmethod
-    def similarity(img_emb: torch.Tensor, cap_emb: torch.Tensor) -> torch.Tensor:
-        return img_emb @ cap_emb.t()

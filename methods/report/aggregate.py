@@ -4,30 +4,45 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+import pandas as pd
 
 from methods.cli import run_cli
 from methods.errors import HarnessError
 from methods.io import read_json, write_json
-from methods.metrics.retrieval import METRIC_NAMES
+from methods.metrics.protocols import get_protocol
+
+
+def _mean(values: pd.Series) -> float:
+    # numpy's reductions over the values as given, not pandas' groupby kernels: those sum with
+    # compensation (mean) and Welford's update (std), which differ from these in the last digit.
+    return float(np.mean(values.tolist()))
+
+
+def _std(values: pd.Series) -> float:
+    return float(np.std(values.tolist()))
+
+
+def seed_values(evals: list[dict]) -> pd.DataFrame:
+    """One line per run, protocol and metric the protocol reports: ``protocol, metric, value``,
+    in the order of ``evals`` (values keep their JSON type)."""
+    records = [(res["protocol"], metric, res["metrics"][metric])
+               for ev in evals for res in ev["results"] for metric in get_protocol(res["protocol"]).metrics]
+    return pd.DataFrame(records, columns=["protocol", "metric", "value"], dtype=object)
 
 
 def aggregate(evals: list[dict]) -> dict:
-    by_protocol: dict[str, list[dict]] = {}
-    for ev in evals:
-        for res in ev["results"]:
-            by_protocol.setdefault(res["protocol"], []).append(res["metrics"])
     sizes = {ev["ensemble_size"] for ev in evals}
     if len(sizes) != 1:
         raise HarnessError(f"runs of one row mix ensemble sizes {sorted(sizes)}")
-    out = {"seeds": sorted(ev["seed"] for ev in evals), "ensemble_size": sizes.pop(),
-           "config_hashes": sorted({ev.get("config_hash") or m["config_hash"] for ev in evals
-                                    for m in ev.get("members", [{"config_hash": ev.get("config_hash")}])}),
-           "protocols": {}}
-    for protocol, runs in by_protocol.items():
-        out["protocols"][protocol] = {
-            m: {"mean": float(np.mean([r[m] for r in runs])), "std": float(np.std([r[m] for r in runs])),
-                "values": [r[m] for r in runs]} for m in METRIC_NAMES}
-    return out
+    stats = (seed_values(evals).groupby(["protocol", "metric"], sort=False)["value"]
+             .agg(mean=_mean, std=_std, values=list))
+    protocols: dict[str, dict] = {}
+    for (protocol, metric), cell in stats.to_dict(orient="index").items():
+        protocols.setdefault(protocol, {})[metric] = cell
+    return {"seeds": sorted(ev["seed"] for ev in evals), "ensemble_size": sizes.pop(),
+            "config_hashes": sorted({ev.get("config_hash") or m["config_hash"] for ev in evals
+                                     for m in ev.get("members", [{"config_hash": ev.get("config_hash")}])}),
+            "protocols": protocols}
 
 
 def main(argv: list[str] | None = None) -> None:

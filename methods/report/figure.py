@@ -2,26 +2,31 @@
 from __future__ import annotations
 
 import argparse
-import csv
 
 import matplotlib
+import pandas as pd
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from methods.cli import run_cli  # noqa: E402
 from methods.io import atomic_path  # noqa: E402
+from methods.metrics.registry import METRICS  # noqa: E402
 
 COLOURS = {"within": "tab:green", "outside": "tab:red"}
 
 
+def percent_cells(table_paths: list[str]) -> pd.DataFrame:
+    """The cells of the tables that have a reported number, of metrics on the percent scale (R@K)."""
+    cells = pd.concat([pd.read_csv(p, dtype=str, keep_default_na=False) for p in table_paths], ignore_index=True)
+    percent = cells["metric"].map(lambda m: METRICS.get(m).scale == "percent").astype(bool)
+    return cells[(cells["reported"] != "") & percent]
+
+
 def scatter(table_paths: list[str], out: str, dataset: str) -> int:
-    points = []
-    for path in table_paths:
-        with open(path) as f:
-            for r in csv.DictReader(f):
-                if r["reported"] != "" and r["metric"] != "rsum" and not r["metric"].endswith("medr"):
-                    points.append((float(r["reported"]), float(r["reproduced"]), r["verdict"], r["row"]))
+    cells = percent_cells(table_paths)
+    points = list(zip(cells["reported"].astype(float), cells["reproduced"].astype(float), cells["verdict"],
+                      cells["row"]))
     fig, ax = plt.subplots(figsize=(5.5, 5.5))
     for verdict in sorted({p[2] for p in points}):
         xs = [p[0] for p in points if p[2] == verdict]

@@ -8,25 +8,58 @@ and, for gradient counts, the training logs of every run behind the rows.
   per training epoch; line = mean over seeds, band = min..max over seeds.
 - ``saf_weights``: SGRAF's SAF weights over the words of matched and mismatched captions
   (``methods.report.saf_weights``), from one trained run of the figure's row.
+
+Each kind is registered in ``FIGURE_KINDS`` with what it draws from and what the DAG must give
+it beyond the figure spec and the table's row aggregates (``needs``): ``train_logs`` (every
+run's ``train_log.json``) or ``trained_run`` (the first run of the figure's row: its model,
+score matrix, image input, vocabulary and dataset config).
 """
 from __future__ import annotations
 
 import argparse
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
-from methods.cli import run_cli  # noqa: E402
+from methods.cli import run_command  # noqa: E402
+from methods.data.datasets import load_dataset_payload  # noqa: E402
+from methods.data.inputs import image_input  # noqa: E402
+from methods.data.text import Vocabulary  # noqa: E402
 from methods.errors import HarnessError  # noqa: E402
 from methods.io import atomic_path, read_json  # noqa: E402
+from methods.models import model_class  # noqa: E402
+from methods.models.checkpoint import load_trained_model  # noqa: E402
+from methods.registry import Registry  # noqa: E402
+from methods.report.saf_weights import saf_weights_figure  # noqa: E402
 
 LOSS_ORDER = ("triplet_sum", "triplet_hardest", "nt_xent", "smooth_ap")
 DIRECTIONS = {"i2t": "image → text (image queries)", "t2i": "text → image (caption queries)"}
+NEEDS = ("train_logs", "trained_run")
+
+
+@dataclass(frozen=True)
+class FigureKind:
+    name: str
+    draw: Callable[[dict, dict, argparse.Namespace], "plt.Figure"]   # (spec, row aggregates, args)
+    needs: tuple[str, ...] = ()
+
+
+FIGURE_KINDS: Registry[FigureKind] = Registry("figure kind")
+
+
+def register_figure(name: str, needs: tuple[str, ...] = ()):
+    unknown = set(needs) - set(NEEDS)
+    if unknown:
+        raise ValueError(f"figure kind {name}: unknown needs {sorted(unknown)} (known: {NEEDS})")
+    return lambda draw: FIGURE_KINDS.register(name, FigureKind(name, draw, needs))
 
 
 def _ordered(values) -> list:
@@ -39,7 +72,8 @@ def _title(spec: dict, width: int) -> str:
     return textwrap.fill(f"{spec['title']} ({spec['dataset']}{note})", width)
 
 
-def rsum_by_loss(spec: dict, aggregates: dict[str, dict]):
+@register_figure("rsum_by_loss")
+def rsum_by_loss(spec: dict, aggregates: dict[str, dict], args=None):
     losses = _ordered(r["loss"] for r in spec["rows"])
     models = list(dict.fromkeys(r["model"] for r in spec["rows"]))
     protocols = spec["protocols"]
@@ -63,7 +97,8 @@ def rsum_by_loss(spec: dict, aggregates: dict[str, dict]):
     return fig
 
 
-def gradient_counts(spec: dict):
+@register_figure("gradient_counts", needs=("train_logs",))
+def gradient_counts(spec: dict, aggregates: dict | None = None, args=None):
     models = list(dict.fromkeys(r["model"] for r in spec["rows"]))
     fig, axes = plt.subplots(2, len(models), figsize=(5.2 * len(models), 7), squeeze=False, sharex="col")
     threshold = None
@@ -98,50 +133,39 @@ def gradient_counts(spec: dict):
     return fig
 
 
-def _saf_weights(spec: dict, args):
-    import torch
-
-    from methods.data.inputs import load_split_data
-    from methods.data.text import Vocabulary
-    from methods.evaluate import load_model
-    from methods.models import image_input
-    from methods.report.saf_weights import saf_weights_figure
-    from methods.workflow import load_dataset_payload
-
+@register_figure("saf_weights", needs=("trained_run",))
+def saf_weights(spec: dict, aggregates: dict, args):
     run = Path(spec["run"])
-    model, ckpt, _ = load_model(run / "model.pt", {}, torch.device("cpu"))
+    model, ckpt, _ = load_trained_model(run / "model.pt", {}, torch.device("cpu"))
     payload = load_dataset_payload(args.dataset_config)
-    data = load_split_data(payload, spec["split"], image_input(ckpt["config"]["model"]), args.features_dir)
+    model_cfg = ckpt["config"]["model"]
+    data = image_input(model_class(model_cfg["kind"]).image_input).load(payload, spec["split"], args.features_dir,
+                                                                         model_cfg)
     sims = np.load(run / f"sims_{spec['split']}.npy", mmap_mode="r")
     return saf_weights_figure(spec, model, data.features, data.captions, Vocabulary.load(args.vocab), sims)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def draw_figure(args) -> None:
+    spec = read_json(args.spec)
+    kind = FIGURE_KINDS.get(spec["kind"])
+    fig = kind.draw(spec, {Path(p).stem: read_json(p) for p in args.rows}, args)
+    fig.tight_layout()
+    with atomic_path(args.out, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+
+
+def _arguments(parser) -> None:
     parser.add_argument("--spec", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("rows", nargs="+", help="row aggregate JSONs of the figure's table, named <row id>.json")
-    parser.add_argument("--dataset-config", help="saf_weights: the dataset's dataset.json")
-    parser.add_argument("--features-dir", help="saf_weights: the region features of the run's dataset")
-    parser.add_argument("--vocab", help="saf_weights: the vocabulary the run was trained with")
-    args = parser.parse_args(argv)
+    parser.add_argument("--dataset-config", help="trained_run figures: the dataset's dataset.json")
+    parser.add_argument("--features-dir", help="trained_run figures: the image input of the run's dataset")
+    parser.add_argument("--vocab", help="trained_run figures: the vocabulary the run was trained with")
 
-    def _run() -> None:
-        spec = read_json(args.spec)
-        if spec["kind"] == "rsum_by_loss":
-            fig = rsum_by_loss(spec, {Path(p).stem: read_json(p) for p in args.rows})
-        elif spec["kind"] == "gradient_counts":
-            fig = gradient_counts(spec)
-        elif spec["kind"] == "saf_weights":
-            fig = _saf_weights(spec, args)
-        else:
-            raise HarnessError(f"unknown figure kind '{spec['kind']}'")
-        fig.tight_layout()
-        with atomic_path(args.out, suffix=".png") as tmp:
-            fig.savefig(tmp, dpi=120, format="png")
-        plt.close(fig)
 
-    run_cli(_run)
+def main(argv: list[str] | None = None) -> None:
+    run_command(__doc__, _arguments, draw_figure, argv, dataset_config=False)
 
 
 if __name__ == "__main__":

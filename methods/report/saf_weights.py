@@ -7,13 +7,14 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
 from methods.data.karpathy import CAPTIONS_PER_IMAGE
-from methods.data.text import Vocabulary
+from methods.data.text import Vocabulary, pad_tokens
 from methods.errors import HarnessError
-from methods.training.data import pad_tokens
+from methods.models.sgraf import SGRAF
 
 
 def pick_pairs(sims: np.ndarray, n_queries: int) -> list[tuple[int, int, int]]:
@@ -33,7 +34,7 @@ def pair_weights(model, features: torch.Tensor, token_lists: list[list[int]]) ->
     """SAF weights (pairs, nodes) and SAF scores (pairs,) of the pairs (features[k], token_lists[k])."""
     tokens, lengths = pad_tokens(token_lists)
     img = model.encode_images({"features": features})
-    cap = model.encode_captions({"tokens": tokens, "lengths": lengths})
+    cap = model.encode_texts({"tokens": tokens, "lengths": lengths})
     diag = torch.arange(len(token_lists))
     beta = model.saf_weights(img, cap)[diag, diag]                       # all (image, caption) pairs -> own pairs
     scores = model.head_scores(img, cap)[model.head_names.index("saf")][diag, diag]
@@ -42,9 +43,7 @@ def pair_weights(model, features: torch.Tensor, token_lists: list[list[int]]) ->
 
 def saf_weights_figure(spec: dict, model, features, captions: list[str], vocab: Vocabulary, sims: np.ndarray,
                        n_queries: int = 3):
-    import matplotlib.pyplot as plt
-
-    if "saf" not in getattr(model, "heads", {}):
+    if not isinstance(model, SGRAF) or "saf" not in model.head_names:
         raise HarnessError(f"figure {spec['figure']}: row '{spec['row']}' is not a model with a SAF head")
     if model.attention != "t2i" or not model.nodes_local:
         raise HarnessError(f"figure {spec['figure']}: SAF weights over words need t2i attention and local nodes")

@@ -1,1 +1,2 @@
-"""The training loop shared by every method, and its data pipeline."""
+"""Training: the epoch loop shared by every model (``loop``), what one step does (``step``), and
+the batches (``data``)."""

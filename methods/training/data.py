@@ -10,55 +10,13 @@ positive mask the losses take.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from methods.data.inputs import CachedGridFeatures, CachedImageFeatures
 from methods.data.karpathy import CAPTIONS_PER_IMAGE
-from methods.data.text import Vocabulary
+from methods.data.text import Vocabulary, pad_tokens
 from methods.features.images import ImageFiles
-
-
-class CachedImageFeatures:
-    """A memory-mapped feature array read by image index: row ``index * step`` (``step`` is 5 for
-    old precomputed files holding one row per caption). Pooled (N, C) or regions (N, R, C)."""
-
-    def __init__(self, array: np.ndarray, step: int = 1):
-        self.array, self.step = array, step
-
-    def __len__(self) -> int:
-        return self.array.shape[0] // self.step
-
-    @property
-    def dim(self) -> int:
-        return int(self.array.shape[-1])
-
-    @property
-    def regions(self) -> int | None:
-        """Regions per image of (N, R, C) region features; None for pooled (N, C) features."""
-        return int(self.array.shape[1]) if self.array.ndim == 3 else None
-
-    def take(self, indices: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.asarray(self.array[np.asarray(indices) * self.step], dtype=np.float32))
-
-    def block(self, start: int, end: int) -> torch.Tensor:
-        return torch.from_numpy(np.asarray(self.array[start * self.step:end * self.step:self.step], dtype=np.float32))
-
-
-@dataclass
-class SplitData:
-    """What training and evaluation read of one split: captions (5 per image, in image order),
-    cached image features, and image file names (for fine-tuning; None for precomputed regions)."""
-
-    name: str
-    captions: list[str]
-    features: CachedImageFeatures | None
-    filenames: list[str] | None
-
-    def __len__(self) -> int:
-        return len(self.captions) // CAPTIONS_PER_IMAGE
 
 
 class CaptionPairs(Dataset):
@@ -99,18 +57,10 @@ def make_train_dataset(batching: str, captions: list[str], vocab: Vocabulary, im
     return CaptionPairs(captions, vocab, images)
 
 
-def pad_tokens(token_lists: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    lengths = torch.tensor([len(t) for t in token_lists], dtype=torch.long)
-    tokens = torch.zeros(len(token_lists), int(lengths.max()), dtype=torch.long)
-    for row, t in enumerate(token_lists):
-        tokens[row, : len(t)] = torch.tensor(t, dtype=torch.long)
-    return tokens, lengths
-
-
 class PairCollator:
     """Batch dict: ``image_index`` (U,), ``features`` (U, ...) or ``images``, ``tokens``, ``lengths``, ``positives`` (U, B)."""
 
-    def __init__(self, features: CachedImageFeatures | None):
+    def __init__(self, features: CachedImageFeatures | CachedGridFeatures | None):
         self.features = features  # cached features, or None when images are loaded
 
     def __call__(self, items):
@@ -128,7 +78,3 @@ class PairCollator:
         else:
             batch["features"] = self.features.take(unique.numpy())
         return batch
-
-
-def to_device(batch: dict, device: torch.device) -> dict:
-    return {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}

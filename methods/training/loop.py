@@ -21,7 +21,7 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,17 +29,23 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from methods.data.inputs import SplitData
 from methods.data.text import Vocabulary
 from methods.errors import HarnessError, first_line
-from methods.evaluation import autocast, encode_split, score_matrix
 from methods.features.backbone import eval_transform, train_transform
 from methods.features.images import ImageFiles
 from methods.io import torch_save
-from methods.losses import build_loss, loss_kind_at
-from methods.losses.gradient_count import count_gradient_negatives
-from methods.metrics.retrieval import RECALL_KS, retrieval_metrics
-from methods.training.data import CaptionPairs, PairCollator, SplitData, make_train_dataset, to_device
+from methods.losses.gradient_count import count_negatives_with_gradient
+from methods.losses.terms import Loss, OneDirection
+from methods.metrics.registry import METRICS, evaluate, value_from
+from methods.metrics.relevance import CaptionsOfImage
+from methods.metrics.retrieval import RETRIEVAL_METRICS
+from methods.models.base import RetrievalModel
+from methods.runtime import to_device
+from methods.scoring import encode_split, score_matrix
+from methods.training.data import CaptionPairs, PairCollator, make_train_dataset
 from methods.training.schedule import lr_at
+from methods.training.step import TrainingStep
 
 CHECKPOINT_FORMAT = 1
 
@@ -58,9 +64,7 @@ class TrainInputs:
     crop: int
     resize: int
     val_max_images: int
-    word_vectors: torch.Tensor | None = None
     progress: bool = True
-    extra: dict = field(default_factory=dict)
 
 
 def _rng_state() -> dict:
@@ -120,24 +124,21 @@ def _make_optimizer(name: str, params, lr: float, weight_decay: float) -> torch.
     return cls(params, lr=lr, weight_decay=weight_decay)
 
 
-SELECTION_METRICS = {
-    "rsum": tuple(f"{d}_r{k}" for d in ("i2t", "t2i") for k in RECALL_KS),
-    "r1_r5_sum": tuple(f"{d}_r{k}" for d in ("i2t", "t2i") for k in (1, 5)),  # VSRN train.py: R@10 left out
-}
-
-
 def selection_value(metrics: dict, name: str) -> float:
-    return float(sum(metrics[k] for k in SELECTION_METRICS[name]))
+    """The validation value that picks the kept epoch (a registered metric, e.g. RSUM)."""
+    return value_from(metrics, name)
 
 
-def validate(model, inp: TrainInputs, amp: bool) -> dict:
+def validate(model: RetrievalModel, inp: TrainInputs, amp: bool) -> dict:
     n = min(inp.val_max_images, len(inp.dev))
     pairs = CaptionPairs(inp.dev.captions, inp.vocab, max_images=n)
     images = (ImageFiles(inp.images_dir, inp.dev.filenames[:n], eval_transform(inp.resize, inp.crop))
-              if getattr(model, "finetune", False) else None)
+              if model.finetune else None)
     img, cap = encode_split(model, pairs.tokens, n, inp.device, inp.config["training"]["eval_batch_size"],
                             features=inp.dev.features, images=images, amp=amp)
-    return retrieval_metrics(score_matrix(model, img, cap, amp=amp))
+    selection = inp.config["training"]["selection_metric"]
+    names = RETRIEVAL_METRICS + (() if selection in RETRIEVAL_METRICS else (selection,))
+    return evaluate(score_matrix(model, img, cap, amp=amp), CaptionsOfImage(), names)
 
 
 class GradientCounter:
@@ -153,8 +154,8 @@ class GradientCounter:
         self.queries: dict[str, int] = {}
         self.sums: dict[str, torch.Tensor] = {}  # direction -> (len(KEYS), 2): sum and sum of squares
 
-    def add(self, kind: str, loss_cfg: dict, scores: torch.Tensor, positives: torch.Tensor) -> None:
-        counts = count_gradient_negatives(kind, loss_cfg, scores, positives, self.relative_threshold)
+    def add(self, loss_one_direction: OneDirection, scores: torch.Tensor, positives: torch.Tensor) -> None:
+        counts = count_negatives_with_gradient(loss_one_direction, scores, positives, self.relative_threshold)
         for direction, c in counts.items():
             v = torch.stack([c[k] for k in self.KEYS]).double()                  # (keys, queries)
             moments = torch.stack([v.sum(dim=1), (v * v).sum(dim=1)], dim=1)
@@ -180,137 +181,174 @@ class GradientCounter:
         return out
 
 
-def train(model, inp: TrainInputs) -> dict:
-    with preemption_signals() as received:
-        return _train(model, inp, received)
+class Checkpoints:
+    """``last.pt`` (where a re-run starts: model, optimizer, AMP scaler, RNG states, best so far,
+    history, and for a mid-epoch stop the batches done) and ``best.pt`` (the kept epoch)."""
 
+    def __init__(self, inp: TrainInputs):
+        self.inp = inp
+        self.last = inp.run_dir / "checkpoints" / "last.pt"
+        self.best = inp.run_dir / "checkpoints" / "best.pt"
 
-def _train(model, inp: TrainInputs, received: list[int]) -> dict:
-    cfg, tr = inp.config, inp.config["training"]
-    device, amp = inp.device, tr["amp"] and inp.device.type == "cuda"
-    ckpt_dir = inp.run_dir / "checkpoints"
-    last_path, best_path = ckpt_dir / "last.pt", ckpt_dir / "best.pt"
-    model.to(device)
-    state = None
-    if last_path.exists():
-        state = load_checkpoint(last_path)
-        if state["config_hash"] != inp.config_hash or state["seed"] != inp.seed:
-            raise HarnessError(f"{last_path} belongs to another config or seed "
-                               f"({state['config_hash']}/{state['seed']} vs {inp.config_hash}/{inp.seed}); delete it")
+    def resume_state(self) -> dict | None:
+        if not self.last.exists():
+            return None
+        state = load_checkpoint(self.last)
+        if state["config_hash"] != self.inp.config_hash or state["seed"] != self.inp.seed:
+            raise HarnessError(f"{self.last} belongs to another config or seed "
+                               f"({state['config_hash']}/{state['seed']} vs {self.inp.config_hash}/{self.inp.seed}); "
+                               f"delete it")
         within = f" after step {state['step']}" if state.get("step") else ""
-        print(f"resuming from {last_path}: stage {state['stage']} epoch {state['epoch']}{within}", flush=True)
-    history = state["history"] if state else []
-    selection = tr["selection_metric"]
-    best = state["best"] if state else {"metric": selection, "value": -1.0, "rsum": None, "stage": None, "epoch": None}
-    start_stage, start_epoch = (state["stage"], state["epoch"]) if state else (0, 0)
-    scaler = torch.amp.GradScaler("cuda", enabled=amp)
-    global_epoch = sum(s["epochs"] for s in tr["stages"][:start_stage]) + start_epoch
-    t_start = time.perf_counter()
+        print(f"resuming from {self.last}: stage {state['stage']} epoch {state['epoch']}{within}", flush=True)
+        return state
 
-    def save_last(stage_idx: int, epoch: int, step: int, optimizer, partial: dict | None) -> None:
+    def save_last(self, model, scaler, best: dict, history: list, stage_idx: int, epoch: int, step: int,
+                  optimizer, partial: dict | None) -> None:
         """(stage, epoch, step) is where a re-run starts; optimizer None: a new stage starts there."""
-        torch_save(last_path, {
-            "format": CHECKPOINT_FORMAT, "config_hash": inp.config_hash, "seed": inp.seed,
+        torch_save(self.last, {
+            "format": CHECKPOINT_FORMAT, "config_hash": self.inp.config_hash, "seed": self.inp.seed,
             "stage": stage_idx, "epoch": epoch, "step": step, "partial": partial, "model": model.state_dict(),
             "optimizer": optimizer.state_dict() if optimizer is not None else None, "scaler": scaler.state_dict(),
             "rng": _rng_state(), "best": best, "history": history})
 
-    def stop(where: str) -> Preempted:
-        names = ", ".join(signal.Signals(sig).name for sig in dict.fromkeys(received))
-        return Preempted(f"received {names}: checkpoint written {where} ({last_path}); re-run the same target to resume")
+    def save_best(self, model, best: dict) -> None:
+        torch_save(self.best, {"format": CHECKPOINT_FORMAT, "model": model.state_dict(), "best": best})
 
-    for stage_idx, stage in enumerate(tr["stages"]):
-        if stage_idx < start_stage:
-            continue
+
+def train(model: RetrievalModel, inp: TrainInputs) -> dict:
+    with preemption_signals() as received:
+        return Trainer(model, inp, received).run()
+
+
+class Trainer:
+    """The epoch loop shared by every model: stages, optimizer and schedule, checkpoints and
+    resume, preemption, validation and best-epoch selection, gradient counts. What happens in
+    one step is the ``TrainingStep`` (the model's forward and the loss terms)."""
+
+    def __init__(self, model: RetrievalModel, inp: TrainInputs, received: list[int]):
+        self.model, self.inp, self.received = model, inp, received
+        self.tr = inp.config["training"]
+        self.device = inp.device
+        self.amp = self.tr["amp"] and inp.device.type == "cuda"
+        self.loss = Loss(inp.config["loss"])
+        self.step_fn = TrainingStep(model, self.loss, self.device, self.amp)
+        self.checkpoints = Checkpoints(inp)
+        self.selection = METRICS.get(self.tr["selection_metric"])
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp)
+
+    def stop(self, where: str) -> Preempted:
+        names = ", ".join(signal.Signals(sig).name for sig in dict.fromkeys(self.received))
+        return Preempted(f"received {names}: checkpoint written {where} ({self.checkpoints.last}); "
+                         f"re-run the same target to resume")
+
+    def run(self) -> dict:
+        tr, model = self.tr, self.model
+        model.to(self.device)
+        state = self.checkpoints.resume_state()
+        self.history = state["history"] if state else []
+        self.best = state["best"] if state else {"metric": self.selection.name, "value": None, "rsum": None,
+                                                 "stage": None, "epoch": None}
+        start_stage, start_epoch = (state["stage"], state["epoch"]) if state else (0, 0)
+        self.global_epoch = sum(s["epochs"] for s in tr["stages"][:start_stage]) + start_epoch
+        t_start = time.perf_counter()
+        for stage_idx, stage in enumerate(tr["stages"]):
+            if stage_idx < start_stage:
+                continue
+            self.run_stage(stage_idx, stage, state if stage_idx == start_stage else None)
+            state = None
+        return {"history": self.history, "best": self.best, "best_path": self.checkpoints.best,
+                "train_seconds": time.perf_counter() - t_start}
+
+    def run_stage(self, stage_idx: int, stage: dict, state: dict | None) -> None:
+        tr, model, inp = self.tr, self.model, self.inp
         model.set_finetune(stage["finetune_backbone"])
         optimizer = _make_optimizer(tr["optimizer"], model.trainable_parameters(), stage["lr"], tr["weight_decay"])
         first_epoch, first_step, partial = 0, 0, None
-        if state and stage_idx == start_stage:
+        if state is not None:
             model.load_state_dict(state["model"])
             if state["optimizer"] is not None:  # None: the previous stage just ended, new optimizer
                 optimizer.load_state_dict(state["optimizer"])
-            scaler.load_state_dict(state["scaler"])
+            self.scaler.load_state_dict(state["scaler"])
             _set_rng_state(state["rng"])
-            first_epoch, first_step, partial = start_epoch, state.get("step", 0), state.get("partial")
+            first_epoch, first_step, partial = state["epoch"], state.get("step", 0), state.get("partial")
         augment = (train_transform(inp.crop) if tr["finetune_augment"] == "random_resized_crop_flip"
                    else eval_transform(inp.resize, inp.crop))
         images = ImageFiles(inp.images_dir, inp.train.filenames, augment) if stage["finetune_backbone"] else None
         dataset = make_train_dataset(tr["batching"], inp.train.captions, inp.vocab, images)
         collate = PairCollator(None if images is not None else inp.train.features)
-        count_every = tr["gradient_count"]["every_n_steps"]
         for epoch in range(first_epoch, stage["epochs"]):
-            lr = lr_at(stage, epoch)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            shuffle = torch.Generator().manual_seed(inp.seed * 1_000_003 + stage_idx * 10_007 + epoch)
-            order = torch.randperm(len(dataset), generator=shuffle).tolist()
             skip = first_step if epoch == first_epoch else 0  # batches a preempted run already did
-            # generator=shuffle: the loader draws its worker base seed from it, not from the global RNG,
-            # so creating it mid-epoch on resume leaves the dropout RNG stream where the checkpoint left it
-            loader = DataLoader(dataset, batch_size=tr["batch_size"], sampler=order[skip * tr["batch_size"]:],
-                                collate_fn=collate, num_workers=tr["num_workers"], generator=shuffle)
-            loss_fn = build_loss(cfg["loss"], global_epoch)
-            loss_kind = loss_kind_at(cfg["loss"], global_epoch)
-            counter = GradientCounter(tr["gradient_count"]["relative_threshold"])
-            seen, total, skipped = 0, 0.0, 0
-            if skip and partial:
-                seen, total, skipped = partial["seen"], partial["total"], partial["skipped"]
-                counter.load_state_dict(partial["counter"], device)
-            model.train()
-            t0 = time.perf_counter()
-            bar = tqdm(loader, desc=f"{stage['name']} {epoch + 1}/{stage['epochs']}", disable=not inp.progress,
-                       mininterval=2.0, initial=skip, total=skip + len(loader))
-            step = skip - 1
-            for step, batch in enumerate(bar, start=skip):
-                if batch["positives"].shape[0] < 2:  # one image: no negatives to rank against (and BN needs 2)
-                    skipped += 1
-                    continue
-                batch = to_device(batch, device)
-                with autocast(device, amp):
-                    img = model.encode_images(batch)
-                    cap = model.encode_captions(batch)
-                    # several heads (SGRAF joint training): the sum of their losses
-                    head_scores = (model.training_similarities(img, cap) if hasattr(model, "training_similarities")
-                                   else [model.similarity(img, cap)])
-                head_scores = [s.float() for s in head_scores]  # losses (and gradient counts) in fp32
-                loss = sum(loss_fn(s, batch["positives"]) for s in head_scores)
-                if count_every and step % count_every == 0:
-                    for scores in head_scores:
-                        counter.add(loss_kind, cfg["loss"], scores, batch["positives"])
-                if not torch.isfinite(loss):
-                    raise HarnessError(f"loss is {loss.item()} at stage '{stage['name']}' epoch {epoch + 1} "
-                                       f"step {step + 1}; stopping (last good checkpoint: {last_path})")
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                if tr["grad_clip"]:
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(model.trainable_parameters(), tr["grad_clip"])
-                scaler.step(optimizer)
-                scaler.update()
-                seen += batch["tokens"].shape[0]
-                total += loss.item()
-                bar.set_postfix(loss=f"{loss.item():.3f}", samples_per_s=f"{seen / (time.perf_counter() - t0):.0f}", refresh=False)
-                if received and step + 1 < skip + len(loader):
-                    save_last(stage_idx, epoch, step + 1, optimizer, {"seen": seen, "total": total, "skipped": skipped,
-                                                                       "counter": counter.state_dict()})
-                    raise stop(f"at stage '{stage['name']}' epoch {epoch + 1} after step {step + 1}")
-            val = validate(model, inp, amp)
-            record = {"stage": stage["name"], "stage_index": stage_idx, "epoch": epoch + 1, "lr": lr,
-                      "loss_kind": loss_kind, "train_loss": total / max(1, step + 1 - skipped), "val": val,
-                      "gradient_counts": counter.summary(), "skipped_single_image_batches": skipped,
-                      "seconds": time.perf_counter() - t0}
-            history.append(record)
-            print(f"[{stage['name']} {epoch + 1}/{stage['epochs']}] loss {record['train_loss']:.4f} "
-                  f"val rsum {val['rsum']:.2f} ({record['seconds']:.1f}s)", flush=True)
-            value = selection_value(val, selection)
-            if value > best["value"]:
-                best = {"metric": selection, "value": value, "rsum": val["rsum"], "stage": stage_idx,
-                        "epoch": epoch + 1, "finetuned": stage["finetune_backbone"]}
-                torch_save(best_path, {"format": CHECKPOINT_FORMAT, "model": model.state_dict(), "best": best})
-            global_epoch += 1
-            next_stage, next_epoch = (stage_idx, epoch + 1) if epoch + 1 < stage["epochs"] else (stage_idx + 1, 0)
-            save_last(next_stage, next_epoch, 0, optimizer if next_stage == stage_idx else None, None)
-            if received:
-                raise stop(f"at the end of stage '{stage['name']}' epoch {epoch + 1}")
-        state = None
-    return {"history": history, "best": best, "best_path": best_path, "train_seconds": time.perf_counter() - t_start}
+            self.run_epoch(stage_idx, stage, epoch, optimizer, dataset, collate, skip, partial if skip else None)
+
+    def run_epoch(self, stage_idx: int, stage: dict, epoch: int, optimizer, dataset, collate, skip: int,
+                  partial: dict | None) -> None:
+        tr, model, inp, device = self.tr, self.model, self.inp, self.device
+        lr = lr_at(stage, epoch)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        shuffle = torch.Generator().manual_seed(inp.seed * 1_000_003 + stage_idx * 10_007 + epoch)
+        order = torch.randperm(len(dataset), generator=shuffle).tolist()
+        # generator=shuffle: the loader draws its worker base seed from it, not from the global RNG,
+        # so creating it mid-epoch on resume leaves the dropout RNG stream where the checkpoint left it
+        loader = DataLoader(dataset, batch_size=tr["batch_size"], sampler=order[skip * tr["batch_size"]:],
+                            collate_fn=collate, num_workers=tr["num_workers"], generator=shuffle)
+        loss_kind = self.loss.kind_at(self.global_epoch)
+        count_every = tr["gradient_count"]["every_n_steps"]
+        count_loss = self.loss.one_direction_at(self.global_epoch)
+        counter = GradientCounter(tr["gradient_count"]["relative_threshold"])
+        seen, total, skipped = 0, 0.0, 0
+        if partial:
+            seen, total, skipped = partial["seen"], partial["total"], partial["skipped"]
+            counter.load_state_dict(partial["counter"], device)
+        model.train()
+        t0 = time.perf_counter()
+        bar = tqdm(loader, desc=f"{stage['name']} {epoch + 1}/{stage['epochs']}", disable=not inp.progress,
+                   mininterval=2.0, initial=skip, total=skip + len(loader))
+        step = skip - 1
+        for step, batch in enumerate(bar, start=skip):
+            if batch["positives"].shape[0] < 2:  # one image: no negatives to rank against (and BN needs 2)
+                skipped += 1
+                continue
+            batch = to_device(batch, device)
+            loss, outputs = self.step_fn(batch, self.global_epoch)
+            if count_every and count_loss is not None and step % count_every == 0:
+                for scores in outputs["scores"]:
+                    counter.add(count_loss, scores, batch["positives"])
+            if not torch.isfinite(loss):
+                raise HarnessError(f"loss is {loss.item()} at stage '{stage['name']}' epoch {epoch + 1} "
+                                   f"step {step + 1}; stopping (last good checkpoint: {self.checkpoints.last})")
+            optimizer.zero_grad(set_to_none=True)
+            self.scaler.scale(loss).backward()
+            if tr["grad_clip"]:
+                self.scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.trainable_parameters(), tr["grad_clip"])
+            self.scaler.step(optimizer)
+            self.scaler.update()
+            seen += batch["tokens"].shape[0]
+            total += loss.item()
+            bar.set_postfix(loss=f"{loss.item():.3f}", samples_per_s=f"{seen / (time.perf_counter() - t0):.0f}",
+                            refresh=False)
+            if self.received and step + 1 < skip + len(loader):
+                self.checkpoints.save_last(model, self.scaler, self.best, self.history, stage_idx, epoch, step + 1,
+                                           optimizer, {"seen": seen, "total": total, "skipped": skipped,
+                                                       "counter": counter.state_dict()})
+                raise self.stop(f"at stage '{stage['name']}' epoch {epoch + 1} after step {step + 1}")
+        val = validate(model, inp, self.amp)
+        record = {"stage": stage["name"], "stage_index": stage_idx, "epoch": epoch + 1, "lr": lr,
+                  "loss_kind": loss_kind, "train_loss": total / max(1, step + 1 - skipped), "val": val,
+                  "gradient_counts": counter.summary(), "skipped_single_image_batches": skipped,
+                  "seconds": time.perf_counter() - t0}
+        self.history.append(record)
+        print(f"[{stage['name']} {epoch + 1}/{stage['epochs']}] loss {record['train_loss']:.4f} "
+              f"val rsum {val['rsum']:.2f} ({record['seconds']:.1f}s)", flush=True)
+        value = selection_value(val, self.selection.name)
+        if self.best["value"] is None or self.selection.better(value, self.best["value"]):
+            self.best = {"metric": self.selection.name, "value": value, "rsum": val["rsum"], "stage": stage_idx,
+                         "epoch": epoch + 1, "finetuned": stage["finetune_backbone"]}
+            self.checkpoints.save_best(model, self.best)
+        self.global_epoch += 1
+        next_stage, next_epoch = (stage_idx, epoch + 1) if epoch + 1 < stage["epochs"] else (stage_idx + 1, 0)
+        self.checkpoints.save_last(model, self.scaler, self.best, self.history, next_stage, next_epoch, 0,
+                                   optimizer if next_stage == stage_idx else None, None)
+        if self.received:
+            raise self.stop(f"at the end of stage '{stage['name']}' epoch {epoch + 1}")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Copy of the team's shared/slurm/start-local-slurm.sh (see its README there), kept in the repo so that
-# CI's clean clone can start a real SLURM for tests/test_slurm.py. Update both together.
+# Kept in this repository so that CI's clean clone can start a real SLURM for
+# tests/test_slurm.py. Usage and environment knobs are documented below.
 # start-local-slurm.sh - bring up a one-node SLURM cluster (munged + slurmctld + slurmd)
 # on this machine, for testing `snakemake --executor slurm` end to end.
 #

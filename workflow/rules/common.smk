@@ -1,8 +1,10 @@
 import json
 
 from methods.config import validate
-from methods.data.checks import check_backbone_weights, check_dataset_inputs, check_region_inputs
-from methods.workflow import Plan, dataset_paths, dataset_payload, test_splits
+from methods.data.checks import check_backbone_weights, check_dataset_inputs
+from methods.data.datasets import dataset_paths, dataset_payload, features_dir as backbone_features_dir
+from methods.plan import Plan, test_splits
+from methods.report.paper_figures import FIGURE_KINDS
 
 HARNESS = validate(dict(config), "config", "config/config.yaml (with --config/--configfile overrides)")
 PLAN = Plan(HARNESS)
@@ -53,7 +55,7 @@ def data_inputs(w):
 
 
 def features_dir(dataset, backbone):
-    return f"{R}/{dataset}/features/{backbone}"
+    return backbone_features_dir(R, dataset, backbone)
 
 
 SYNTHETIC_PRECOMP = [
@@ -79,20 +81,12 @@ def run_dir(dataset, exp, seed):
 
 
 def image_features_dir(dataset, exp_id):
-    """Cached pooled features of the experiment's backbone, or the dataset's precomputed regions."""
-    exp = PLAN.experiment(dataset, exp_id)
-    if exp.image_input == "regions":
-        return str(dataset_paths(HARNESS, dataset)["precomp_dir"])
-    return features_dir(dataset, exp.backbone)
+    """Where the experiment's image input lives (its kind says: cached features, precomputed regions)."""
+    return PLAN.image_feature_dir(dataset, exp_id)
 
 
 def image_feature_files(dataset, exp_id, split):
-    exp = PLAN.experiment(dataset, exp_id)
-    folder = image_features_dir(dataset, exp_id)
-    if exp.image_input == "regions":
-        check_region_inputs(HARNESS, dataset)
-        return [f"{folder}/{split}_ims.npy", f"{folder}/{split}_caps.txt"]
-    return [f"{folder}/{split}_pooled.npy"]
+    return PLAN.image_feature_files(dataset, exp_id, split)
 
 
 def train_inputs(w):
@@ -147,15 +141,17 @@ def table_inputs(w):
 
 
 def figure_inputs(w):
+    """The spec and row aggregates, plus what the figure's kind needs (FIGURE_KINDS)."""
     fig = PLAN.figure(w.figure, w.dataset)
     spec = PLAN.figure_spec(w.figure, w.dataset)
+    needs = FIGURE_KINDS.get(fig.kind).needs
     inputs = {
         "spec": f"{R}/{w.dataset}/figures/{w.figure}.spec.json",
         "rows": [f"{R}/{w.dataset}/rows/{fig.table}/{r['id']}.json" for r in spec["rows"]],
     }
-    if fig.kind == "gradient_counts":
+    if "train_logs" in needs:
         inputs["logs"] = [f"{run}/train_log.json" for r in spec["rows"] for run in r["runs"]]
-    if fig.kind == "saf_weights":  # one trained model, its test scores and its inputs
+    if "trained_run" in needs:  # one trained model, its test scores and its inputs
         exp = PLAN.row(fig.table, w.dataset, fig.row).members[0]
         inputs.update(cfg=dataset_json(w), vocab=f"{R}/{w.dataset}/vocab.json",
                       model=f"{spec['run']}/model.pt", sims=f"{spec['run']}/sims_{spec['split']}.npy",
@@ -166,7 +162,7 @@ def figure_inputs(w):
 def figure_extra_args(w):
     """Command-line arguments a figure kind needs beyond its spec and row aggregates."""
     fig = PLAN.figure(w.figure, w.dataset)
-    if fig.kind != "saf_weights":
+    if "trained_run" not in FIGURE_KINDS.get(fig.kind).needs:
         return ""
     exp = PLAN.row(fig.table, w.dataset, fig.row).members[0]
     return (f"--dataset-config {R}/{w.dataset}/dataset.json --vocab {R}/{w.dataset}/vocab.json "

@@ -1,4 +1,4 @@
-"""The plan: harness config + paper files -> datasets, experiments, runs, ensembles, tables.
+"""The plan: harness config + paper files -> datasets, experiments, runs, ensembles, tables, figures.
 
 The Snakefile builds its DAG from this plan; entry points use it to find paths. Everything
 is computed from declarative files; an experiment is named ``<method>-<hash of its resolved
@@ -9,49 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from methods.config import (REPO_ROOT, config_hash, deep_merge, dotted_to_nested, load_harness_config,
-                            load_yaml, validate)
+from methods.config import REPO_ROOT, config_hash, deep_merge, dotted_to_nested, load_yaml, validate
+from methods.data.inputs import IMAGE_INPUTS, ImageInput
 from methods.errors import HarnessError
+from methods.losses import term_configs
 from methods.metrics.protocols import get_protocol
+from methods.models import model_class
 
 ENSEMBLE_SEED_STRIDE = 1000  # a repeated ensemble member trains with seed s + 1000 * (earlier repeats)
-
-
-def dataset_paths(cfg: dict, name: str) -> dict[str, Path | None]:
-    """Where a dataset's inputs live: generated under results/ for synthetic, from config otherwise."""
-    if name not in cfg["datasets"]:
-        raise HarnessError(f"unknown dataset '{name}'; configured: {', '.join(sorted(cfg['datasets']))}")
-    ds = cfg["datasets"][name]
-    if ds["kind"] == "synthetic":
-        root = Path(cfg["results_dir"]) / name / "data"
-        return {"karpathy_json": root / f"dataset_{name}.json", "images_dir": root / "images",
-                "precomp_dir": Path(cfg["results_dir"]) / name / "precomp", "glove": None, "vocab": None}
-    return {k: (Path(ds[k]).expanduser() if ds.get(k) else None)
-            for k in ("karpathy_json", "images_dir", "precomp_dir", "glove", "vocab")}
-
-
-def dataset_payload(cfg: dict, name: str) -> dict:
-    """What the data/feature/training rules of one dataset need to know (written to dataset.json)."""
-    return {"name": name, "dataset": cfg["datasets"][name], "backbones": cfg["backbones"],
-            "paths": {k: str(v) if v else None for k, v in dataset_paths(cfg, name).items()}}
-
-
-def load_dataset_payload(path: str | Path) -> dict:
-    from methods.io import read_json
-
-    try:
-        payload = read_json(path)
-        validate(payload["dataset"], "config#dataset", str(path))
-        return payload
-    except (OSError, ValueError, KeyError) as exc:
-        raise HarnessError(f"{path}: unreadable dataset config ({exc})") from None
-
-
-def payload_splits(payload: dict, names: list[str]) -> dict:
-    """The named harness splits of the dataset a payload describes (Karpathy file parsed once)."""
-    from methods.data.karpathy import load_splits
-
-    return load_splits(payload["paths"]["karpathy_json"], {n: payload["dataset"]["splits"][n] for n in names})
 
 
 def test_splits(cfg: dict, dataset: str) -> list[str]:
@@ -67,6 +32,52 @@ def test_splits(cfg: dict, dataset: str) -> list[str]:
     return out
 
 
+def resolve_method_config(method_file: str | Path, dataset: str, overrides: dict | None = None,
+                          variants: list[str] | None = None, backbones: dict | None = None) -> dict:
+    """The resolved config of one experiment: method base, then its preset for the dataset, then
+    each named variant (its base, then its preset for the dataset), then the row's dotted
+    overrides; validated against the method schema (its hash names the experiment)."""
+    raw = load_yaml(method_file)
+    if not isinstance(raw, dict) or "base" not in raw or "method" not in raw:
+        raise HarnessError(f"{method_file}: a method file needs 'method' and 'base' keys")
+    presets = raw.get("presets", {})
+    if dataset not in presets:
+        raise HarnessError(f"{method_file}: no preset for dataset '{dataset}' (has: {', '.join(sorted(presets))})")
+    cfg = deep_merge(raw["base"], presets[dataset] or {})
+    declared = raw.get("variants") or {}
+    for name in variants or []:
+        if name not in declared:
+            raise HarnessError(f"{method_file}: unknown variant '{name}' (declared: {', '.join(sorted(declared)) or 'none'})")
+        cfg = deep_merge(cfg, declared[name].get("base") or {})
+        cfg = deep_merge(cfg, (declared[name].get("presets") or {}).get(dataset) or {})
+    cfg = deep_merge(cfg, dotted_to_nested(overrides or {}))
+    cfg["method"] = raw["method"]
+    keep = cfg.get("training", {}).pop("run_stages", None)
+    if keep is not None:  # a row may run a subset of the method's stages (e.g. no fine-tuning)
+        names = [s.get("name") for s in cfg["training"].get("stages", [])]
+        unknown = sorted(set(keep) - set(names))
+        if unknown:
+            raise HarnessError(f"{method_file}: run_stages names unknown stages {unknown}; stages: {names}")
+        cfg["training"]["stages"] = [s for s in cfg["training"]["stages"] if s["name"] in keep]
+    validate(cfg, "method", f"{method_file} (dataset {dataset}, overrides {overrides or {}})")
+    backbone = cfg["model"].get("backbone")
+    if backbones is not None and backbone is not None and backbone not in backbones:
+        raise HarnessError(f"{method_file}: backbone '{backbone}' is not in config backbones "
+                           f"({', '.join(sorted(backbones))})")
+    return cfg
+
+
+def check_reported(by_protocol: dict, where: str) -> None:
+    """Reported numbers name registered protocols, and metrics those protocols report."""
+    for protocol, reported in by_protocol.items():
+        known = get_protocol(protocol).metrics
+        for block in ("metrics", "metrics_std"):
+            unknown = sorted(set(reported.get(block) or {}) - set(known))
+            if unknown:
+                raise HarnessError(f"{where}: reported {block} {unknown} under protocol {protocol}, which reports "
+                                   f"{', '.join(known)}")
+
+
 @dataclass
 class Experiment:
     id: str
@@ -79,10 +90,9 @@ class Experiment:
         return self.config["model"].get("backbone")  # None: the model reads precomputed regions
 
     @property
-    def image_input(self) -> str:
-        from methods.models import image_input
-
-        return image_input(self.config["model"])
+    def image_input(self) -> ImageInput:
+        """The kind of image input the experiment's model reads (``methods.data.inputs``)."""
+        return IMAGE_INPUTS.get(model_class(self.config["model"]["kind"]).image_input)
 
     @property
     def finetunes(self) -> bool:
@@ -152,43 +162,11 @@ class Plan:
         for paper_file in cfg["papers"]:
             self._add_paper(REPO_ROOT / paper_file if not Path(paper_file).is_absolute() else Path(paper_file))
 
-    @classmethod
-    def from_files(cls, config_path: str | Path, overrides: dict | None = None) -> "Plan":
-        return cls(load_harness_config(config_path, overrides))
-
     # -- building -------------------------------------------------------------------------
     def resolve_experiment(self, method_file: Path, dataset: str, overrides: dict,
                            variants: list[str] | None = None) -> Experiment:
-        """Method base, then its preset for the dataset, then each named variant (its base, then
-        its preset for the dataset), then the row's dotted overrides."""
-        raw = load_yaml(method_file)
-        if not isinstance(raw, dict) or "base" not in raw or "method" not in raw:
-            raise HarnessError(f"{method_file}: a method file needs 'method' and 'base' keys")
-        presets = raw.get("presets", {})
-        if dataset not in presets:
-            raise HarnessError(f"{method_file}: no preset for dataset '{dataset}' (has: {', '.join(sorted(presets))})")
-        cfg = deep_merge(raw["base"], presets[dataset] or {})
-        declared = raw.get("variants") or {}
-        for name in variants or []:
-            if name not in declared:
-                raise HarnessError(f"{method_file}: unknown variant '{name}' (declared: {', '.join(sorted(declared)) or 'none'})")
-            cfg = deep_merge(cfg, declared[name].get("base") or {})
-            cfg = deep_merge(cfg, (declared[name].get("presets") or {}).get(dataset) or {})
-        cfg = deep_merge(cfg, dotted_to_nested(overrides or {}))
-        cfg["method"] = raw["method"]
-        keep = cfg.get("training", {}).pop("run_stages", None)
-        if keep is not None:  # a row may run a subset of the method's stages (e.g. no fine-tuning)
-            names = [s.get("name") for s in cfg["training"].get("stages", [])]
-            unknown = sorted(set(keep) - set(names))
-            if unknown:
-                raise HarnessError(f"{method_file}: run_stages names unknown stages {unknown}; stages: {names}")
-            cfg["training"]["stages"] = [s for s in cfg["training"]["stages"] if s["name"] in keep]
-        validate(cfg, "method", f"{method_file} (dataset {dataset}, overrides {overrides or {}})")
-        backbone = cfg["model"].get("backbone")
-        if backbone is not None and backbone not in self.cfg["backbones"]:
-            raise HarnessError(f"{method_file}: backbone '{backbone}' is not in config backbones "
-                               f"({', '.join(sorted(self.cfg['backbones']))})")
-        exp = Experiment(f"{raw['method']}-{config_hash(cfg)}", dataset, raw["method"], cfg)
+        cfg = resolve_method_config(method_file, dataset, overrides, variants, self.cfg["backbones"])
+        exp = Experiment(f"{cfg['method']}-{config_hash(cfg)}", dataset, cfg["method"], cfg)
         self.experiments.setdefault((dataset, exp.id), exp)
         return exp
 
@@ -216,6 +194,8 @@ class Plan:
                         exp = self.resolve_experiment(REPO_ROOT / paper["methods"][m["method"]], dataset,
                                                       m.get("overrides", {}), m.get("variants", []))
                         exp_ids.append(exp.id)
+                    for by_protocol in row.get("reported", {}).values():
+                        check_reported(by_protocol, f"{path}: table {table_name} row '{row['id']}'")
                     reported = self._reported_for(row.get("reported", {}).get(reported_key, {}), ds_cfg)
                     seeds = ds_cfg.get("seeds", row["seeds"])
                     tbl.rows.append(Row(table_name, row["id"], row["label"], paper["key"], seeds, exp_ids,
@@ -269,6 +249,17 @@ class Plan:
             targets += sorted(f"figures/{f}_{dataset}.png" for f, d in self.figures if d == dataset)
         return targets
 
+    def image_feature_dir(self, dataset: str, exp_id: str) -> str:
+        """Where the experiment's image input lives on this dataset (cached features, precomputed regions)."""
+        exp = self.experiment(dataset, exp_id)
+        return exp.image_input.directory(self.cfg, dataset, exp.config["model"])
+
+    def image_feature_files(self, dataset: str, exp_id: str, split: str) -> list[str]:
+        """The files of one split that the experiment's jobs read (checked to be providable first)."""
+        exp = self.experiment(dataset, exp_id)
+        exp.image_input.check(self.cfg, dataset, exp.config["model"])
+        return exp.image_input.files(self.image_feature_dir(dataset, exp_id), split, exp.config["model"])
+
     def run_dir(self, dataset: str, exp_id: str, seed: int) -> str:
         return f"{self.cfg['results_dir']}/{dataset}/runs/{exp_id}/seed{seed}"
 
@@ -288,7 +279,7 @@ class Plan:
         for row in self.table(fig.table, dataset).rows:
             cfg = self.experiment(dataset, row.members[0]).config
             rows.append({"id": row.id, "label": row.label, "model": cfg["model"]["kind"], "method": cfg["method"],
-                         "loss": cfg["loss"]["kind"], "seeds": row.seeds, "ensemble_size": row.ensemble_size,
+                         "loss": "+".join(t["kind"] for t in term_configs(cfg["loss"])), "seeds": row.seeds, "ensemble_size": row.ensemble_size,
                          "runs": self.row_runs(row, dataset)})
         spec = {"figure": name, "kind": fig.kind, "title": fig.title, "dataset": dataset, "table": fig.table,
                 "dataset_kind": self.cfg["datasets"][dataset]["kind"],

@@ -1,0 +1,48 @@
+"""Where a configured dataset's inputs live, and the dataset payload (``dataset.json``) that the
+data, feature, training and evaluation jobs of one dataset read."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from methods.config import validate
+from methods.data.karpathy import Split, load_splits
+from methods.errors import HarnessError
+from methods.io import read_json
+
+
+def dataset_paths(cfg: dict, name: str) -> dict[str, Path | None]:
+    """Where a dataset's inputs live: generated under results/ for synthetic, from config otherwise."""
+    if name not in cfg["datasets"]:
+        raise HarnessError(f"unknown dataset '{name}'; configured: {', '.join(sorted(cfg['datasets']))}")
+    ds = cfg["datasets"][name]
+    if ds["kind"] == "synthetic":
+        root = Path(cfg["results_dir"]) / name / "data"
+        return {"karpathy_json": root / f"dataset_{name}.json", "images_dir": root / "images",
+                "precomp_dir": Path(cfg["results_dir"]) / name / "precomp", "glove": None, "vocab": None}
+    return {k: (Path(ds[k]).expanduser() if ds.get(k) else None)
+            for k in ("karpathy_json", "images_dir", "precomp_dir", "glove", "vocab")}
+
+
+def features_dir(results_dir: str, dataset: str, backbone: str) -> str:
+    """Cached CNN outputs of one backbone on one dataset (pooled vectors and grid maps)."""
+    return f"{results_dir}/{dataset}/features/{backbone}"
+
+
+def dataset_payload(cfg: dict, name: str) -> dict:
+    """What the data/feature/training rules of one dataset need to know (written to dataset.json)."""
+    return {"name": name, "dataset": cfg["datasets"][name], "backbones": cfg["backbones"],
+            "paths": {k: str(v) if v else None for k, v in dataset_paths(cfg, name).items()}}
+
+
+def load_dataset_payload(path: str | Path) -> dict:
+    try:
+        payload = read_json(path)
+        validate(payload["dataset"], "config#dataset", str(path))
+        return payload
+    except (OSError, ValueError, KeyError) as exc:
+        raise HarnessError(f"{path}: unreadable dataset config ({exc})") from None
+
+
+def payload_splits(payload: dict, names: list[str]) -> dict[str, Split]:
+    """The named harness splits of the dataset a payload describes (Karpathy file parsed once)."""
+    return load_splits(payload["paths"]["karpathy_json"], {n: payload["dataset"]["splits"][n] for n in names})

@@ -1,0 +1,69 @@
+"""Losses as weighted terms declared in config, each a registered function of the model's
+training outputs and the batch's relevance.
+
+``loss: {kind: triplet_hardest, margin: 0.2}`` is one term (weight 1); several are listed as
+``loss: {terms: [{kind: triplet_hardest, margin: 0.2}, {kind: ..., weight: 0.1}]}``. The
+loss of a step is the sum of ``weight x term``. A term is a class registered in ``LOSS_TERMS``
+under its ``kind``, built from its config block; it may change with the epoch (the triplet
+term's mean-before-hardest warm-up), and says what it is at an epoch (``kind_at``, logged).
+Terms on score matrices (``ranking`` terms) also give their per-direction function, from
+which the training loop counts the negatives that receive a gradient.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from methods.registry import Registry
+
+# (scores, positives) -> loss of one query direction (rows are queries)
+OneDirection = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class LossTerm:
+    """A term built from its config block (``kind``, ``weight`` and its own parameters)."""
+
+    def __init__(self, cfg: dict):
+        self.cfg = cfg
+        self.weight = float(cfg.get("weight", 1.0))
+
+    def kind_at(self, epoch: int) -> str:
+        return self.cfg["kind"]
+
+    def __call__(self, outputs: dict, batch: dict, epoch: int) -> torch.Tensor:
+        """The (unweighted) term of one batch: ``outputs`` from ``model.training_outputs``,
+        ``batch`` holds the relevance (``positives``: images x texts)."""
+        raise NotImplementedError
+
+    def one_direction_at(self, epoch: int) -> OneDirection | None:
+        """For ranking terms, the loss of one query direction on a score matrix; else None."""
+        return None
+
+
+LOSS_TERMS: Registry[type[LossTerm]] = Registry("loss term")
+
+
+def term_configs(loss_cfg: dict) -> list[dict]:
+    """The terms of a ``loss`` config block (a single term is the block itself)."""
+    return list(loss_cfg["terms"]) if "terms" in loss_cfg else [loss_cfg]
+
+
+class Loss:
+    """The weighted sum of the configured terms."""
+
+    def __init__(self, loss_cfg: dict):
+        self.terms = [LOSS_TERMS.get(cfg["kind"])(cfg) for cfg in term_configs(loss_cfg)]
+
+    def kind_at(self, epoch: int) -> str:
+        return "+".join(t.kind_at(epoch) for t in self.terms)
+
+    def __call__(self, outputs: dict, batch: dict, epoch: int) -> torch.Tensor:
+        return sum(t.weight * t(outputs, batch, epoch) for t in self.terms)
+
+    def one_direction_at(self, epoch: int) -> OneDirection | None:
+        """The ranking terms' weighted per-direction loss (None when no term ranks)."""
+        parts = [(t.weight, fn) for t in self.terms if (fn := t.one_direction_at(epoch)) is not None]
+        if not parts:
+            return None
+        return lambda scores, positives: sum(w * fn(scores, positives) for w, fn in parts)

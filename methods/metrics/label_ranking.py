@@ -1,0 +1,72 @@
+"""Ranking metrics with ``shared_labels`` relevance (label-wise retrieval): a text is relevant
+to an image when they share a label; its gain is the number of labels they share.
+
+- ``{i2t,t2i}_map``: mean over queries of average precision over the whole ranked list (binary
+  relevance); queries without any relevant item are left out.
+- ``{i2t,t2i}_ndcg500``: NDCG@500 with graded relevance (shared-label count) as the gain and
+  log2(rank + 1) discount, the label-wise code's metric. Ideal DCG from the sorted gains.
+
+Ties count against the model as in ``methods.metrics.retrieval``: among equal scores, the less
+relevant item is ranked first. All values in percent.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from methods.metrics.registry import EvaluationContext, evaluate, register_metric
+
+NDCG_KS = (500,)
+
+
+def graded_orientation(context: EvaluationContext, direction: str) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, gains) with queries as rows for ``direction``."""
+    def compute():
+        scores = context.scores.double().cpu().numpy()
+        gains = context.relevance.graded()
+        return (scores, gains) if direction == "i2t" else (scores.T, gains.T)
+    return context.cached(f"{direction}_oriented", compute)
+
+
+def ranked_gains(context: EvaluationContext, direction: str) -> np.ndarray:
+    """(queries, candidates) gains in ranked order, ties broken against the model."""
+    def compute():
+        scores, gains = graded_orientation(context, direction)
+        # lexsort: last key is primary; descending score, then ascending gain among ties
+        order = np.lexsort((gains, -scores), axis=1)
+        return np.take_along_axis(gains, order, axis=1)
+    return context.cached(f"{direction}_ranked_gains", compute)
+
+
+def mean_average_precision(context: EvaluationContext, direction: str) -> float:
+    relevant = ranked_gains(context, direction) > 0
+    hits = np.cumsum(relevant, axis=1)
+    precision = hits / np.arange(1, relevant.shape[1] + 1)[None, :]
+    n_rel = relevant.sum(axis=1)
+    keep = n_rel > 0
+    ap = (precision * relevant).sum(axis=1)[keep] / n_rel[keep]
+    return 100.0 * float(ap.mean()) if keep.any() else 0.0
+
+
+def ndcg_at(context: EvaluationContext, direction: str, k: int) -> float:
+    gains = ranked_gains(context, direction)[:, :k]
+    discounts = 1.0 / np.log2(np.arange(2, gains.shape[1] + 2))
+    dcg = (gains * discounts[None, :]).sum(axis=1)
+    _, all_gains = graded_orientation(context, direction)
+    ideal = (-np.sort(-all_gains, axis=1)[:, :k] * discounts[None, :]).sum(axis=1)
+    keep = ideal > 0
+    return 100.0 * float((dcg[keep] / ideal[keep]).mean()) if keep.any() else 0.0
+
+
+ARROW = {"i2t": "i→t", "t2i": "t→i"}
+LABEL_RANKING_METRICS = tuple(f"{d}_{m}" for d in ("i2t", "t2i") for m in ("map", *(f"ndcg{k}" for k in NDCG_KS)))
+for _d in ("i2t", "t2i"):
+    register_metric(f"{_d}_map", lambda c, d=_d: mean_average_precision(c, d), relevance="shared_labels",
+                    direction="higher", label=f"{ARROW[_d]} mAP", tolerance="ranking", scale="percent")
+    for _k in NDCG_KS:
+        register_metric(f"{_d}_ndcg{_k}", lambda c, d=_d, k=_k: ndcg_at(c, d, k), relevance="shared_labels",
+                        direction="higher", label=f"{ARROW[_d]} NDCG@{_k}", tolerance="ranking", scale="percent")
+
+
+def label_ranking_metrics(scores: torch.Tensor | np.ndarray, relevance) -> dict[str, float]:
+    return evaluate(scores, relevance, LABEL_RANKING_METRICS)

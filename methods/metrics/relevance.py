@@ -1,0 +1,81 @@
+"""What counts as a correct answer when ranking: a relevance description beside the score matrix.
+
+- ``CaptionsOfImage``: caption k belongs to image k // captions_per_image (the Karpathy
+  protocols: Flickr30K, COCO, the synthetic set). Scores are (N images, c·N captions).
+- ``SharedLabels``: images and texts carry multi-hot label vectors; an (image, text) pair is
+  relevant when they share a label, and its graded relevance is the number of labels they share
+  (label-wise retrieval: MIRFlickr-25K, NUS-WIDE, COCO with its 80 object labels).
+
+Both can be cut into consecutive folds (COCO 1K = five folds of the 5K test set).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from methods.errors import HarnessError
+
+
+def check_finite(scores: torch.Tensor) -> None:
+    if not torch.isfinite(scores).all():
+        raise HarnessError("score matrix contains NaN or inf")
+
+
+@dataclass(frozen=True)
+class CaptionsOfImage:
+    captions_per_image: int = 5
+    kind = "captions_of_image"
+
+    def check(self, scores: torch.Tensor) -> None:
+        c = self.captions_per_image
+        if scores.ndim != 2 or scores.shape[1] != c * scores.shape[0]:
+            raise HarnessError(f"score matrix has shape {tuple(scores.shape)}; expected (N, {c}N) "
+                               f"with caption k belonging to image k // {c}")
+        check_finite(scores)
+
+    def n_images(self, scores: torch.Tensor) -> int:
+        return scores.shape[0]
+
+    def fold(self, scores: torch.Tensor, fold: int, n_folds: int) -> tuple[torch.Tensor, "CaptionsOfImage"]:
+        """Fold ``fold`` of ``n_folds`` consecutive image blocks, with their captions."""
+        size = scores.shape[0] // n_folds
+        c = self.captions_per_image
+        return scores[fold * size:(fold + 1) * size, fold * size * c:(fold + 1) * size * c], self
+
+
+@dataclass(frozen=True, eq=False)
+class SharedLabels:
+    image_labels: np.ndarray   # (N, L) multi-hot
+    text_labels: np.ndarray    # (M, L) multi-hot
+    kind = "shared_labels"
+
+    def __post_init__(self) -> None:
+        for name in ("image_labels", "text_labels"):
+            value = np.asarray(getattr(self, name))
+            if value.ndim != 2:
+                raise HarnessError(f"shared-label relevance: {name} must be (items, labels), got shape {value.shape}")
+            object.__setattr__(self, name, value)
+        if self.image_labels.shape[1] != self.text_labels.shape[1]:
+            raise HarnessError(f"shared-label relevance: images have {self.image_labels.shape[1]} labels, "
+                               f"texts {self.text_labels.shape[1]}")
+
+    def check(self, scores: torch.Tensor) -> None:
+        expected = (len(self.image_labels), len(self.text_labels))
+        if tuple(scores.shape) != expected:
+            raise HarnessError(f"score matrix has shape {tuple(scores.shape)}; the labels give {expected} "
+                               f"(images x texts)")
+        check_finite(scores)
+
+    def n_images(self, scores: torch.Tensor) -> int:
+        return scores.shape[0]
+
+    def graded(self) -> np.ndarray:
+        """(N, M) number of labels each (image, text) pair shares."""
+        return self.image_labels.astype(np.float64) @ self.text_labels.astype(np.float64).T
+
+    def fold(self, scores: torch.Tensor, fold: int, n_folds: int) -> tuple[torch.Tensor, "SharedLabels"]:
+        n, m = scores.shape[0] // n_folds, scores.shape[1] // n_folds
+        rows, cols = slice(fold * n, (fold + 1) * n), slice(fold * m, (fold + 1) * m)
+        return scores[rows, cols], SharedLabels(self.image_labels[rows], self.text_labels[cols])

@@ -1,0 +1,129 @@
+"""The model contract, written down once, and the model and similarity registries.
+
+A model is built from its ``model`` config block and a ``BuildContext`` (vocabulary size, word
+vectors, the image input's shape, the configured backbones): ``MODELS.get(kind).from_config(cfg,
+ctx)``. It encodes each side once (``encode_images``, ``encode_texts``: a tensor of embeddings,
+or a feature set for cross-attention and set models), scores one block of pairs (``score``:
+(I, C)), scores a whole split (``score_matrix``: float32 on the CPU), and in training returns a
+dict of named outputs that loss terms read (``training_outputs``: at least ``scores``, a list
+with one (I, C) matrix per scoring head). Generic code (training, evaluation, ensembles) uses
+only these; it never probes a model with ``hasattr`` or reads its fields.
+
+``image_input`` (a class attribute) names the kind of image input the model reads
+(``methods.data.inputs.IMAGE_INPUTS``: ``pooled``, ``regions``, ``grid``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+import torch
+from torch import nn
+
+from methods.errors import HarnessError
+from methods.models.cross_attention import score_in_blocks
+from methods.registry import Registry
+from methods.runtime import autocast
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    vocab_size: int
+    image_shape: dict = field(default_factory=dict)   # from the image input: dim, regions, scales
+    backbones: dict = field(default_factory=dict)     # config `backbones`
+    word_vectors: torch.Tensor | None = None           # (vocab, word_dim) when configured
+
+    def image(self, key: str, model: str) -> Any:
+        if key not in self.image_shape:
+            raise HarnessError(f"a {model} model needs the image input's '{key}' (image shape given: {self.image_shape})")
+        return self.image_shape[key]
+
+
+class RetrievalModel(nn.Module):
+    image_input: ClassVar[str]
+    finetune: bool = False   # True while the CNN backbone is trained (models with a backbone)
+
+    @classmethod
+    def from_config(cls, cfg: dict, ctx: BuildContext) -> "RetrievalModel":
+        raise NotImplementedError
+
+    def set_finetune(self, finetune: bool) -> None:
+        if finetune:
+            raise ValueError(f"{type(self).__name__} reads precomputed {self.image_input} features; "
+                             f"it has no backbone to fine-tune")
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.parameters() if p.requires_grad]
+
+    def encode_images(self, batch: dict) -> Any:
+        raise NotImplementedError
+
+    def encode_texts(self, batch: dict) -> Any:
+        raise NotImplementedError
+
+    def score(self, img: Any, txt: Any) -> torch.Tensor:
+        """(I, C) scores of one block of encoded images and texts."""
+        raise NotImplementedError
+
+    def score_matrix(self, img: Any, txt: Any, amp: bool = False) -> torch.Tensor:
+        """(N_img, N_txt) float32 scores of a whole split, on the CPU."""
+        raise NotImplementedError
+
+    def training_outputs(self, img: Any, txt: Any) -> dict[str, Any]:
+        """Named outputs of a training batch for the loss terms (one score matrix per head)."""
+        return {"scores": [self.score(img, txt)]}
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+
+MODELS: Registry[type[RetrievalModel]] = Registry("model")
+SIMILARITIES: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry("similarity")
+
+
+@SIMILARITIES.register("cosine")
+def cosine_similarity(img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
+    """(N, D) x (M, D) unit vectors -> (N, M) cosines."""
+    return img @ txt.t()
+
+
+class EmbeddingModel(RetrievalModel):
+    """One vector per image and per text, scored by a registered similarity."""
+
+    similarity: ClassVar[str] = "cosine"
+    score_chunk: ClassVar[int] = 2048   # images per block of a score matrix
+
+    def score(self, img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
+        return SIMILARITIES.get(self.similarity)(img, txt)
+
+    def score_matrix(self, img: torch.Tensor, txt: torch.Tensor, amp: bool = False) -> torch.Tensor:
+        # embeddings are float32 already: one GEMM per block, no autocast needed
+        with torch.no_grad():
+            return torch.cat([self.score(img[s:s + self.score_chunk], txt).float().cpu()
+                              for s in range(0, img.shape[0], self.score_chunk)])
+
+
+class CrossAttentionModel(RetrievalModel):
+    """Scores every pair with a learned pairwise function: ``score`` takes feature sets
+    (``methods.models.cross_attention``), and a score matrix is computed in length-sorted
+    blocks of pairs whose size comes from ``pair_elements`` and an element budget."""
+
+    block_elements: int | None = None   # None: by device (cross_attention.BLOCK_ELEMENTS)
+
+    def pair_elements(self, length: int) -> int:
+        """Elements of the per-pair intermediates for a caption of this length."""
+        raise NotImplementedError
+
+    def score_matrix(self, img: Any, txt: Any, amp: bool = False) -> torch.Tensor:
+        with autocast(self.device, amp):
+            return score_in_blocks(self.score, img, txt, self.pair_elements, self.block_elements)
+
+
+def model_class(kind: str) -> type[RetrievalModel]:
+    return MODELS.get(kind)
+
+
+def build_model(cfg: dict, ctx: BuildContext) -> RetrievalModel:
+    """The model of a ``model`` config block (random weights)."""
+    return model_class(cfg["kind"]).from_config(cfg, ctx)

@@ -1,0 +1,46 @@
+"""The trained-model file ``<run>/model.pt`` written by training: the resolved config, the
+vocabulary size, the image input's shape, the best epoch and the weights. Loaded here into a
+model on any device (evaluation, figures, the public API)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from methods.errors import HarnessError, first_line
+from methods.io import torch_save
+from methods.models.base import BuildContext, RetrievalModel, build_model
+
+MODEL_FILE_FORMAT = 1
+
+
+def save_trained_model(path: str | Path, config: dict, config_hash: str, seed: int, vocab_size: int,
+                       image_shape: dict, best: dict, state_dict: dict) -> None:
+    torch_save(path, {"format": MODEL_FILE_FORMAT, "config": config, "config_hash": config_hash, "seed": seed,
+                      "vocab_size": vocab_size, "image_shape": image_shape, "best": best, "state_dict": state_dict})
+
+
+def read_model_file(path: str | Path) -> dict:
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        ckpt["config"]  # noqa: B018 - presence check
+    except Exception as exc:
+        raise HarnessError(f"model file {path} is corrupt or unreadable ({type(exc).__name__}: {first_line(exc)}); "
+                           f"delete it and re-run its training job") from None
+    if "image_shape" not in ckpt:  # files written before the image shape was stored whole
+        ckpt["image_shape"] = {k: v for k, v in (("dim", ckpt.get("image_dim")), ("regions", ckpt.get("n_regions")))
+                               if v is not None}
+    return ckpt
+
+
+def load_trained_model(path: str | Path, backbones: dict, device: torch.device) -> tuple[RetrievalModel, dict, bool]:
+    """(model in eval mode on ``device``, the model file's contents, whether the CNN was fine-tuned)."""
+    ckpt = read_model_file(path)
+    finetuned = ckpt["best"]["finetuned"]
+    # The trained weights overwrite whatever the backbone is built with; never load ImageNet here.
+    backbones = {k: {**v, "weights": "none"} for k, v in backbones.items()}
+    model = build_model(ckpt["config"]["model"], BuildContext(ckpt["vocab_size"], ckpt["image_shape"], backbones))
+    missing, unexpected = model.load_state_dict(ckpt["state_dict"], strict=False)
+    if unexpected or any(not k.startswith("backbone.") or finetuned for k in missing):
+        raise HarnessError(f"{path}: weights do not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    return model.to(device).eval(), ckpt, finetuned

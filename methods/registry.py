@@ -1,0 +1,51 @@
+"""One small registry type for everything a paper adds by name: models, image inputs,
+similarities, loss terms, metrics, figure kinds.
+
+Register under a name (a duplicate name is an error), look up by name (an unknown name is a
+``HarnessError`` that lists the known ones). Modules register their entries when imported; the
+package that owns a registry imports its entry modules, so looking up never depends on who
+imported what first.
+"""
+from __future__ import annotations
+
+from typing import Callable, Generic, Iterator, TypeVar
+
+from methods.errors import HarnessError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str):
+        self.kind = kind  # what an entry is, for messages ("model", "loss term", ...)
+        self._entries: dict[str, T] = {}
+
+    def register(self, name: str, entry: T | None = None) -> Callable[[T], T] | T:
+        """``register(name, entry)``, or ``@register(name)`` as a decorator; returns the entry."""
+        def add(obj: T) -> T:
+            if name in self._entries:
+                raise ValueError(f"{self.kind} '{name}' is registered twice")
+            self._entries[name] = obj
+            return obj
+
+        return add(entry) if entry is not None else add
+
+    def get(self, name: str) -> T:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise HarnessError(f"unknown {self.kind} '{name}'; known: {', '.join(self.names()) or 'none'}") from None
+
+    __getitem__ = get
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def items(self) -> Iterator[tuple[str, T]]:
+        return iter(sorted(self._entries.items()))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,69 @@
+"""Encode a split and score every (image, text) pair, without a Python loop over queries.
+
+Each side is encoded once, in batches (``model.encode_images`` / ``model.encode_texts``); the
+score matrix is the model's own (``model.score_matrix``: one GEMM per block for embedding
+models, length-sorted pair blocks for cross-attention models).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from methods.data.inputs import CachedGridFeatures, CachedImageFeatures
+from methods.data.text import pad_tokens
+from methods.features.images import ImageFiles
+from methods.models.base import RetrievalModel
+from methods.runtime import autocast, to_device
+
+
+def concat_encoded(chunks: list) -> Any:
+    """Encoded batches joined: tensors with torch.cat, feature sets with their own ``cat``.
+    (Encodings are kept in fp32 between encoding and scoring: every encoding has ``.float()``.)"""
+    return torch.cat(chunks) if torch.is_tensor(chunks[0]) else type(chunks[0]).cat(chunks)
+
+
+@torch.no_grad()
+def encode_images(model: RetrievalModel, n_images: int, device: torch.device, batch_size: int,
+                  features: CachedImageFeatures | CachedGridFeatures | None = None,
+                  images: ImageFiles | None = None, amp: bool = False) -> Any:
+    """Images from cached features (``features``) or from image files (``images``: the CNN runs)."""
+    model.eval()
+    chunks = []
+    if images is not None:
+        for x in DataLoader(images, batch_size=batch_size, shuffle=False):
+            with autocast(device, amp):
+                chunks.append(model.encode_images({"images": x.to(device)}).float())
+    else:
+        for start in range(0, n_images, batch_size):
+            block = features.block(start, min(n_images, start + batch_size))
+            with autocast(device, amp):
+                chunks.append(model.encode_images({"features": to_device(block, device)}).float())
+    return concat_encoded(chunks)
+
+
+@torch.no_grad()
+def encode_texts(model: RetrievalModel, token_lists: list[list[int]], device: torch.device, batch_size: int,
+                 amp: bool = False) -> Any:
+    model.eval()
+    chunks = []
+    for start in range(0, len(token_lists), batch_size):
+        tokens, lengths = pad_tokens(token_lists[start:start + batch_size])
+        with autocast(device, amp):
+            chunks.append(model.encode_texts({"tokens": tokens.to(device), "lengths": lengths}).float())
+    return concat_encoded(chunks)
+
+
+def encode_split(model: RetrievalModel, token_lists: list[list[int]], n_images: int, device: torch.device,
+                 batch_size: int, features: CachedImageFeatures | CachedGridFeatures | None = None,
+                 images: ImageFiles | None = None, amp: bool = False) -> tuple[Any, Any]:
+    """(encoded images, encoded texts) of one split."""
+    return (encode_images(model, n_images, device, batch_size, features, images, amp),
+            encode_texts(model, token_lists, device, batch_size, amp))
+
+
+@torch.no_grad()
+def score_matrix(model: RetrievalModel, img: Any, txt: Any, amp: bool = False) -> torch.Tensor:
+    """(N_img, N_txt) float32 scores on the CPU."""
+    return model.score_matrix(img, txt, amp=amp)

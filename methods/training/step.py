@@ -1,0 +1,41 @@
+"""What a model family does in one training step: encode both sides of the batch, take the
+model's named training outputs, and apply the configured loss terms to them.
+
+The epoch loop (``methods.training.loop``) is the same for every model; the model supplies
+``encode_images`` / ``encode_texts`` / ``training_outputs`` (its heads), the loss terms read the
+outputs they need. Losses and gradient counts run in fp32 even under fp16 autocast.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from methods.losses.terms import Loss
+from methods.models.base import RetrievalModel
+from methods.runtime import autocast
+
+
+def as_fp32(value: Any) -> Any:
+    """Floating tensors of a (nested) output structure cast to float32."""
+    if torch.is_tensor(value):
+        return value.float() if value.is_floating_point() else value
+    if isinstance(value, dict):
+        return {k: as_fp32(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(as_fp32(v) for v in value)
+    return value
+
+
+class TrainingStep:
+    def __init__(self, model: RetrievalModel, loss: Loss, device: torch.device, amp: bool):
+        self.model, self.loss, self.device, self.amp = model, loss, device, amp
+
+    def __call__(self, batch: dict, epoch: int) -> tuple[torch.Tensor, dict]:
+        """(loss, fp32 training outputs) of one batch already on the device."""
+        with autocast(self.device, self.amp):
+            img = self.model.encode_images(batch)
+            txt = self.model.encode_texts(batch)
+            outputs = self.model.training_outputs(img, txt)
+        outputs = as_fp32(outputs)
+        return self.loss(outputs, batch, epoch), outputs

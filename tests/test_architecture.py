@@ -1,0 +1,115 @@
+"""Layering and registries: lower layers never import higher ones, no import of the package is
+hidden inside a function, and every schema enum of a registered kind lists exactly the registry."""
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from methods.config import load_schema
+
+PACKAGE = Path(__file__).resolve().parents[1] / "methods"
+
+# data -> features -> models -> losses/metrics -> training/evaluation -> report -> plan/CLI,
+# above a base of helpers every layer may use.
+LAYERS = [
+    ("base", ("methods", "methods.errors", "methods.io", "methods.config", "methods.registry", "methods.runtime",
+              "methods.cli")),
+    ("data", ("methods.data",)),
+    ("features", ("methods.features",)),
+    ("models", ("methods.models",)),
+    ("losses/metrics", ("methods.losses", "methods.metrics")),
+    ("training/evaluation", ("methods.training", "methods.scoring")),
+    ("report", ("methods.report",)),
+    ("plan/CLI", ("methods.plan", "methods.api", "methods.train", "methods.evaluate", "methods.ensemble",
+                  "methods.benchmarks")),
+]
+
+
+def module_names() -> list[str]:
+    names = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+def layer_of(module: str) -> int:
+    best = None
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[1]):
+                best = (index, len(prefix))
+    if best is None:
+        raise AssertionError(f"module {module} has no layer: add it to LAYERS in tests/test_architecture.py")
+    return best[0]
+
+
+def test_every_module_has_a_layer():
+    for name in module_names():
+        layer_of(name)
+
+
+def test_no_upward_import_in_a_fresh_interpreter():
+    """Import every module in layer order in one fresh interpreter; a module whose import loads
+    a module of a higher layer (directly or through others) is an upward import."""
+    order = sorted(module_names(), key=lambda m: (layer_of(m), m))
+    script = (
+        "import importlib, json, sys\n"
+        f"order = {order!r}\n"
+        "loaded = {}\n"
+        "for name in order:\n"
+        "    before = set(sys.modules)\n"
+        "    importlib.import_module(name)\n"
+        "    loaded[name] = sorted(m for m in set(sys.modules) - before if m.startswith('methods'))\n"
+        "print(json.dumps(loaded))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    upward = [f"{name} ({LAYERS[layer_of(name)][0]}) imports {dep} ({LAYERS[layer_of(dep)][0]})"
+              for name, deps in loaded.items() for dep in deps if layer_of(dep) > layer_of(name)]
+    assert not upward, "upward imports:\n" + "\n".join(upward)
+
+
+def test_no_package_import_hidden_in_a_function():
+    hidden = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.ImportFrom) and (inner.module or "").startswith("methods"):
+                        hidden.append(f"{path.relative_to(PACKAGE.parent)}:{inner.lineno} from {inner.module}")
+                    if isinstance(inner, ast.Import) and any(a.name.startswith("methods") for a in inner.names):
+                        hidden.append(f"{path.relative_to(PACKAGE.parent)}:{inner.lineno} import")
+    assert not hidden, "imports inside functions:\n" + "\n".join(hidden)
+
+
+def schema_enum(schema: dict, *path: str) -> list[str]:
+    node = schema
+    for key in path:
+        node = node[key]
+    return sorted(node["enum"])
+
+
+@pytest.mark.parametrize("registry_path, schema_path", [
+    (("methods.models", "MODELS"), ("method", "properties", "model", "properties", "kind")),
+    (("methods.losses", "LOSS_TERMS"), ("method", "$defs", "loss_term", "properties", "kind")),
+    (("methods.report.paper_figures", "FIGURE_KINDS"),
+     ("paper", "properties", "figures", "additionalProperties", "properties", "kind")),
+])
+def test_schema_enums_list_exactly_the_registered_names(registry_path, schema_path):
+    import importlib
+
+    registry = getattr(importlib.import_module(registry_path[0]), registry_path[1])
+    schema = load_schema(schema_path[0])
+    assert schema_enum(schema, *schema_path[1:]) == registry.names()
+
+
+def test_model_schema_has_a_block_for_every_registered_model():
+    from methods.models import MODELS
+
+    schema = load_schema("method")
+    assert set(MODELS.names()) <= set(schema["$defs"])

@@ -1,0 +1,236 @@
+"""Every registered model, metric and loss term is tested the moment it is registered:
+models (forward, backward, block scoring equal to scoring all pairs at once), metrics (against
+a brute force or scikit-learn), loss terms (value and gradient against loops over the
+definitions). A registration without its independent computation here fails the suite."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from methods import api
+from methods.config import REPO_ROOT
+from methods.data.inputs import IMAGE_INPUTS
+from methods.losses import LOSS_TERMS, Loss
+from methods.metrics.registry import METRICS, evaluate
+from methods.metrics.relevance import CaptionsOfImage, SharedLabels
+from methods.models import MODELS
+from methods.registry import Registry
+from tests.test_metrics import brute_force_metrics
+
+# -- the registry type ------------------------------------------------------------------------
+
+
+def test_registry_rejects_duplicates_and_names_the_known_entries():
+    from methods.errors import HarnessError
+
+    reg = Registry("widget")
+    reg.register("a", 1)
+    reg.register("b")(2)
+    with pytest.raises(ValueError, match="widget 'a' is registered twice"):
+        reg.register("a", 3)
+    with pytest.raises(HarnessError, match="unknown widget 'c'; known: a, b"):
+        reg.get("c")
+    assert reg["b"] == 2 and "a" in reg and reg.names() == ["a", "b"]
+
+
+# -- models -----------------------------------------------------------------------------------
+
+def method_file_of(kind: str):
+    for path in sorted((REPO_ROOT / "config" / "methods").glob("*.yaml")):
+        if yaml.safe_load(path.read_text())["base"]["model"]["kind"] == kind:
+            return path
+    raise AssertionError(f"model '{kind}' is registered but no config/methods/*.yaml uses it")
+
+
+BACKBONES = {"resnet18_synthetic": {"arch": "resnet18", "weights": "none"}}
+VOCAB = 40
+
+
+def image_batch(kind: str, n: int, g: torch.Generator, cfg: dict) -> tuple[dict, dict]:
+    """(image shape, a batch of features) for the model's image input kind."""
+    if kind == "pooled":
+        return {"dim": 512}, {"features": torch.randn(n, 512, generator=g)}
+    if kind == "regions":
+        return {"dim": 24, "regions": 6}, {"features": torch.randn(n, 6, 24, generator=g)}
+    if kind == "grid":
+        shapes = {"conv3": (8, 8, 128), "conv4": (4, 4, 256), "conv5": (2, 2, 512)}
+        scales = {s: list(shapes[s]) for s in cfg["grid_scales"]}
+        return {"scales": scales}, {"features": {s: torch.randn(n, *shapes[s], generator=g) for s in scales}}
+    raise AssertionError(f"no test inputs for image input kind '{kind}'")
+
+
+def text_batch(n: int, g: torch.Generator) -> dict:
+    lengths = torch.randint(3, 9, (n,), generator=g)
+    tokens = torch.randint(4, VOCAB, (n, 8), generator=g)
+    tokens[torch.arange(8)[None, :] >= lengths[:, None]] = 0
+    return {"tokens": tokens, "lengths": lengths}
+
+
+@pytest.mark.parametrize("kind", MODELS.names())
+def test_model_forward_backward_and_block_scoring(kind):
+    torch.manual_seed(0)
+    cfg = api.experiment_config(method_file_of(kind), "synthetic", harness={"backbones": BACKBONES})
+    cls = MODELS.get(kind)
+    assert cls.image_input in IMAGE_INPUTS
+    g = torch.Generator().manual_seed(1)
+    shape, images = image_batch(cls.image_input, 7, g, cfg["model"])
+    texts = text_batch(11, g)
+    model = api.build_model(cfg, VOCAB, shape, BACKBONES)
+    # training: named outputs, scores (images x texts) per head, gradients reach the parameters
+    model.train()
+    outputs = model.training_outputs(model.encode_images(images), model.encode_texts(texts))
+    assert outputs["scores"] and all(s.shape == (7, 11) for s in outputs["scores"])
+    sum(s.sum() for s in outputs["scores"]).backward()
+    grads = [p.grad for p in model.trainable_parameters() if p.grad is not None]
+    assert grads and any(gr.abs().sum() > 0 for gr in grads)
+    # evaluation: the blocked score matrix equals scoring every pair in one call
+    model.eval()
+    with torch.no_grad():
+        img, txt = model.encode_images(images), model.encode_texts(texts)
+        whole = model.score(img, txt).float()
+        model.block_elements = 64      # cross-attention models: many small blocks
+        model.score_chunk = 3          # embedding models: image blocks of 3
+        blocked = model.score_matrix(img, txt)
+    assert blocked.dtype == torch.float32 and blocked.shape == (7, 11)
+    torch.testing.assert_close(blocked, whole, rtol=1e-5, atol=1e-6)
+    assert whole.std() > 0  # not a constant
+
+
+# -- metrics ----------------------------------------------------------------------------------
+
+def bf_captions(name: str, scores: np.ndarray) -> float:
+    values = brute_force_metrics(scores)
+    values["r1_r5_sum"] = sum(values[f"{d}_r{k}"] for d in ("i2t", "t2i") for k in (1, 5))
+    return values[name]
+
+
+def bf_shared_labels(name: str, scores: np.ndarray, image_labels: np.ndarray, text_labels: np.ndarray) -> float:
+    from sklearn.metrics import average_precision_score, ndcg_score  # scikit-learn as the oracle
+
+    gains = image_labels.astype(float) @ text_labels.T.astype(float)
+    direction, metric = name.split("_", 1)
+    s, rel = (scores, gains) if direction == "i2t" else (scores.T, gains.T)
+    keep = rel.sum(axis=1) > 0
+    if metric == "map":
+        return 100 * float(np.mean([average_precision_score(r > 0, q) for r, q in zip(rel[keep], s[keep])]))
+    k = int(metric.removeprefix("ndcg"))
+    return 100 * float(np.mean([ndcg_score(r[None], q[None], k=k) for r, q in zip(rel[keep], s[keep])]))
+
+
+@pytest.mark.parametrize("name", METRICS.names())
+@pytest.mark.parametrize("seed", range(3))
+def test_metric_against_brute_force(name, seed):
+    metric = METRICS.get(name)
+    rng = np.random.default_rng(seed)
+    if metric.relevance == "captions_of_image":
+        scores = rng.normal(size=(12, 60))
+        got = evaluate(torch.from_numpy(scores), CaptionsOfImage(), [name])[name]
+        want = bf_captions(name, scores)
+    elif metric.relevance == "shared_labels":
+        images, texts = rng.random((15, 6)) < 0.3, rng.random((40, 6)) < 0.3
+        scores = rng.normal(size=(15, 40))  # continuous: no ties, where tie rules differ
+        got = evaluate(torch.from_numpy(scores), SharedLabels(images, texts), [name])[name]
+        want = bf_shared_labels(name, scores, images, texts)
+    else:
+        raise AssertionError(f"metric {name}: no brute force for relevance '{metric.relevance}'")
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
+    assert metric.direction in ("higher", "lower") and metric.label
+
+
+def test_ndcg_and_map_on_a_hand_worked_example():
+    # one image query, three texts sharing 2, 0 and 1 labels, ranked text 1, text 0, text 2
+    images = np.array([[1, 1, 0]])
+    texts = np.array([[1, 1, 0], [0, 0, 1], [1, 0, 0]])
+    scores = torch.tensor([[0.5, 0.9, 0.1]])
+    got = evaluate(scores, SharedLabels(images, texts), ["i2t_ndcg500", "i2t_map"])
+    dcg = 0 / math.log2(2) + 2 / math.log2(3) + 1 / math.log2(4)
+    idcg = 2 / math.log2(2) + 1 / math.log2(3)
+    assert got["i2t_ndcg500"] == pytest.approx(100 * dcg / idcg)
+    assert got["i2t_map"] == pytest.approx(100 * (1 / 2 + 2 / 3) / 2)  # relevant at ranks 2 and 3
+
+
+# -- loss terms -------------------------------------------------------------------------------
+
+def loop_ranking_loss(kind: str, cfg: dict, s: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """The definitions, one positive pair and one negative at a time (both directions)."""
+    def one_direction(s, pos):
+        q_idx = range(s.shape[0])
+        if kind in ("triplet_sum", "triplet_hardest"):
+            total = s.new_zeros(())
+            for q in q_idx:
+                for p in pos[q].nonzero().flatten().tolist():
+                    hinges = [torch.clamp(cfg["margin"] - s[q, p] + s[q, n], min=0)
+                              for n in range(s.shape[1]) if not pos[q, n]]
+                    if hinges:
+                        total = total + (sum(hinges) if kind == "triplet_sum" else torch.stack(hinges).max())
+            return total
+        if kind == "nt_xent":
+            terms = []
+            for q in q_idx:
+                negatives = [torch.exp(s[q, n] / cfg["tau"]) for n in range(s.shape[1]) if not pos[q, n]]
+                for p in pos[q].nonzero().flatten().tolist():
+                    e = torch.exp(s[q, p] / cfg["tau"])
+                    terms.append(-torch.log(e / (e + sum(negatives))))
+            return torch.stack(terms).mean()
+        if kind == "smooth_ap":
+            def sig(d):
+                return torch.sigmoid(d / cfg["tau"])
+            aps = []
+            for q in q_idx:
+                p_list = pos[q].nonzero().flatten().tolist()
+                if not p_list:
+                    continue
+                ap = 0
+                for i in p_list:
+                    rank_pos = 1 + sum(sig(s[q, j] - s[q, i]) for j in p_list if j != i)
+                    rank_all = 1 + sum(sig(s[q, j] - s[q, i]) for j in range(s.shape[1]) if j != i)
+                    ap = ap + rank_pos / rank_all
+                aps.append(ap / len(p_list))
+            return 1 - torch.stack(aps).mean()
+        raise AssertionError(f"loss term '{kind}': no loop reference in tests/test_registries.py")
+
+    i2t, t2i = one_direction(s, pos), one_direction(s.t(), pos.t())
+    return i2t + t2i if kind.startswith("triplet") else (i2t + t2i) / 2
+
+
+TERM_CONFIGS = {"triplet_sum": {"margin": 0.2}, "triplet_hardest": {"margin": 0.2}, "nt_xent": {"tau": 0.1},
+                "smooth_ap": {"tau": 0.05}}
+
+
+def random_scores(seed: int, n_img=5, n_cap=12):
+    g = torch.Generator().manual_seed(seed)
+    scores = (torch.rand(n_img, n_cap, generator=g, dtype=torch.float64) * 2 - 1)
+    owner = torch.cat([torch.arange(n_img), torch.randint(0, n_img, (n_cap - n_img,), generator=g)])
+    return scores, owner[None, :] == torch.arange(n_img)[:, None]
+
+
+@pytest.mark.parametrize("kind", LOSS_TERMS.names())
+@pytest.mark.parametrize("seed", range(2))
+def test_loss_term_value_and_gradient_match_loops(kind, seed):
+    assert kind in TERM_CONFIGS, f"loss term '{kind}' has no test config here"
+    cfg = {"kind": kind, **TERM_CONFIGS[kind]}
+    heads = [random_scores(seed)[0].requires_grad_(True), random_scores(seed + 10)[0].requires_grad_(True)]
+    positives = random_scores(seed)[1]
+    ours = Loss(cfg)({"scores": heads}, {"positives": positives}, epoch=0)
+    grads = torch.autograd.grad(ours, heads)
+    ref_heads = [h.detach().clone().requires_grad_(True) for h in heads]
+    want = sum(loop_ranking_loss(kind, cfg, h, positives) for h in ref_heads)  # a term sums over heads
+    want_grads = torch.autograd.grad(want, ref_heads)
+    assert ours.item() == pytest.approx(want.item(), rel=1e-9)
+    for got, ref in zip(grads, want_grads):
+        torch.testing.assert_close(got, ref, rtol=1e-7, atol=1e-10)
+
+
+def test_terms_are_weighted_and_summed_and_warm_up_belongs_to_the_triplet_term():
+    scores, positives = random_scores(3)
+    out, batch = {"scores": [scores]}, {"positives": positives}
+    loss = Loss({"terms": [{"kind": "triplet_hardest", "margin": 0.2, "warmup_sum_epochs": 1},
+                           {"kind": "nt_xent", "tau": 0.1, "weight": 0.5}]})
+    hardest = loop_ranking_loss("triplet_hardest", {"margin": 0.2}, scores, positives)
+    summed = loop_ranking_loss("triplet_sum", {"margin": 0.2}, scores, positives)
+    nt = loop_ranking_loss("nt_xent", {"tau": 0.1}, scores, positives)
+    assert loss(out, batch, epoch=0).item() == pytest.approx((summed + 0.5 * nt).item(), rel=1e-9)
+    assert loss(out, batch, epoch=1).item() == pytest.approx((hardest + 0.5 * nt).item(), rel=1e-9)
+    assert loss.kind_at(0) == "triplet_sum+nt_xent" and loss.kind_at(1) == "triplet_hardest+nt_xent"

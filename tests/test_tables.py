@@ -1,0 +1,121 @@
+"""Tables and the reproduced-vs-reported scatter, through their command lines: seed aggregation,
+differences and verdicts worked by hand, columns from the metric declarations."""
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from methods.metrics.protocols import get_protocol
+from methods.metrics.registry import METRICS
+from methods.report import aggregate, figure, table
+
+TOLERANCE = {"recall": 2.0, "rsum": 6.0, "rank": 1.0}
+
+
+def _metrics(**overrides):
+    values = {m: 10.0 for m in get_protocol("f30k_1k").metrics}
+    values.update(overrides)
+    return values
+
+
+def _eval(tmp_path, name, seed, ensemble_size=1, **overrides):
+    path = tmp_path / "evals" / name / f"eval_{seed}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"seed": seed, "ensemble_size": ensemble_size, "config_hash": f"cfg{seed}",
+                                "results": [{"protocol": "f30k_1k", "metrics": _metrics(**overrides)}]}))
+    return str(path)
+
+
+def _row(tmp_path, name, evals):
+    out = tmp_path / "rows" / f"{name}.json"
+    aggregate.main(["--out", str(out), *evals])
+    return str(out)
+
+
+def _table(tmp_path, rows, row_files, kind="real"):
+    spec = tmp_path / "t.spec.json"
+    spec.write_text(json.dumps({"table": "t", "dataset": "f30k", "dataset_kind": kind, "titles": ["a paper"],
+                                "protocols": ["f30k_1k"], "tolerance": TOLERANCE, "rows": rows}))
+    out_csv, out_md = tmp_path / "t.csv", tmp_path / "t.md"
+    table.main(["--spec", str(spec), "--out-csv", str(out_csv), "--out-md", str(out_md), *row_files])
+    with open(out_csv) as f:
+        return list(csv.DictReader(f)), out_md.read_text()
+
+
+def _spec_row(name, reported=None, ensemble_size=1, reported_ensemble=1):
+    rep = {"f30k_1k": {"ensemble_size": reported_ensemble, "metrics": reported, "source": "paper, Table 1"}}
+    return {"id": name, "label": name.upper(), "paper": "p", "not_reported": None, "ensemble_size": ensemble_size,
+            "reported": rep if reported else {}}
+
+
+@pytest.fixture
+def two_seeds(tmp_path):
+    """i2t_r1 over seeds 50.0 and 53.0: mean 51.5, population std 1.5."""
+    return _row(tmp_path, "two", [_eval(tmp_path, "two", 0, i2t_r1=50.0), _eval(tmp_path, "two", 1, i2t_r1=53.0)])
+
+
+def test_two_seed_cell_worked_by_hand(tmp_path, two_seeds):
+    # reported 53.5: |51.5 - 53.5| = 2.0, exactly the R@K tolerance -> within; 49.0 -> 2.5 off -> outside
+    cells, md = _table(tmp_path, [_spec_row("two", {"i2t_r1": 53.5, "i2t_r5": 7.5})], [two_seeds])
+    r1 = next(c for c in cells if c["metric"] == "i2t_r1")
+    assert (r1["reproduced"], r1["reproduced_std"], r1["n_seeds"], r1["seeds"]) == ("51.5", "1.5", "2", "0 1")
+    assert (r1["reported"], r1["difference"], r1["tolerance"], r1["verdict"]) == ("53.5", "-2.0", "2.0", "within")
+    assert r1["run_configs"] == "cfg0 cfg1" and r1["reported_source"] == "paper, Table 1"
+    r5 = next(c for c in cells if c["metric"] == "i2t_r5")
+    assert (r5["reproduced"], r5["reproduced_std"], r5["difference"], r5["verdict"]) == \
+        ("10.0", "0.0", "2.5", "outside")
+    t2i = next(c for c in cells if c["metric"] == "t2i_r1")
+    assert (t2i["reported"], t2i["difference"], t2i["verdict"]) == ("", "", "not reported")
+    assert "| TWO | 0 1 | 1 | 51.5 ± 1.5 / 53.5 — within | 10.0 ± 0.0 / 7.5 — outside | 10.0 ± 0.0 |" in md
+
+    cells, _ = _table(tmp_path, [_spec_row("two", {"i2t_r1": 49.0})], [two_seeds])
+    assert next(c for c in cells if c["metric"] == "i2t_r1")["verdict"] == "outside"
+
+
+def test_one_seed_has_no_std_and_verdicts_not_comparable(tmp_path):
+    one = _row(tmp_path, "one", [_eval(tmp_path, "one", 7, i2t_r1=52.9)])
+    cells, _ = _table(tmp_path, [_spec_row("one", {"i2t_r1": 52.9})], [one])
+    r1 = next(c for c in cells if c["metric"] == "i2t_r1")
+    assert (r1["reproduced"], r1["reproduced_std"], r1["n_seeds"], r1["difference"]) == ("52.9", "", "1", "0.0")
+
+    cells, _ = _table(tmp_path, [_spec_row("one", {"i2t_r1": 52.9})], [one], kind="synthetic")
+    assert next(c for c in cells if c["metric"] == "i2t_r1")["verdict"] == "not comparable (synthetic data)"
+    cells, _ = _table(tmp_path, [_spec_row("one", {"i2t_r1": 52.9}, reported_ensemble=2)], [one])
+    assert next(c for c in cells if c["metric"] == "i2t_r1")["verdict"] == "not comparable (ensemble of 2 vs 1)"
+
+
+def test_columns_are_the_protocols_in_table_metrics(tmp_path, two_seeds):
+    cells, md = _table(tmp_path, [_spec_row("two")], [two_seeds])
+    expected = [m for m in get_protocol("f30k_1k").metrics if METRICS.get(m).in_table]
+    assert "i2t_meanr" not in expected and "rsum" in expected  # computed for every run, not a column
+    assert [c["metric"] for c in cells] == expected
+    assert "| row | seeds | ens. | " + " | ".join(expected) + " |" in md
+    assert {c["reported_source"] for c in cells} == {"no reported number in the sources"}
+    for c in cells:
+        assert float(c["tolerance"]) == TOLERANCE[METRICS.get(c["metric"]).tolerance]
+    assert table.tolerance_for("t2i_medr", TOLERANCE) == 1.0 and table.tolerance_for("rsum", TOLERANCE) == 6.0
+
+
+def test_aggregate_keeps_every_metric_of_the_protocol(tmp_path, two_seeds):
+    agg = json.loads(Path(two_seeds).read_text())
+    cells = agg["protocols"]["f30k_1k"]
+    assert set(cells) == set(get_protocol("f30k_1k").metrics)  # i2t_meanr too
+    assert cells["i2t_r1"] == {"mean": 51.5, "std": 1.5, "values": [50.0, 53.0]}
+
+
+def test_scatter_keeps_only_percent_scale_metrics(tmp_path):
+    path = tmp_path / "t_f30k.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=table.COLUMNS, lineterminator="\n", restval="")
+        writer.writeheader()
+        for metric, reported in [("i2t_r1", "52.9"), ("t2i_r10", "80.0"), ("i2t_r5", ""), ("rsum", "409.8"),
+                                 ("i2t_medr", "1"), ("t2i_medr", "2.0")]:
+            writer.writerow({"row": "a", "metric": metric, "reproduced": "50.0", "reported": reported,
+                             "verdict": "outside" if reported else "not reported"})
+    percent = {"i2t_r1", "t2i_r10", "i2t_r5"}
+    assert {m for m in ("i2t_r1", "t2i_r10", "i2t_r5", "rsum", "i2t_medr", "t2i_medr")
+            if METRICS.get(m).scale == "percent"} == percent
+    out = tmp_path / "scatter.png"
+    assert figure.scatter([str(path)], str(out), "f30k") == 2  # i2t_r1, t2i_r10 (i2t_r5 has no reported number)
+    assert out.stat().st_size > 0
