@@ -104,14 +104,21 @@ def encode_images(model: RetrievalModel, features: Any = None, images: ImageFile
     dtype, a ``CachedImageFeatures``, or a dict scale -> array for grid models) or from image files."""
     device = torch.device(device) if device is not None else model.device
     if images is not None:
+        if len(images) == 0:
+            raise HarnessError("encode_images: no images given")
         return encode_image_batches(model, len(images), device, batch_size, images=images, amp=amp)
+    if features is None:
+        raise HarnessError("encode_images: give features=... or images=...")
     if isinstance(features, dict):
-        features = CachedGridFeatures({k: np.asarray(v) for k, v in features.items()})
+        features = CachedGridFeatures({k: v.detach().cpu().numpy() if torch.is_tensor(v) else np.asarray(v)
+                                       for k, v in features.items()})
     elif not isinstance(features, (CachedImageFeatures, CachedGridFeatures)):
         array = features.detach().cpu().numpy() if torch.is_tensor(features) else np.asarray(features)
         if not np.issubdtype(array.dtype, np.floating):
             raise HarnessError(f"image features must be a floating array, got dtype {array.dtype}")
         features = CachedImageFeatures(array)
+    if len(features) == 0:
+        raise HarnessError("encode_images: no images given")
     return encode_image_batches(model, len(features), device, batch_size, features=features, amp=amp)
 
 
@@ -119,7 +126,9 @@ def encode_texts(model: RetrievalModel, texts: Sequence[str] | Sequence[Sequence
                  batch_size: int = 128, device: str | torch.device | None = None, amp: bool = False) -> Any:
     """Encode captions (strings, tokenised with ``vocab``: a Vocabulary or its JSON path) or token-id lists."""
     device = torch.device(device) if device is not None else model.device
-    if texts and isinstance(texts[0], str):
+    if len(texts) == 0:
+        raise HarnessError("encode_texts: no texts given")
+    if isinstance(texts[0], str):
         if vocab is None:
             raise HarnessError("encode_texts: captions given as strings need the vocabulary (vocab=...)")
         vocab = vocab if isinstance(vocab, Vocabulary) else Vocabulary.load(vocab)

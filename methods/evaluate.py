@@ -35,18 +35,17 @@ def _evaluate(args) -> None:
         raise HarnessError(f"{args.vocab} has {len(vocab)} words but {run_dir / 'model.pt'} was trained with "
                            f"{ckpt['vocab_size']}: evaluate with the training vocabulary")
     batch_size, amp = cfg["training"]["eval_batch_size"], cfg["training"]["amp"]
-    t_enc = time.time()
     if ckpt["best"]["finetuned"]:  # the CNN was trained: run it on the images
         split = payload_splits(payload, [args.split])[args.split]
-        captions = split.captions
+        captions, features = split.captions, None
         images = ImageFiles(paths["images_dir"], split.filenames,
                             eval_transform(ds["features"]["resize"], ds["features"]["crop"]))
-        img = api.encode_images(model, images=images, batch_size=batch_size, device=device, amp=amp)
     else:
         data = image_input(model_class(cfg["model"]["kind"]).image_input).load(
             payload, args.split, args.features_dir, cfg["model"])
-        captions = data.captions
-        img = api.encode_images(model, data.features, batch_size=batch_size, device=device, amp=amp)
+        captions, features, images = data.captions, data.features, None
+    t_enc = time.time()
+    img = api.encode_images(model, features, images=images, batch_size=batch_size, device=device, amp=amp)
     txt = api.encode_texts(model, captions, vocab, batch_size=batch_size, device=device, amp=amp)
     scores = api.score(model, img, txt, amp=amp)
     t_score = time.time()

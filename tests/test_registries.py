@@ -234,3 +234,15 @@ def test_terms_are_weighted_and_summed_and_warm_up_belongs_to_the_triplet_term()
     assert loss(out, batch, epoch=0).item() == pytest.approx((summed + 0.5 * nt).item(), rel=1e-9)
     assert loss(out, batch, epoch=1).item() == pytest.approx((hardest + 0.5 * nt).item(), rel=1e-9)
     assert loss.kind_at(0) == "triplet_sum+nt_xent" and loss.kind_at(1) == "triplet_hardest+nt_xent"
+
+
+def test_gradient_counts_of_several_terms_follow_the_loss_trained():
+    """The per-direction function counted over is the loss trained, split by direction."""
+    scores, positives = random_scores(4)
+    loss = Loss({"terms": [{"kind": "triplet_sum", "margin": 0.2}, {"kind": "nt_xent", "tau": 0.1, "weight": 0.5}]})
+    per_direction = loss.one_direction_at(0)
+    both = per_direction(scores, positives) + per_direction(scores.t(), positives.t())
+    assert both.item() == pytest.approx(loss({"scores": [scores]}, {"positives": positives}, 0).item(), rel=1e-12)
+    single = Loss({"kind": "nt_xent", "tau": 0.1}).one_direction_at(0)   # one term: its own function
+    want = loop_ranking_loss("nt_xent", {"tau": 0.1}, scores, positives) * 2
+    assert (single(scores, positives) + single(scores.t(), positives.t())).item() == pytest.approx(want.item())

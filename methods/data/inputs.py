@@ -54,7 +54,8 @@ class CachedImageFeatures:
         return torch.from_numpy(np.asarray(self.array[np.asarray(indices) * self.step], dtype=np.float32))
 
     def block(self, start: int, end: int) -> torch.Tensor:
-        return torch.from_numpy(np.asarray(self.array[start * self.step:end * self.step:self.step], dtype=np.float32))
+        # a copy: a slice of a read-only memmap would be a view torch cannot own
+        return torch.from_numpy(np.array(self.array[start * self.step:end * self.step:self.step], dtype=np.float32))
 
 
 class CachedGridFeatures:
@@ -79,7 +80,7 @@ class CachedGridFeatures:
         return {k: torch.from_numpy(np.asarray(a[idx], dtype=np.float32)) for k, a in self.arrays.items()}
 
     def block(self, start: int, end: int) -> dict[str, torch.Tensor]:
-        return {k: torch.from_numpy(np.asarray(a[start:end], dtype=np.float32)) for k, a in self.arrays.items()}
+        return {k: torch.from_numpy(np.array(a[start:end], dtype=np.float32)) for k, a in self.arrays.items()}
 
 
 @dataclass

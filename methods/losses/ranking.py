@@ -99,6 +99,9 @@ class RankingTerm(LossTerm):
     def one_direction_at(self, epoch: int) -> OneDirection:
         return one_direction(self.kind_at(epoch), self.cfg)
 
+    def direction_share(self) -> float:
+        return 1.0 if LOSSES[self.cfg["kind"]].combine == "sum" else 0.5
+
 
 for _kind in LOSSES:
     LOSS_TERMS.register(_kind, RankingTerm)

@@ -40,6 +40,10 @@ class LossTerm:
         """For ranking terms, the loss of one query direction on a score matrix; else None."""
         return None
 
+    def direction_share(self) -> float:
+        """How a direction enters the term: 1 when the two directions are summed, 1/2 when averaged."""
+        return 1.0
+
 
 LOSS_TERMS: Registry[type[LossTerm]] = Registry("loss term")
 
@@ -62,8 +66,13 @@ class Loss:
         return sum(t.weight * t(outputs, batch, epoch) for t in self.terms)
 
     def one_direction_at(self, epoch: int) -> OneDirection | None:
-        """The ranking terms' weighted per-direction loss (None when no term ranks)."""
-        parts = [(t.weight, fn) for t in self.terms if (fn := t.one_direction_at(epoch)) is not None]
+        """The per-direction part of the ranking terms (None when no term ranks). One ranking term
+        is returned as it is (gradient counts are scale-free); several are summed with their
+        weights and direction shares, so the gradients are those of the loss trained."""
+        parts = [(t.weight * t.direction_share(), fn) for t in self.terms
+                 if (fn := t.one_direction_at(epoch)) is not None]
         if not parts:
             return None
+        if len(parts) == 1:
+            return parts[0][1]
         return lambda scores, positives: sum(w * fn(scores, positives) for w, fn in parts)

@@ -1,12 +1,11 @@
 """Aggregate one table row over seeds: mean and (population, ddof=0) std per protocol and metric."""
 from __future__ import annotations
 
-import argparse
 
 import numpy as np
 import pandas as pd
 
-from methods.cli import run_cli
+from methods.cli import run_command
 from methods.errors import HarnessError
 from methods.io import read_json, write_json
 from methods.metrics.protocols import get_protocol
@@ -45,12 +44,14 @@ def aggregate(evals: list[dict]) -> dict:
             "protocols": protocols}
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _arguments(parser) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("evals", nargs="+", help="eval_<split>.json files of every seed (and split)")
-    args = parser.parse_args(argv)
-    run_cli(lambda: write_json(args.out, aggregate([read_json(p) for p in args.evals])))
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_command(__doc__, _arguments, lambda args: write_json(args.out, aggregate([read_json(p) for p in args.evals])),
+                argv, dataset_config=False)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,6 @@
 """Reproduced vs reported scatter over every table cell of a dataset that has both numbers."""
 from __future__ import annotations
 
-import argparse
 
 import matplotlib
 import pandas as pd
@@ -9,7 +8,7 @@ import pandas as pd
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from methods.cli import run_cli  # noqa: E402
+from methods.cli import run_command  # noqa: E402
 from methods.io import atomic_path  # noqa: E402
 from methods.metrics.registry import METRICS  # noqa: E402
 
@@ -49,13 +48,15 @@ def scatter(table_paths: list[str], out: str, dataset: str) -> int:
     return len(points)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _arguments(parser) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--dataset", required=True)
     parser.add_argument("tables", nargs="+")
-    args = parser.parse_args(argv)
-    run_cli(lambda: print(f"{scatter(args.tables, args.out, args.dataset)} points"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_command(__doc__, _arguments, lambda args: print(f"{scatter(args.tables, args.out, args.dataset)} points"),
+                argv, dataset_config=False)
 
 
 if __name__ == "__main__":

@@ -11,12 +11,11 @@ The columns of a protocol are the metrics it reports that are declared ``in_tabl
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pandas as pd
 
-from methods.cli import run_cli
+from methods.cli import run_command
 from methods.errors import HarnessError
 from methods.io import read_json, write_text
 from methods.metrics.protocols import get_protocol
@@ -201,22 +200,23 @@ def to_markdown(spec: dict, rows: pd.DataFrame | list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def write_table(args) -> None:
+    spec = read_json(args.spec)
+    aggregates = {Path(p).stem: read_json(p) for p in args.rows}
+    rows = build_rows(spec, aggregates)
+    write_text(args.out_csv, to_csv(rows))
+    write_text(args.out_md, to_markdown(spec, rows))
+
+
+def _arguments(parser) -> None:
     parser.add_argument("--spec", required=True)
     parser.add_argument("--out-csv", required=True)
     parser.add_argument("--out-md", required=True)
     parser.add_argument("rows", nargs="+", help="row aggregate JSONs, named <row id>.json")
-    args = parser.parse_args(argv)
 
-    def _run() -> None:
-        spec = read_json(args.spec)
-        aggregates = {Path(p).stem: read_json(p) for p in args.rows}
-        rows = build_rows(spec, aggregates)
-        write_text(args.out_csv, to_csv(rows))
-        write_text(args.out_md, to_markdown(spec, rows))
 
-    run_cli(_run)
+def main(argv: list[str] | None = None) -> None:
+    run_command(__doc__, _arguments, write_table, argv, dataset_config=False)
 
 
 if __name__ == "__main__":

@@ -136,8 +136,9 @@ def validate(model: RetrievalModel, inp: TrainInputs, amp: bool) -> dict:
               if model.finetune else None)
     img, cap = encode_split(model, pairs.tokens, n, inp.device, inp.config["training"]["eval_batch_size"],
                             features=inp.dev.features, images=images, amp=amp)
-    selection = inp.config["training"]["selection_metric"]
-    names = RETRIEVAL_METRICS + (() if selection in RETRIEVAL_METRICS else (selection,))
+    selection = METRICS.get(inp.config["training"]["selection_metric"])
+    computable = selection.name in RETRIEVAL_METRICS or set(selection.components) <= set(RETRIEVAL_METRICS)
+    names = RETRIEVAL_METRICS + (() if computable else (selection.name,))
     return evaluate(score_matrix(model, img, cap, amp=amp), CaptionsOfImage(), names)
 
 
