@@ -11,14 +11,13 @@ from pathlib import Path
 from methods import api
 from methods.cli import run_command
 from methods.data.datasets import load_dataset_payload, payload_splits
-from methods.data.inputs import image_input
 from methods.data.text import Vocabulary
 from methods.errors import HarnessError
 from methods.features.backbone import eval_transform
 from methods.features.images import ImageFiles
 from methods.io import save_npy, write_json
-from methods.metrics.protocols import evaluate_protocol, get_protocol
-from methods.models import model_class
+from methods.metrics.protocols import evaluate_split
+from methods.models import image_input_of
 from methods.runtime import provenance, resolve_device
 
 
@@ -41,16 +40,14 @@ def _evaluate(args) -> None:
         images = ImageFiles(paths["images_dir"], split.filenames,
                             eval_transform(ds["features"]["resize"], ds["features"]["crop"]))
     else:
-        data = image_input(model_class(cfg["model"]["kind"]).image_input).load(
-            payload, args.split, args.features_dir, cfg["model"])
+        data = image_input_of(cfg["model"]).load(payload, args.split, args.features_dir, cfg["model"])
         captions, features, images = data.captions, data.features, None
     t_enc = time.time()
     img = api.encode_images(model, features, images=images, batch_size=batch_size, device=device, amp=amp)
     txt = api.encode_texts(model, captions, vocab, batch_size=batch_size, device=device, amp=amp)
     scores = api.score(model, img, txt, amp=amp)
     t_score = time.time()
-    results = [evaluate_protocol(scores, get_protocol(p)) for p in ds["protocols"]
-               if get_protocol(p).split == args.split]
+    results = evaluate_split(scores, ds["protocols"], args.split)
     save_npy(run_dir / f"sims_{args.split}.npy", scores.numpy())
     write_json(run_dir / f"eval_{args.split}.json", {
         "kind": "single", "ensemble_size": 1, "dataset": payload["name"], "split": args.split,

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from methods.config import REPO_ROOT, config_hash, deep_merge, dotted_to_nested, load_yaml, validate
-from methods.data.inputs import IMAGE_INPUTS, ImageInput
+from methods.data.inputs import ImageInput
 from methods.errors import HarnessError
 from methods.losses import term_configs
 from methods.metrics.protocols import get_protocol
-from methods.models import model_class
+from methods.models import image_input_of
 
 ENSEMBLE_SEED_STRIDE = 1000  # a repeated ensemble member trains with seed s + 1000 * (earlier repeats)
 
@@ -92,7 +92,7 @@ class Experiment:
     @property
     def image_input(self) -> ImageInput:
         """The kind of image input the experiment's model reads (``methods.data.inputs``)."""
-        return IMAGE_INPUTS.get(model_class(self.config["model"]["kind"]).image_input)
+        return image_input_of(self.config["model"])
 
     @property
     def finetunes(self) -> bool:

@@ -14,11 +14,10 @@ from methods.cli import run_command
 from methods.config import config_hash
 from methods.data.datasets import load_dataset_payload
 from methods.data.glove import load_word_vectors
-from methods.data.inputs import image_input
 from methods.data.text import Vocabulary
 from methods.errors import HarnessError
 from methods.io import read_json, write_json
-from methods.models import model_class
+from methods.models import image_input_of
 from methods.models.checkpoint import save_trained_model
 from methods.runtime import provenance, resolve_device, seed_everything
 from methods.training.loop import TrainInputs, load_checkpoint, train
@@ -31,7 +30,7 @@ def _train(args) -> None:
     cfg = read_json(args.experiment)
     device = resolve_device(args.device)
     seed_everything(args.seed)
-    kind = image_input(model_class(cfg["model"]["kind"]).image_input)
+    kind = image_input_of(cfg["model"])
     splits = {name: kind.load(payload, name, args.features_dir, cfg["model"]) for name in ("train", "dev")}
     vocab = Vocabulary.load(args.vocab)
     vocab.check_covers(splits["train"].captions[:5000], args.vocab)

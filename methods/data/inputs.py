@@ -207,7 +207,3 @@ class GridInput(ImageInput):
 
 for _kind in (PooledInput(), RegionInput(), GridInput()):
     IMAGE_INPUTS.register(_kind.name, _kind)
-
-
-def image_input(name: str) -> ImageInput:
-    return IMAGE_INPUTS.get(name)

@@ -12,9 +12,9 @@ relevant item is ranked first. All values in percent.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
-from methods.metrics.registry import EvaluationContext, evaluate, register_metric
+from methods.metrics.registry import EvaluationContext, register_metric
+from methods.metrics.retrieval import ARROW
 
 NDCG_KS = (500,)
 
@@ -58,8 +58,6 @@ def ndcg_at(context: EvaluationContext, direction: str, k: int) -> float:
     return 100.0 * float((dcg[keep] / ideal[keep]).mean()) if keep.any() else 0.0
 
 
-ARROW = {"i2t": "i→t", "t2i": "t→i"}
-LABEL_RANKING_METRICS = tuple(f"{d}_{m}" for d in ("i2t", "t2i") for m in ("map", *(f"ndcg{k}" for k in NDCG_KS)))
 for _d in ("i2t", "t2i"):
     register_metric(f"{_d}_map", lambda c, d=_d: mean_average_precision(c, d), relevance="shared_labels",
                     direction="higher", label=f"{ARROW[_d]} mAP", tolerance="ranking", scale="percent")
@@ -67,6 +65,3 @@ for _d in ("i2t", "t2i"):
         register_metric(f"{_d}_ndcg{_k}", lambda c, d=_d, k=_k: ndcg_at(c, d, k), relevance="shared_labels",
                         direction="higher", label=f"{ARROW[_d]} NDCG@{_k}", tolerance="ranking", scale="percent")
 
-
-def label_ranking_metrics(scores: torch.Tensor | np.ndarray, relevance) -> dict[str, float]:
-    return evaluate(scores, relevance, LABEL_RANKING_METRICS)

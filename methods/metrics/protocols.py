@@ -45,6 +45,11 @@ def get_protocol(name: str) -> Protocol:
     return PROTOCOLS.get(name)
 
 
+def evaluate_split(scores: torch.Tensor | np.ndarray, protocols: list[str], split: str, relevance=None) -> list[dict]:
+    """Results of every protocol (of ``protocols``, a dataset's list) that evaluates ``split``."""
+    return [evaluate_protocol(scores, get_protocol(p), relevance) for p in protocols if get_protocol(p).split == split]
+
+
 def evaluate_protocol(scores: torch.Tensor | np.ndarray, protocol: Protocol, relevance=None) -> dict:
     """Metrics of ``scores`` under ``protocol``; folds are consecutive image (and text) blocks.
     ``relevance`` defaults to captions_of_image with 5 captions per image."""

@@ -22,6 +22,7 @@ from methods.metrics.relevance import CaptionsOfImage
 
 RECALL_KS = (1, 5, 10)
 DIRECTIONS = ("i2t", "t2i")
+ARROW = {"i2t": "i→t", "t2i": "t→i"}   # direction in table labels
 RECALLS = tuple(f"{d}_r{k}" for d in DIRECTIONS for k in RECALL_KS)
 # What the Karpathy protocols report, in table order.
 RETRIEVAL_METRICS = (*RECALLS, "rsum", "i2t_medr", "i2t_meanr", "t2i_medr", "t2i_meanr")
@@ -77,7 +78,6 @@ def _mean_rank(direction: str):
     return lambda context: float(np.mean(ranks(context, direction)) + 1)
 
 
-ARROW = {"i2t": "i→t", "t2i": "t→i"}
 for _d in DIRECTIONS:
     for _k in RECALL_KS:
         register_metric(f"{_d}_r{_k}", _recall(_d, _k), relevance="captions_of_image", direction="higher",

@@ -5,10 +5,10 @@ import importlib
 import pkgutil
 
 from methods.models.base import (MODELS, SIMILARITIES, BuildContext, CrossAttentionModel, EmbeddingModel,
-                                 RetrievalModel, build_model, model_class)
+                                 RetrievalModel, build_model, image_input_of, model_class)
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["MODELS", "SIMILARITIES", "BuildContext", "CrossAttentionModel", "EmbeddingModel", "RetrievalModel",
-           "build_model", "model_class"]
+           "build_model", "image_input_of", "model_class"]

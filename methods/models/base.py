@@ -20,6 +20,7 @@ from typing import Any, Callable, ClassVar
 import torch
 from torch import nn
 
+from methods.data.inputs import IMAGE_INPUTS, ImageInput
 from methods.errors import HarnessError
 from methods.models.cross_attention import score_in_blocks
 from methods.registry import Registry
@@ -122,6 +123,11 @@ class CrossAttentionModel(RetrievalModel):
 
 def model_class(kind: str) -> type[RetrievalModel]:
     return MODELS.get(kind)
+
+
+def image_input_of(cfg: dict) -> ImageInput:
+    """The kind of image input the model of a ``model`` config block reads."""
+    return IMAGE_INPUTS.get(model_class(cfg["kind"]).image_input)
 
 
 def build_model(cfg: dict, ctx: BuildContext) -> RetrievalModel:

@@ -31,11 +31,10 @@ import torch  # noqa: E402
 
 from methods.cli import run_command  # noqa: E402
 from methods.data.datasets import load_dataset_payload  # noqa: E402
-from methods.data.inputs import image_input  # noqa: E402
 from methods.data.text import Vocabulary  # noqa: E402
 from methods.errors import HarnessError  # noqa: E402
 from methods.io import atomic_path, read_json  # noqa: E402
-from methods.models import model_class  # noqa: E402
+from methods.models import image_input_of  # noqa: E402
 from methods.models.checkpoint import load_trained_model  # noqa: E402
 from methods.registry import Registry  # noqa: E402
 from methods.report.saf_weights import saf_weights_figure  # noqa: E402
@@ -139,8 +138,7 @@ def saf_weights(spec: dict, aggregates: dict, args):
     model, ckpt, _ = load_trained_model(run / "model.pt", {}, torch.device("cpu"))
     payload = load_dataset_payload(args.dataset_config)
     model_cfg = ckpt["config"]["model"]
-    data = image_input(model_class(model_cfg["kind"]).image_input).load(payload, spec["split"], args.features_dir,
-                                                                         model_cfg)
+    data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
     sims = np.load(run / f"sims_{spec['split']}.npy", mmap_mode="r")
     return saf_weights_figure(spec, model, data.features, data.captions, Vocabulary.load(args.vocab), sims)
 
