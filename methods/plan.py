@@ -12,7 +12,8 @@ from pathlib import Path
 from methods.config import REPO_ROOT, config_hash, deep_merge, dotted_to_nested, load_yaml, validate
 from methods.data.inputs import ImageInput
 from methods.errors import HarnessError
-from methods.losses import term_configs
+from methods.fidelity import load_method_file, merge_ledgers, row_ledger, source_ledger
+from methods.losses import rebase_term, term_configs
 from methods.metrics.protocols import get_protocol
 from methods.models import image_input_of
 
@@ -32,25 +33,32 @@ def test_splits(cfg: dict, dataset: str) -> list[str]:
     return out
 
 
+def apply_layer(cfg: dict, layer: dict) -> dict:
+    """``cfg`` with one config layer merged in; a layer that changes the loss kind keeps only the
+    inherited loss parameters that kind takes (``methods.losses.rebase_term``)."""
+    merged = deep_merge(cfg, layer)
+    if isinstance(layer.get("loss"), dict) and isinstance(cfg.get("loss"), dict):
+        merged["loss"] = rebase_term(cfg["loss"], layer["loss"])
+    return merged
+
+
 def resolve_method_config(method_file: str | Path, dataset: str, overrides: dict | None = None,
                           variants: list[str] | None = None, backbones: dict | None = None) -> dict:
     """The resolved config of one experiment: method base, then its preset for the dataset, then
     each named variant (its base, then its preset for the dataset), then the row's dotted
     overrides; validated against the method schema (its hash names the experiment)."""
-    raw = load_yaml(method_file)
-    if not isinstance(raw, dict) or "base" not in raw or "method" not in raw:
-        raise HarnessError(f"{method_file}: a method file needs 'method' and 'base' keys")
-    presets = raw.get("presets", {})
+    raw = load_method_file(method_file)
+    presets = raw["presets"]
     if dataset not in presets:
         raise HarnessError(f"{method_file}: no preset for dataset '{dataset}' (has: {', '.join(sorted(presets))})")
-    cfg = deep_merge(raw["base"], presets[dataset] or {})
+    cfg = apply_layer(raw["base"], presets[dataset] or {})
     declared = raw.get("variants") or {}
     for name in variants or []:
         if name not in declared:
             raise HarnessError(f"{method_file}: unknown variant '{name}' (declared: {', '.join(sorted(declared)) or 'none'})")
-        cfg = deep_merge(cfg, declared[name].get("base") or {})
-        cfg = deep_merge(cfg, (declared[name].get("presets") or {}).get(dataset) or {})
-    cfg = deep_merge(cfg, dotted_to_nested(overrides or {}))
+        cfg = apply_layer(cfg, declared[name].get("base") or {})
+        cfg = apply_layer(cfg, (declared[name].get("presets") or {}).get(dataset) or {})
+    cfg = apply_layer(cfg, dotted_to_nested(overrides or {}))
     cfg["method"] = raw["method"]
     keep = cfg.get("training", {}).pop("run_stages", None)
     if keep is not None:  # a row may run a subset of the method's stages (e.g. no fine-tuning)
@@ -115,6 +123,8 @@ class Row:
     members: list[str]            # experiment ids (one for a single model)
     reported: dict = field(default_factory=dict)   # protocol -> {source, ensemble_size, metrics, note}
     not_reported: str | None = None
+    ledger: list[dict] = field(default_factory=list)  # per distinct member: source code, switches off source, deviations
+    compare_to: str | None = None  # a row of the same table: paired differences over seeds
 
     @property
     def ensemble_size(self) -> int:
@@ -186,20 +196,24 @@ class Plan:
                         raise HarnessError(f"{path}: row id '{row['id']}' appears twice in table {table_name}")
                     members = row.get("ensemble") or [{"method": row["method"], "overrides": row.get("overrides", {}),
                                                        "variants": row.get("variants", [])}]
-                    exp_ids = []
+                    exp_ids, ledgers = [], []
                     for m in members:
                         if m["method"] not in paper["methods"]:
                             raise HarnessError(f"{path}: row '{row['id']}' names unknown method '{m['method']}' "
                                                f"(declared: {', '.join(sorted(paper['methods']))})")
-                        exp = self.resolve_experiment(REPO_ROOT / paper["methods"][m["method"]], dataset,
-                                                      m.get("overrides", {}), m.get("variants", []))
+                        method_file = REPO_ROOT / paper["methods"][m["method"]]
+                        exp = self.resolve_experiment(method_file, dataset, m.get("overrides", {}), m.get("variants", []))
                         exp_ids.append(exp.id)
+                        source = source_ledger(load_method_file(method_file), m.get("variants", []), reported_key)
+                        ledgers.append(row_ledger(exp.config, source, f"{path}: row '{row['id']}'"))
                     for by_protocol in row.get("reported", {}).values():
                         check_reported(by_protocol, f"{path}: table {table_name} row '{row['id']}'")
                     reported = self._reported_for(row.get("reported", {}).get(reported_key, {}), ds_cfg)
                     seeds = ds_cfg.get("seeds", row["seeds"])
                     tbl.rows.append(Row(table_name, row["id"], row["label"], paper["key"], seeds, exp_ids,
-                                        reported, row.get("not_reported")))
+                                        reported, row.get("not_reported"), merge_ledgers(ledgers),
+                                        row.get("compare_to")))
+                self._check_comparisons(path, tbl)
         for fig_name, fig in (paper.get("figures") or {}).items():
             if fig["table"] not in paper["tables"]:
                 raise HarnessError(f"{path}: figure '{fig_name}' names table '{fig['table']}', which this paper "
@@ -213,6 +227,20 @@ class Plan:
                                            f"'{fig['table']}' does not have")
                     self.figures[(fig_name, dataset)] = Figure(fig_name, dataset, fig["kind"], fig["table"],
                                                                fig["title"], fig.get("row"))
+
+    @staticmethod
+    def _check_comparisons(path: Path, tbl: Table) -> None:
+        rows = {r.id: r for r in tbl.rows}
+        for row in tbl.rows:
+            if row.compare_to is None:
+                continue
+            base = rows.get(row.compare_to)
+            if base is None or base is row:
+                raise HarnessError(f"{path}: row '{row.id}' of table {tbl.name} compares to '{row.compare_to}', "
+                                   f"which is not another row of that table")
+            if base.seeds != row.seeds:
+                raise HarnessError(f"{path}: row '{row.id}' and the row it compares to ('{base.id}') need the same "
+                                   f"seeds for paired differences ({row.seeds} vs {base.seeds})")
 
     @staticmethod
     def _reported_for(by_protocol: dict, ds_cfg: dict) -> dict:
@@ -303,7 +331,8 @@ class Plan:
                 "protocols": self.cfg["datasets"][dataset]["protocols"],
                 "rows": [{"id": r.id, "label": r.label, "paper": r.paper, "seeds": r.seeds,
                           "ensemble_size": r.ensemble_size, "members": r.members, "reported": r.reported,
-                          "not_reported": r.not_reported} for r in tbl.rows]}
+                          "not_reported": r.not_reported, "ledger": r.ledger, "compare_to": r.compare_to}
+                         for r in tbl.rows]}
 
     def weights_input(self, backbone: str) -> list[str]:
         """The weights file a job needs as input: a DAG output, a configured file, or nothing ('none')."""

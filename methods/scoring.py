@@ -15,13 +15,19 @@ from methods.data.inputs import CachedGridFeatures, CachedImageFeatures
 from methods.data.text import pad_tokens
 from methods.features.images import ImageFiles
 from methods.models.base import RetrievalModel
+from methods.models.layers import at_least_float32
 from methods.runtime import autocast, to_device
 
 
 def concat_encoded(chunks: list) -> Any:
-    """Encoded batches joined: tensors with torch.cat, feature sets with their own ``cat``.
-    (Encodings are kept in fp32 between encoding and scoring: every encoding has ``.float()``.)"""
+    """Encoded batches joined: tensors with torch.cat, feature sets with their own ``cat``."""
     return torch.cat(chunks) if torch.is_tensor(chunks[0]) else type(chunks[0]).cat(chunks)
+
+
+def stored(encoded: Any) -> Any:
+    """An encoding as kept between encoding and scoring: fp16 (autocast) outputs in fp32, a
+    float64 model's in float64 (feature sets have their own ``at_least_float32``)."""
+    return at_least_float32(encoded) if torch.is_tensor(encoded) else encoded.at_least_float32()
 
 
 @torch.no_grad()
@@ -34,12 +40,12 @@ def encode_images(model: RetrievalModel, n_images: int, device: torch.device, ba
     if images is not None:
         for x in DataLoader(images, batch_size=batch_size, shuffle=False):
             with autocast(device, amp):
-                chunks.append(model.encode_images({"images": x.to(device)}).float())
+                chunks.append(stored(model.encode_images({"images": x.to(device)})))
     else:
         for start in range(0, n_images, batch_size):
             block = features.block(start, min(n_images, start + batch_size))
             with autocast(device, amp):
-                chunks.append(model.encode_images({"features": to_device(block, device)}).float())
+                chunks.append(stored(model.encode_images({"features": to_device(block, device)})))
     return concat_encoded(chunks)
 
 
@@ -51,7 +57,7 @@ def encode_texts(model: RetrievalModel, token_lists: list[list[int]], device: to
     for start in range(0, len(token_lists), batch_size):
         tokens, lengths = pad_tokens(token_lists[start:start + batch_size])
         with autocast(device, amp):
-            chunks.append(model.encode_texts({"tokens": tokens.to(device), "lengths": lengths}).float())
+            chunks.append(stored(model.encode_texts({"tokens": tokens.to(device), "lengths": lengths})))
     return concat_encoded(chunks)
 
 
@@ -65,5 +71,5 @@ def encode_split(model: RetrievalModel, token_lists: list[list[int]], n_images: 
 
 @torch.no_grad()
 def score_matrix(model: RetrievalModel, img: Any, txt: Any, amp: bool = False) -> torch.Tensor:
-    """(N_img, N_txt) float32 scores on the CPU."""
+    """(N_img, N_txt) scores on the CPU: float32 (float64 for a float64 model)."""
     return model.score_matrix(img, txt, amp=amp)

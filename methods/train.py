@@ -55,7 +55,7 @@ def _train(args) -> None:
                        best["best"], state)
     write_json(run_dir / "train_log.json", {
         "config": cfg, "config_hash": config_hash(cfg), "seed": args.seed, "best": best["best"],
-        "history": result["history"], "provenance": provenance(device),
+        "history": result["history"], "precision": result["precision"], "provenance": provenance(device),
         "wall_seconds": {"train": result["train_seconds"], "total": time.time() - t0}})
     b = best["best"]
     print(f"best validation {b['metric']} {b['value']:.2f} (rsum {b['rsum']:.2f}) at stage {b['stage']} epoch {b['epoch']}")

@@ -23,7 +23,7 @@ LAYERS = [
     ("losses/metrics", ("methods.losses", "methods.metrics")),
     ("training/evaluation", ("methods.training", "methods.scoring")),
     ("report", ("methods.report",)),
-    ("plan/CLI", ("methods.plan", "methods.api", "methods.train", "methods.evaluate", "methods.ensemble",
+    ("plan/CLI", ("methods.plan", "methods.fidelity", "methods.api", "methods.train", "methods.evaluate", "methods.ensemble",
                   "methods.benchmarks")),
 ]
 

@@ -97,13 +97,17 @@ def test_vsrn_image_embedding_is_the_last_gru_state_over_regions_in_order():
     assert not torch.allclose(model.encode_images({"features": regions.flip(1)}), emb)
 
 
-def test_l2norm_keeps_half_precision_and_maps_zero_vectors_to_zero():
+def test_l2norm_divides_by_norm_plus_eps_keeps_half_precision_and_maps_zero_vectors_to_zero():
     from methods.models.layers import l2norm
     x = torch.randn(6, 33, dtype=torch.float64) * torch.logspace(-3, 3, 6, dtype=torch.float64)[:, None]
     x[2] = 0
-    want = x / x.norm(dim=1, keepdim=True).clamp(min=1e-300)
-    for dtype, tol in ((torch.float32, 1e-6), (torch.float16, 2e-3), (torch.bfloat16, 1e-2)):
+    # independent: the public SGRAF code's X / (sqrt(sum X^2) + 1e-8), in float64
+    want = x / (x.pow(2).sum(dim=1, keepdim=True).sqrt() + 1e-8)
+    for dtype, tol in ((torch.float64, 1e-14), (torch.float32, 1e-6), (torch.float16, 2e-3), (torch.bfloat16, 1e-2)):
         got = l2norm(x.to(dtype), dim=1)
         assert got.dtype == dtype
         assert torch.isfinite(got).all() and (got[2] == 0).all()
         torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
+    # where the eps shows: |(3e-8, 4e-8)| = 5e-8, so the result is (3, 4) / 6, not (3, 4) / 5
+    tiny = torch.tensor([3e-8, 4e-8], dtype=torch.float64)
+    torch.testing.assert_close(l2norm(tiny), torch.tensor([3 / 6, 4 / 6], dtype=torch.float64), rtol=1e-12, atol=0)

@@ -31,17 +31,22 @@ def test_study_rows_have_the_papers_settings(plan, dataset):
     for row_id, cfg in configs.items():
         model, loss = row_id.split("_", 1)
         assert cfg["model"]["kind"] == model and cfg["loss"]["kind"] == loss
-        if loss.startswith("triplet"):
-            assert cfg["loss"]["margin"] == 0.2
+        # the resolved loss carries its own parameters only (no margin left over from the base)
+        if loss == "triplet_hardest":
+            assert cfg["loss"] == {"kind": loss, "margin": 0.2, **({"warmup_sum_epochs": 0} if model == "vsepp" else {})}
+        elif loss == "triplet_sum":
+            assert cfg["loss"] == {"kind": loss, "margin": 0.2}
         else:
-            assert cfg["loss"]["tau"] == {"nt_xent": 0.1, "smooth_ap": 0.01}[loss]
+            assert cfg["loss"] == {"kind": loss, "tau": {"nt_xent": 0.1, "smooth_ap": 0.01}[loss]}
         assert cfg["training"]["batching"] == ("images" if loss == "smooth_ap" else "captions")
+        assert cfg["training"]["batch_positives"] == ("same_image" if loss == "smooth_ap" else "diagonal")
+        assert cfg["training"]["amp"] is False
         assert cfg["training"]["batch_size"] == 128 and cfg["training"]["stages"][0]["lr"] == 2e-4
         if model == "vsepp":  # ResNet-50, frozen for the whole run, no fine-tune stage
             assert cfg["model"]["backbone"] == "resnet50"
             assert stage_schedule(cfg) == ([(150, [75], False)] if loss == "smooth_ap" else [(30, [15], False)])
         else:
-            assert cfg["model"]["region_l2norm"] == "feature" and cfg["model"]["final_bn"] is True
+            assert cfg["model"]["region_l2norm"] == "region_axis" and cfg["model"]["final_bn"] is True
             assert cfg["model"]["gcn_blocks"] == 4 and cfg["model"]["embed_dim"] == 2048
             assert cfg["training"]["selection_metric"] == "r1_r5_sum"
             assert stage_schedule(cfg) == ([(150, [vsrn_ap_decay], False)] if loss == "smooth_ap"

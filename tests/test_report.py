@@ -41,14 +41,32 @@ def test_ensemble_averages_similarity_matrices(tmp_path):
     np.testing.assert_allclose(average_similarities([tmp_path / "a.npy", tmp_path / "b.npy"]), (a + b) / 2, rtol=1e-6)
 
 
-def test_collator_marks_every_caption_of_a_repeated_image_positive():
+def test_collator_same_image_marks_every_caption_of_a_repeated_image_positive():
     items = [(3, [1, 5, 2], None), (7, [1, 6, 6, 2], None), (3, [1, 2], None)]
     pooled = np.arange(40, dtype=np.float32).reshape(10, 4)
-    batch = PairCollator(CachedImageFeatures(pooled))(items)
+    batch = PairCollator(CachedImageFeatures(pooled), "same_image")(items)
     assert batch["image_index"].tolist() == [3, 7]
     assert batch["positives"].tolist() == [[True, False, True], [False, True, False]]
     assert torch.equal(batch["features"], torch.from_numpy(pooled[[3, 7]]))
     assert batch["lengths"].tolist() == [3, 4, 2] and batch["tokens"][2].tolist() == [1, 2, 0, 0]
+
+
+def test_collator_diagonal_keeps_one_image_row_per_caption_as_the_public_code():
+    # captions 0 and 2 share image 3: two identical image rows, each positive only with its own caption
+    items = [(3, [1, 5, 2], None), (7, [1, 6, 6, 2], None), (3, [1, 2], None)]
+    pooled = np.arange(40, dtype=np.float32).reshape(10, 4)
+    batch = PairCollator(CachedImageFeatures(pooled), "diagonal")(items)
+    assert batch["image_index"].tolist() == [3, 7, 3]
+    assert batch["positives"].tolist() == [[True, False, False], [False, True, False], [False, False, True]]
+    assert torch.equal(batch["features"], torch.from_numpy(pooled[[3, 7, 3]]))
+    # the hardest-negative triplet then sees the repeated image row as a negative at the positive's score
+    from methods.losses.triplet import triplet_hardest
+    scores = torch.tensor([[0.9, 0.1, 0.8], [0.2, 0.7, 0.3], [0.9, 0.1, 0.8]])
+    # image rows as queries: row 0's hardest negative is caption 2 (0.8): 0.2 - 0.9 + 0.8 = 0.1, and so on
+    want = max(0, 0.2 - 0.9 + 0.8) + max(0, 0.2 - 0.7 + 0.3) + max(0, 0.2 - 0.8 + 0.9)
+    assert float(triplet_hardest(scores, batch["positives"], margin=0.2)) == pytest.approx(want)
+    with pytest.raises(ValueError, match="same_image"):
+        PairCollator(CachedImageFeatures(pooled), "diagonal")([[(3, [1, 2], None)] * 2])
 
 
 def test_image_batches_hold_each_image_with_all_five_captions():
@@ -59,7 +77,7 @@ def test_image_batches_hold_each_image_with_all_five_captions():
     regions = np.arange(4 * 5 * 3 * 2, dtype=np.float32).reshape(20, 3, 2)  # one row per caption (old files)
     dataset = make_train_dataset("images", captions, vocab, None)
     assert len(dataset) == 4
-    batch = PairCollator(CachedImageFeatures(regions, step=5))([dataset[2], dataset[0]])
+    batch = PairCollator(CachedImageFeatures(regions, step=5), "same_image")([dataset[2], dataset[0]])
     assert batch["image_index"].tolist() == [0, 2]
     # image 0 owns the last five captions of the batch, image 2 the first five
     assert batch["positives"].tolist() == [[False] * 5 + [True] * 5, [True] * 5 + [False] * 5]

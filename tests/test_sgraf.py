@@ -36,7 +36,8 @@ def random_inputs(n_img=3, lengths=(1, 4, 9, 2, 9, 5)):
 # -- the reference: one (image, caption) pair at a time, no padding, no masks -------------------
 
 def l2(x, dim=-1):
-    return x / x.norm(dim=dim, keepdim=True).clamp(min=1e-8)
+    """The public code's l2norm: X / (sqrt(sum X^2) + 1e-8)."""
+    return x / ((x * x).sum(dim=dim, keepdim=True).sqrt() + 1e-8)
 
 
 def linear(layer, x):
@@ -77,11 +78,11 @@ def reference_score(model, v, vg, t, tg):
     if model.nodes_local:
         s = torch.nn.functional.leaky_relu(v @ t.t(), 0.1)                   # (R, L)
         if model.attention == "t2i":   # words attend to regions
-            s = s / s.norm(dim=1, keepdim=True).clamp(min=1e-8)
+            s = l2(s, dim=1)                                                    # over words
             alpha = torch.softmax(model.smooth * s, dim=0)
             attended, query = l2(alpha.t() @ v), t
         else:                           # regions attend to words
-            s = s / s.norm(dim=0, keepdim=True).clamp(min=1e-8)
+            s = l2(s, dim=0)                                                    # over regions
             alpha = torch.softmax(model.smooth * s, dim=1)
             attended, query = l2(alpha @ t), v
         if model.similarity_kind == "vector":

@@ -43,10 +43,13 @@ def _table(tmp_path, rows, row_files, kind="real"):
         return list(csv.DictReader(f)), out_md.read_text()
 
 
-def _spec_row(name, reported=None, ensemble_size=1, reported_ensemble=1):
+LEDGER = [{"code": "org/repo (model.py)", "switches": [], "deviations": []}]
+
+
+def _spec_row(name, reported=None, ensemble_size=1, reported_ensemble=1, ledger=LEDGER, compare_to=None):
     rep = {"f30k_1k": {"ensemble_size": reported_ensemble, "metrics": reported, "source": "paper, Table 1"}}
     return {"id": name, "label": name.upper(), "paper": "p", "not_reported": None, "ensemble_size": ensemble_size,
-            "reported": rep if reported else {}}
+            "reported": rep if reported else {}, "ledger": ledger, "compare_to": compare_to}
 
 
 @pytest.fixture
@@ -101,7 +104,38 @@ def test_aggregate_keeps_every_metric_of_the_protocol(tmp_path, two_seeds):
     agg = json.loads(Path(two_seeds).read_text())
     cells = agg["protocols"]["f30k_1k"]
     assert set(cells) == set(get_protocol("f30k_1k").metrics)  # i2t_meanr too
-    assert cells["i2t_r1"] == {"mean": 51.5, "std": 1.5, "values": [50.0, 53.0]}
+    assert cells["i2t_r1"] == {"mean": 51.5, "std": 1.5, "values": [50.0, 53.0], "seeds": [0, 1]}
+
+
+def test_paired_difference_and_t_test_worked_by_hand(tmp_path):
+    # i2t_r1 per seed: source 50, 52, 54; switched 51, 55, 54 -> differences 1, 3, 0
+    base = _row(tmp_path, "base", [_eval(tmp_path, "base", s, i2t_r1=v) for s, v in enumerate([50.0, 52.0, 54.0])])
+    alt = _row(tmp_path, "alt", [_eval(tmp_path, "alt", s, i2t_r1=v) for s, v in reversed(list(enumerate([51.0, 55.0, 54.0])))])
+    switched = [{"code": "org/repo (model.py)", "deviations": [],
+                 "switches": [{"name": "axis", "key": "model.axis", "runs": "feature", "source": "region",
+                               "behaviour": "normalises over dim 1"}]}]
+    cells, md = _table(tmp_path, [_spec_row("base"), _spec_row("alt", ledger=switched, compare_to="base")], [base, alt])
+    r1 = next(c for c in cells if c["row"] == "alt" and c["metric"] == "i2t_r1")
+    # mean 4/3; population std sqrt(14/9) = 1.247; paired t = (4/3) / (sqrt(7/3) / sqrt(3)) with 2 degrees
+    # of freedom, whose two-sided p has the closed form 1 - t / sqrt(2 + t^2)
+    t = (4 / 3) / ((7 / 3) ** 0.5 / 3 ** 0.5)
+    assert (r1["compared_to"], r1["paired_difference"], r1["paired_difference_std"]) == ("base", "1.33", "1.25")
+    assert float(r1["paired_p"]) == pytest.approx(1 - t / (2 + t * t) ** 0.5, abs=5e-4)  # 3 significant digits
+    r5 = next(c for c in cells if c["row"] == "alt" and c["metric"] == "i2t_r5")
+    assert (r5["paired_difference"], r5["paired_p"]) == ("0.0", "")  # the same for every seed: no test
+    assert all(c["compared_to"] == "" and c["paired_difference"] == "" for c in cells if c["row"] == "base")
+    assert {c["non_source_switches"] for c in cells if c["row"] == "alt"} == {"model.axis=feature (source: region)"}
+    assert "(Δ +1.3 ± 1.2)" in md
+    assert "- ALT vs BASE (3 seeds): i2t_r1 0.27 · i2t_r5 – ·" in md
+    assert "- ALT: `model.axis` = feature" in md and "- BASE: none (every switch at the source value)" in md
+    assert "- `model.axis` = region: normalises over dim 1" in md
+
+
+def test_compared_rows_need_the_same_seeds(tmp_path):
+    base = _row(tmp_path, "base", [_eval(tmp_path, "base", s) for s in (0, 1)])
+    alt = _row(tmp_path, "alt", [_eval(tmp_path, "alt", s) for s in (0, 2)])
+    with pytest.raises(SystemExit):
+        _table(tmp_path, [_spec_row("base"), _spec_row("alt", compare_to="base")], [base, alt])
 
 
 def test_scatter_keeps_only_percent_scale_metrics(tmp_path):

@@ -2,7 +2,7 @@
 losses registered as terms (``methods.losses.ranking``). Importing the package registers them."""
 from methods.losses import ranking  # noqa: F401  (registration)
 from methods.losses.ranking import LOSSES, build_loss, directional_losses, loss_kind_at, loss_kwargs
-from methods.losses.terms import LOSS_TERMS, Loss, LossTerm, term_configs
+from methods.losses.terms import LOSS_TERMS, Loss, LossTerm, rebase_term, term_configs
 
 __all__ = ["LOSSES", "LOSS_TERMS", "Loss", "LossTerm", "build_loss", "directional_losses", "loss_kind_at",
-           "loss_kwargs", "term_configs"]
+           "loss_kwargs", "rebase_term", "term_configs"]

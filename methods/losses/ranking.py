@@ -29,11 +29,12 @@ class LossSpec:
     one_direction: Callable[..., torch.Tensor]   # (scores, positives, **params) -> scalar
     params: tuple[str, ...]                      # config keys passed as keyword arguments
     combine: str                                 # how the two directions join: "sum" or "mean"
+    options: tuple[str, ...] = ()                # further config keys the term reads
 
 
 LOSSES: dict[str, LossSpec] = {
     "triplet_sum": LossSpec(triplet_sum, ("margin",), "sum"),
-    "triplet_hardest": LossSpec(triplet_hardest, ("margin",), "sum"),
+    "triplet_hardest": LossSpec(triplet_hardest, ("margin",), "sum", options=("warmup_sum_epochs",)),
     "nt_xent": LossSpec(nt_xent, ("tau",), "mean"),
     "smooth_ap": LossSpec(smooth_ap, ("tau",), "mean"),
 }
@@ -84,6 +85,10 @@ def build_loss(cfg: dict, epoch: int) -> Callable[[torch.Tensor, torch.Tensor], 
 class RankingTerm(LossTerm):
     """A ranking loss on every scoring head's (images x texts) scores (``outputs["scores"]``),
     with the batch's positive mask (``batch["positives"]``)."""
+
+    @classmethod
+    def parameters(cls, kind: str) -> frozenset[str]:
+        return frozenset(LOSSES[kind].params + LOSSES[kind].options)
 
     def __init__(self, cfg: dict):
         super().__init__(cfg)

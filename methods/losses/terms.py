@@ -24,6 +24,11 @@ OneDirection = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 class LossTerm:
     """A term built from its config block (``kind``, ``weight`` and its own parameters)."""
 
+    @classmethod
+    def parameters(cls, kind: str) -> frozenset[str]:
+        """The config keys a term of ``kind`` takes besides ``kind`` and ``weight``."""
+        raise NotImplementedError
+
     def __init__(self, cfg: dict):
         self.cfg = cfg
         self.weight = float(cfg.get("weight", 1.0))
@@ -46,6 +51,21 @@ class LossTerm:
 
 
 LOSS_TERMS: Registry[type[LossTerm]] = Registry("loss term")
+
+
+def rebase_term(inherited: dict, layer: dict) -> dict:
+    """A single-term loss block after a config layer: merged key by key, except that a layer
+    naming another ``kind`` drops the inherited keys that kind does not take (``{kind: nt_xent,
+    tau: 0.1}`` over ``{kind: triplet_hardest, margin: 0.2}`` leaves no margin behind to enter
+    the config hash), while keeping those it does (``loss.kind: triplet_sum`` keeps the margin)."""
+    if "terms" in layer:  # a list of terms replaces the block
+        return dict(layer)
+    merged = {**inherited, **layer}
+    kind = layer.get("kind")
+    if kind is None or kind == inherited.get("kind") or "terms" in merged or kind not in LOSS_TERMS:
+        return merged  # (an unknown kind is reported by the schema, with the file and key)
+    takes = LOSS_TERMS.get(kind).parameters(kind) | {"kind", "weight"}
+    return {k: v for k, v in merged.items() if k in layer or k in takes}
 
 
 def term_configs(loss_cfg: dict) -> list[dict]:

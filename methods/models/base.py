@@ -4,10 +4,11 @@ A model is built from its ``model`` config block and a ``BuildContext`` (vocabul
 vectors, the image input's shape, the configured backbones): ``MODELS.get(kind).from_config(cfg,
 ctx)``. It encodes each side once (``encode_images``, ``encode_texts``: a tensor of embeddings,
 or a feature set for cross-attention and set models), scores one block of pairs (``score``:
-(I, C)), scores a whole split (``score_matrix``: float32 on the CPU), and in training returns a
-dict of named outputs that loss terms read (``training_outputs``: at least ``scores``, a list
-with one (I, C) matrix per scoring head). Generic code (training, evaluation, ensembles) uses
-only these; it never probes a model with ``hasattr`` or reads its fields.
+(I, C)), scores a whole split (``score_matrix``: on the CPU, float32, or float64 for a float64
+model), and in training returns a dict of named outputs that loss terms read
+(``training_outputs``: at least ``scores``, a list with one (I, C) matrix per scoring head).
+Generic code (training, evaluation, ensembles) uses only these; it never probes a model with
+``hasattr`` or reads its fields.
 
 ``image_input`` (a class attribute) names the kind of image input the model reads
 (``methods.data.inputs.IMAGE_INPUTS``: ``pooled``, ``regions``, ``grid``).
@@ -23,6 +24,7 @@ from torch import nn
 from methods.data.inputs import IMAGE_INPUTS, ImageInput
 from methods.errors import HarnessError
 from methods.models.cross_attention import score_in_blocks
+from methods.models.layers import at_least_float32
 from methods.registry import Registry
 from methods.runtime import autocast
 
@@ -67,7 +69,7 @@ class RetrievalModel(nn.Module):
         raise NotImplementedError
 
     def score_matrix(self, img: Any, txt: Any, amp: bool = False) -> torch.Tensor:
-        """(N_img, N_txt) float32 scores of a whole split, on the CPU."""
+        """(N_img, N_txt) scores of a whole split, on the CPU: float32 (float64 for a float64 model)."""
         raise NotImplementedError
 
     def training_outputs(self, img: Any, txt: Any) -> dict[str, Any]:
@@ -99,9 +101,9 @@ class EmbeddingModel(RetrievalModel):
         return SIMILARITIES.get(self.similarity)(img, txt)
 
     def score_matrix(self, img: torch.Tensor, txt: torch.Tensor, amp: bool = False) -> torch.Tensor:
-        # embeddings are float32 already: one GEMM per block, no autocast needed
+        # embeddings are in (at least) fp32 already: one GEMM per block, no autocast needed
         with torch.no_grad():
-            return torch.cat([self.score(img[s:s + self.score_chunk], txt).float().cpu()
+            return torch.cat([at_least_float32(self.score(img[s:s + self.score_chunk], txt)).cpu()
                               for s in range(0, img.shape[0], self.score_chunk)])
 
 

@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from methods.models.layers import l2norm
+from methods.models.layers import at_least_float32, l2norm
 
 # Elements of the per-pair intermediates of one block (pairs x per-pair elements). On a GPU, large blocks
 # keep the kernels busy (H100, 1K x 5K SGR under fp16 autocast: 2**29 is 11% faster than 2**28, peak
@@ -40,8 +40,8 @@ class RegionFeatures:
     def __getitem__(self, index) -> "RegionFeatures":
         return RegionFeatures(self.regions[index], self.glob[index])
 
-    def float(self) -> "RegionFeatures":
-        return RegionFeatures(self.regions.float(), self.glob.float())
+    def at_least_float32(self) -> "RegionFeatures":
+        return RegionFeatures(at_least_float32(self.regions), at_least_float32(self.glob))
 
     def to(self, device) -> "RegionFeatures":
         return RegionFeatures(self.regions.to(device), self.glob.to(device))
@@ -69,8 +69,8 @@ class WordFeatures:
         longest = int(lengths.max()) if lengths.numel() else 0
         return WordFeatures(self.words[index][:, :longest], lengths, self.glob[index])
 
-    def float(self) -> "WordFeatures":
-        return WordFeatures(self.words.float(), self.lengths, self.glob.float())
+    def at_least_float32(self) -> "WordFeatures":
+        return WordFeatures(at_least_float32(self.words), self.lengths, at_least_float32(self.glob))
 
     def to(self, device) -> "WordFeatures":
         return WordFeatures(self.words.to(device), self.lengths.to(device), self.glob.to(device))
@@ -90,6 +90,12 @@ def region_word_cosines(regions: torch.Tensor, words: torch.Tensor) -> torch.Ten
     return s.view(i, r, c, l).permute(0, 2, 1, 3)
 
 
+def attended_norm(sq_norm: torch.Tensor) -> torch.Tensor:
+    """The l2norm denominator |a| + 1e-8 of attended vectors from their squared norms (Gram trick);
+    rounding can leave a squared norm slightly below zero."""
+    return sq_norm.clamp(min=0).sqrt() + 1e-8
+
+
 def text_to_visual_attention(regions: torch.Tensor, words: torch.Tensor, mask: torch.Tensor,
                              smooth: float) -> torch.Tensor:
     """SCAN t-i attention (words attend to regions), as SGRAF uses it: for every pair and word j,
@@ -104,13 +110,14 @@ def text_to_visual_attention(regions: torch.Tensor, words: torch.Tensor, mask: t
     c, l, _ = words.shape
     s = (words.reshape(c * l, d) @ regions.reshape(i * r, d).t()).view(c, l, i, r)
     s = F.leaky_relu(s, 0.1) * mask[:, :, None, None]                # padded words: out of the l2 norm
-    s = l2norm(s.float(), dim=1)
-    alpha = torch.softmax(smooth * s, dim=3)                         # over regions, fp32 exponentials
+    s = l2norm(at_least_float32(s), dim=1)
+    alpha = torch.softmax(smooth * s, dim=3)                         # over regions, (at least) fp32 exponentials
     # |sum_r alpha_r v_r|^2 = alpha^T (V V^T) alpha: each attended vector's norm from the R x R Gram
     # matrix, folded into alpha, so the big tensor needs no normalisation pass of its own.
-    gram = regions.float() @ regions.float().transpose(1, 2)         # (I, R, R)
+    regions_wide = at_least_float32(regions)
+    gram = regions_wide @ regions_wide.transpose(1, 2)               # (I, R, R)
     sq_norm = (torch.einsum("clir,irs->clis", alpha, gram) * alpha).sum(3)
-    alpha = alpha / sq_norm.clamp(min=1e-16).sqrt()[..., None]
+    alpha = alpha / attended_norm(sq_norm)[..., None]
     attended = torch.bmm(alpha.view(c * l, i, r).transpose(0, 1), regions)  # (I, C*L, D); fp16 under autocast
     return attended.view(i, c, l, d)
 
@@ -121,12 +128,13 @@ def visual_to_text_attention(regions: torch.Tensor, words: torch.Tensor, mask: t
     alpha_rj = softmax over the caption's words of smooth * s_rj, a_r = l2norm(sum_j alpha_rj t_j).
     Returns (I, C, R, D)."""
     s = F.leaky_relu(region_word_cosines(regions, words), 0.1)
-    s = l2norm(s.float(), dim=2)
+    s = l2norm(at_least_float32(s), dim=2)
     logits = (smooth * s).masked_fill(~mask[None, :, None, :], float("-inf"))
     alpha = torch.softmax(logits, dim=3)                             # over words
-    gram = torch.einsum("cld,cmd->clm", words.float(), words.float())  # as above, per caption
+    words_wide = at_least_float32(words)
+    gram = torch.einsum("cld,cmd->clm", words_wide, words_wide)      # as above, per caption
     sq_norm = torch.einsum("icrl,clm,icrm->icr", alpha, gram, alpha)
-    alpha = alpha / sq_norm.clamp(min=1e-16).sqrt()[..., None]
+    alpha = alpha / attended_norm(sq_norm)[..., None]
     return torch.einsum("icrl,cld->icrd", alpha, words)
 
 
@@ -151,14 +159,15 @@ def caption_blocks(lengths: torch.Tensor, n_images: int, pair_elements: Callable
 def score_in_blocks(pair_scores: Callable[[RegionFeatures, WordFeatures], torch.Tensor],
                     img: RegionFeatures, cap: WordFeatures, pair_elements: Callable[[int], int],
                     budget: int | None = None, image_block: int = 128) -> torch.Tensor:
-    """(N_img, N_cap) float32 scores on the CPU; ``pair_scores(img_block, cap_block)`` gives
-    (I, C) for one block. Captions are grouped by length; results go back to their order."""
+    """(N_img, N_cap) scores on the CPU, float32 (float64 for float64 features); ``pair_scores(img_block,
+    cap_block)`` gives (I, C) for one block. Captions are grouped by length; results go back to their order."""
     device = img.regions.device
     budget = budget or default_block_elements(device)
-    out = torch.empty(len(img), len(cap), dtype=torch.float32, device=device)  # one copy to the host, at the end
+    dtype = torch.promote_types(img.regions.dtype, torch.float32)
+    out = torch.empty(len(img), len(cap), dtype=dtype, device=device)  # one copy to the host, at the end
     for cap_index, _ in caption_blocks(cap.lengths, len(img), pair_elements, budget, image_block):
         cap_index = cap_index.to(device)
         cap_block = cap[cap_index]
         for start in range(0, len(img), image_block):
-            out[start:start + image_block, cap_index] = pair_scores(img[start:start + image_block], cap_block).float()
+            out[start:start + image_block, cap_index] = pair_scores(img[start:start + image_block], cap_block).to(dtype)
     return out.cpu()

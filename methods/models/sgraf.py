@@ -34,7 +34,7 @@ from torch import nn
 from methods.models.base import MODELS, BuildContext, CrossAttentionModel
 from methods.models.cross_attention import (RegionFeatures, WordFeatures, text_to_visual_attention,
                                             visual_to_text_attention)
-from methods.models.layers import l2norm, xavier_linear
+from methods.models.layers import at_least_float32, l2norm, xavier_linear
 from methods.models.text import GRUTextEncoder
 
 HEADS = ("sgr", "saf", "avg")
@@ -69,7 +69,7 @@ class TextSelfAttention(nn.Module):
     def forward(self, words: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         mean = (words * mask[..., None]).sum(dim=1) / mask.sum(dim=1, keepdim=True)
         logits = self.weight(self.local(words) * self.mean(mean)[:, None]).squeeze(-1)
-        weights = torch.softmax(logits.float().masked_fill(~mask, float("-inf")), dim=1).to(words.dtype)
+        weights = torch.softmax(at_least_float32(logits).masked_fill(~mask, float("-inf")), dim=1).to(words.dtype)
         return l2norm((weights[..., None] * words).sum(dim=1))
 
 
@@ -100,7 +100,7 @@ class MaskedBatchNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.training:
-            values = x.float()[mask.expand_as(x)]
+            values = at_least_float32(x)[mask.expand_as(x)]
             mean, var = values.mean(), values.var(unbiased=False)
             with torch.no_grad():
                 unbiased = var * values.numel() / max(1, values.numel() - 1)
@@ -108,7 +108,7 @@ class MaskedBatchNorm(nn.Module):
                 self.running_var.lerp_(unbiased.reshape(1), self.momentum)
         else:
             mean, var = self.running_mean, self.running_var
-        return ((x.float() - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias).to(x.dtype)
+        return ((at_least_float32(x) - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias).to(x.dtype)
 
 
 class GraphReasoningStep(nn.Module):
@@ -124,14 +124,14 @@ class GraphReasoningStep(nn.Module):
         weight = self.key.weight.t() @ self.query.weight
         bias = self.key.weight.t() @ self.query.bias
         edges = F.linear(nodes, weight, bias) @ nodes.transpose(-1, -2)          # (..., N, N), no 1/sqrt(d)
-        edges = torch.softmax(edges.float().masked_fill(~mask[..., None, :], float("-inf")), dim=-1)
+        edges = torch.softmax(at_least_float32(edges).masked_fill(~mask[..., None, :], float("-inf")), dim=-1)
         return torch.relu(self.update(edges.to(nodes.dtype) @ nodes))
 
 
 def sigmoid_score(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """sigmoid(w . x + b) in fp32 even under autocast: fp16 sigmoids near 1 would tie many pairs."""
+    """sigmoid(w . x + b) in (at least) fp32 even under autocast: fp16 sigmoids near 1 would tie many pairs."""
     with torch.autocast(x.device.type, enabled=False):
-        return torch.sigmoid(linear(x.float()).squeeze(-1))
+        return torch.sigmoid(linear(at_least_float32(x)).squeeze(-1))
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -164,7 +164,7 @@ class AttentionFiltration(nn.Module):
 
     def weights(self, nodes: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """beta (..., N): sigmoid(BN(w . N)) L1-normalised over the valid nodes (0 on padding)."""
-        beta = torch.sigmoid(self.bn(self.attention(nodes).squeeze(-1), mask).float()) * mask
+        beta = torch.sigmoid(at_least_float32(self.bn(self.attention(nodes).squeeze(-1), mask))) * mask
         return beta / beta.sum(-1, keepdim=True)
 
     def forward(self, nodes: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -182,7 +182,7 @@ class AverageAggregation(nn.Module):
 
     def forward(self, nodes: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.score is None:
-            return masked_mean(nodes.float(), mask)
+            return masked_mean(at_least_float32(nodes), mask)
         return masked_mean(sigmoid_score(self.score, nodes), mask)
 
 
@@ -231,7 +231,7 @@ class SGRAF(CrossAttentionModel):
 
     # -- encoders: each side once ----------------------------------------------------------------
     def encode_images(self, batch: dict) -> RegionFeatures:
-        regions = l2norm(self.fc(batch["features"].float()))
+        regions = l2norm(self.fc(batch["features"].to(self.fc.weight.dtype)))   # cached features: any float dtype
         return RegionFeatures(regions, self.visual_sa(regions))
 
     def encode_texts(self, batch: dict) -> WordFeatures:

@@ -53,7 +53,7 @@ class VSEPP(EmbeddingModel):
 
     def encode_images(self, batch: dict) -> torch.Tensor:
         pooled = self.backbone.pooled(batch["images"]) if "images" in batch else batch["features"]
-        return self.project_pooled(pooled.float())
+        return self.project_pooled(pooled.to(self.fc.weight.dtype))   # cached or CNN output, in the fc's dtype
 
     def encode_texts(self, batch: dict) -> torch.Tensor:
         return self.text(batch["tokens"], batch["lengths"])

@@ -66,7 +66,7 @@ class VSRN(EmbeddingModel):
                    cfg["l2norm_after_fc"], cfg["final_bn"])
 
     def encode_images(self, batch: dict) -> torch.Tensor:
-        v = self.fc(batch["features"].float())                                 # (B, N, D)
+        v = self.fc(batch["features"].to(self.fc.weight.dtype))                # (B, N, D)
         if self.l2norm_after_fc:
             v = l2norm(v, dim=self.region_axis)
         v = l2norm(self.gcn(v), dim=self.region_axis)

@@ -22,21 +22,23 @@ def _std(values: pd.Series) -> float:
 
 
 def seed_values(evals: list[dict]) -> pd.DataFrame:
-    """One line per run, protocol and metric the protocol reports: ``protocol, metric, value``,
+    """One line per run, protocol and metric the protocol reports: ``protocol, metric, seed, value``,
     in the order of ``evals`` (values keep their JSON type)."""
-    records = [(res["protocol"], metric, res["metrics"][metric])
+    records = [(res["protocol"], metric, ev["seed"], res["metrics"][metric])
                for ev in evals for res in ev["results"] for metric in get_protocol(res["protocol"]).metrics]
-    return pd.DataFrame(records, columns=["protocol", "metric", "value"], dtype=object)
+    return pd.DataFrame(records, columns=["protocol", "metric", "seed", "value"], dtype=object)
 
 
 def aggregate(evals: list[dict]) -> dict:
     sizes = {ev["ensemble_size"] for ev in evals}
     if len(sizes) != 1:
         raise HarnessError(f"runs of one row mix ensemble sizes {sorted(sizes)}")
-    stats = (seed_values(evals).groupby(["protocol", "metric"], sort=False)["value"]
-             .agg(mean=_mean, std=_std, values=list))
+    values = seed_values(evals)
+    stats = values.groupby(["protocol", "metric"], sort=False)["value"].agg(mean=_mean, std=_std, values=list)
+    seeds = values.groupby(["protocol", "metric"], sort=False)["seed"].agg(list)
     protocols: dict[str, dict] = {}
     for (protocol, metric), cell in stats.to_dict(orient="index").items():
+        cell["seeds"] = seeds[(protocol, metric)]  # the seed of each value, for paired comparisons
         protocols.setdefault(protocol, {})[metric] = cell
     return {"seeds": sorted(ev["seed"] for ev in evals), "ensemble_size": sizes.pop(),
             "config_hashes": sorted({ev.get("config_hash") or m["config_hash"] for ev in evals

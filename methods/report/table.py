@@ -6,6 +6,11 @@ is synthetic or the reported row is an ensemble of another size than the reprodu
 single model is never judged against an ensemble number); ``not reported`` when the sources
 give no number for the cell.
 
+Each row also carries its deviation ledger (``methods.fidelity``): the config switches it runs
+at a value other than the source code's, and the source behaviours not reproduced. A row that
+declares ``compare_to`` gets its paired difference from that row (same seeds): mean and
+population std over seeds of (row - compared row), and the paired t-test's p (scipy).
+
 The columns of a protocol are the metrics it reports that are declared ``in_table``
 (``methods.metrics``), in the protocol's order; each metric's declaration names its tolerance.
 """
@@ -13,7 +18,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+from scipy import stats
 
 from methods.cli import run_command
 from methods.errors import HarnessError
@@ -24,7 +31,8 @@ from methods.metrics.registry import METRICS, table_metrics
 COLUMNS = ("table", "dataset", "row", "label", "paper", "protocol", "metric", "reproduced", "reproduced_std",
            "n_seeds", "seeds", "ensemble_size", "reported", "reported_std", "reported_ensemble_size", "difference",
            "tolerance",
-           "verdict", "reported_source", "run_configs")
+           "verdict", "reported_source", "run_configs", "compared_to", "paired_difference", "paired_difference_std",
+           "paired_p", "non_source_switches", "source_deviations")
 KEYS = ["row", "protocol", "metric"]
 
 
@@ -111,6 +119,50 @@ def row_runs(aggregates: dict[str, dict]) -> pd.DataFrame:
                   ["row", "n_seeds", "seeds", "ensemble_size", "run_configs"])
 
 
+def switch_text(switch: dict) -> str:
+    return f"{switch['key']}={switch['runs']} (source: {switch['source']})"
+
+
+def row_ledgers(spec: dict) -> pd.DataFrame:
+    """Per row, the switches run at non-source values and the names of the source behaviours not
+    reproduced, over all its ensemble members (``; ``-separated)."""
+    def joined(texts) -> str:
+        return "; ".join(dict.fromkeys(texts))
+    return _frame(((row["id"],
+                    joined(switch_text(s) for ledger in row["ledger"] for s in ledger["switches"]),
+                    joined(d["name"] for ledger in row["ledger"] for d in ledger["deviations"]))
+                   for row in spec["rows"]),
+                  ["row", "non_source_switches", "source_deviations"])
+
+
+def paired_differences(spec: dict, aggregates: dict[str, dict]) -> pd.DataFrame:
+    """For every row with ``compare_to``: per protocol and metric, mean and population std over
+    seeds of (row - compared row), and the two-sided paired t-test p (None when undefined: one
+    seed, or the same difference for every seed)."""
+    records = []
+    for row in spec["rows"]:
+        if not row.get("compare_to"):
+            continue
+        base = aggregates[row["compare_to"]]
+        for protocol, metrics in aggregates[row["id"]]["protocols"].items():
+            for metric, cell in metrics.items():
+                other = base["protocols"][protocol][metric]
+                mine, theirs = dict(zip(cell["seeds"], cell["values"])), dict(zip(other["seeds"], other["values"]))
+                if set(mine) != set(theirs):
+                    raise HarnessError(f"row '{row['id']}' compares to '{row['compare_to']}' but their seeds differ "
+                                       f"({sorted(mine)} vs {sorted(theirs)})")
+                seeds = sorted(mine)
+                a = np.array([mine[s] for s in seeds], dtype=float)
+                b = np.array([theirs[s] for s in seeds], dtype=float)
+                diff = a - b
+                p = None
+                if len(seeds) > 1 and np.ptp(diff) > 0:
+                    p = float(stats.ttest_rel(a, b).pvalue)
+                records.append((row["id"], protocol, metric, row["compare_to"], float(np.mean(diff)),
+                                float(np.std(diff)), p))
+    return _frame(records, [*KEYS, "compared_to", "paired_difference", "paired_difference_std", "paired_p"])
+
+
 def _source(frame: pd.DataFrame, otherwise: str) -> pd.Series:
     """The reported entry's source; without an entry, the row's reason (if any) or ``otherwise``."""
     reason = frame["not_reported"].where(frame["not_reported"].notna() & (frame["not_reported"] != ""), otherwise)
@@ -137,7 +189,9 @@ def build_rows(spec: dict, aggregates: dict[str, dict]) -> pd.DataFrame:
           .merge(reproduced_values(aggregates), on=KEYS, how="left", validate="one_to_one")
           .merge(reported_protocols(spec), on=["row", "protocol"], how="left", validate="many_to_one")
           .merge(reported_values(spec), on=KEYS, how="left", validate="one_to_one")
-          .merge(tolerances, on="metric", how="left", validate="many_to_one"))
+          .merge(tolerances, on="metric", how="left", validate="many_to_one")
+          .merge(paired_differences(spec, aggregates), on=KEYS, how="left", validate="one_to_one")
+          .merge(row_ledgers(spec), on="row", how="left", validate="many_to_one"))
     _check_complete(df, "ensemble_size", "a row aggregate")
     _check_complete(df, "mean", "a reproduced value")
     has_reported = df["reported"].notna()
@@ -153,7 +207,13 @@ def build_rows(spec: dict, aggregates: dict[str, dict]) -> pd.DataFrame:
                      reported=_blank(df["reported"]),
                      reported_std=_blank(df["reported_std"]),
                      reported_ensemble_size=_blank(df["reported_ensemble_size"]),
-                     reported_source=_source(df, "no reported number in the sources"))[list(COLUMNS)]
+                     reported_source=_source(df, "no reported number in the sources"),
+                     compared_to=_blank(df["compared_to"]),
+                     paired_difference=_blank(_round2(df["paired_difference"]).where(df["compared_to"].notna())),
+                     paired_difference_std=_blank(_round2(df["paired_difference_std"])
+                                                  .where(df["compared_to"].notna() & (df["n_seeds"] > 1))),
+                     paired_p=_blank(df["paired_p"].map(lambda v: None if v is None or pd.isna(v) else float(f"{v:.3g}"))),
+                     )[list(COLUMNS)]
 
 
 def to_csv(rows: pd.DataFrame | list[dict]) -> str:
@@ -166,7 +226,11 @@ def _cell_text(rows: pd.DataFrame) -> pd.Series:
     text = rows["reproduced"].map("{:.1f}".format)
     text = text.where(~has_std, text + " ± " + rows["reproduced_std"].map(lambda v: f"{v:.1f}" if v != "" else ""))
     spread = (" ± " + rows["reported_std"].astype(str)).where(rows["reported_std"] != "", "")
-    return text.where(~has_reported, text + " / " + rows["reported"].astype(str) + spread + " — " + rows["verdict"])
+    text = text.where(~has_reported, text + " / " + rows["reported"].astype(str) + spread + " — " + rows["verdict"])
+    compared = rows["compared_to"] != ""
+    delta = (" (Δ " + rows["paired_difference"].map(lambda v: f"{v:+.1f}" if v != "" else "")
+             + rows["paired_difference_std"].map(lambda v: f" ± {v:.1f}" if v != "" else "") + ")")
+    return text.where(~compared, text + delta)
 
 
 def to_markdown(spec: dict, rows: pd.DataFrame | list[dict]) -> str:
@@ -197,7 +261,52 @@ def to_markdown(spec: dict, rows: pd.DataFrame | list[dict]) -> str:
         sources = order.merge(reported[reported["protocol"] == protocol], on="row", how="left")
         lines += ("- " + sources["label"] + ": " + _source(sources, "none").astype(str)).tolist()
         lines.append("")
+        lines += _paired_lines(spec, of_protocol)
+    lines += ledger_lines(spec)
     return "\n".join(lines) + "\n"
+
+
+def _paired_lines(spec: dict, of_protocol: pd.DataFrame) -> list[str]:
+    """The paired t-test p of every metric (the Δ is in the cells), one line per compared row."""
+    compared = of_protocol[of_protocol["compared_to"] != ""]
+    if compared.empty:
+        return []
+    labels = {r["id"]: r["label"] for r in spec["rows"]}
+    lines = ["Paired t-test p per metric (Δ in the cells: row − compared row, mean ± population std over seeds):"]
+    for row_id, cells in compared.groupby("row", sort=False):
+        first = cells.iloc[0]
+        p = " · ".join(f"{m} {v}" if v != "" else f"{m} –" for m, v in zip(cells["metric"], cells["paired_p"]))
+        lines.append(f"- {first['label']} vs {labels[first['compared_to']]} ({first['n_seeds']} seeds): {p}")
+    return lines + [""]
+
+
+def ledger_lines(spec: dict) -> list[str]:
+    """The deviation ledger under the tables, per source code: the switches each row runs at a
+    value other than that code's, what the source values do, and the behaviours not reproduced."""
+    groups: dict[str, dict] = {}
+    for row in spec["rows"]:
+        for ledger in row["ledger"]:
+            group = groups.setdefault(ledger["code"] + repr(ledger["deviations"]),
+                                      {"code": ledger["code"], "deviations": ledger["deviations"], "rows": [],
+                                       "behaviour": {}})
+            group["rows"].append((row["label"], ledger["switches"]))
+            for switch in ledger["switches"]:
+                group["behaviour"].setdefault(switch["key"], f"{switch['source']}: {switch['behaviour']}")
+    lines = ["## What each row runs against its source code", ""]
+    for group in groups.values():
+        lines += [f"### {group['code']}", "", "Switches each row runs at a value other than this code's:", ""]
+        lines += [f"- {label}: " + ("; ".join(f"`{s['key']}` = {s['runs']}" for s in switches)
+                                    or "none (every switch at the source value)")
+                  for label, switches in group["rows"]]
+        if group["behaviour"]:
+            lines += ["", "The source values of those switches:", ""]
+            lines += [f"- `{key}` = {text}" for key, text in group["behaviour"].items()]
+        if group["deviations"]:
+            lines += ["", "Source behaviours not reproduced (every row above):", ""]
+            lines += [f"- {d['name']}. Source code: {d['source']}. Here: {d['ours']}. Why: {d['why']}."
+                      for d in group["deviations"]]
+        lines.append("")
+    return lines
 
 
 def write_table(args) -> None:

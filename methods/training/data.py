@@ -5,8 +5,13 @@ Two batchings, chosen by ``training.batching``:
   appear with several of its captions, or once);
 - ``images``: each item is one image with all 5 of its captions (the ranking batches the
   metric-learning study uses for SmoothAP: B images x 5B captions).
-Either way the collate function de-duplicates images and builds the (images x captions)
-positive mask the losses take.
+The collate function builds the image rows of the batch and the (image rows x captions)
+positive mask the losses take, as ``training.batch_positives`` says:
+- ``diagonal``: one image row per caption, even when two captions of a batch share an image,
+  and only the diagonal is positive (the public VSE++, VSRN, SCAN and SGRAF code: the second
+  caption of an image and the repeated image row are negatives);
+- ``same_image``: each image once, positive with every caption of it in the batch (the only
+  meaning image batches can have).
 """
 from __future__ import annotations
 
@@ -57,24 +62,38 @@ def make_train_dataset(batching: str, captions: list[str], vocab: Vocabulary, im
     return CaptionPairs(captions, vocab, images)
 
 
-class PairCollator:
-    """Batch dict: ``image_index`` (U,), ``features`` (U, ...) or ``images``, ``tokens``, ``lengths``, ``positives`` (U, B)."""
+BATCH_POSITIVES = ("diagonal", "same_image")
 
-    def __init__(self, features: CachedImageFeatures | CachedGridFeatures | None):
+
+class PairCollator:
+    """Batch dict: ``image_index`` (U,), ``features`` (U, ...) or ``images``, ``tokens``, ``lengths``,
+    ``positives`` (U, B): U = B image rows (``diagonal``) or the batch's distinct images."""
+
+    def __init__(self, features: CachedImageFeatures | CachedGridFeatures | None, positives: str):
+        if positives not in BATCH_POSITIVES:
+            raise ValueError(f"batch positives '{positives}': expected one of {', '.join(BATCH_POSITIVES)}")
         self.features = features  # cached features, or None when images are loaded
+        self.positives = positives
 
     def __call__(self, items):
         if isinstance(items[0], list):  # image batching: flatten each image's captions
+            if self.positives != "same_image":
+                raise ValueError("image batches (training.batching: images) need batch_positives: same_image")
             items = [pair for group in items for pair in group]
         image_index = torch.tensor([it[0] for it in items], dtype=torch.long)
-        unique, inverse = torch.unique(image_index, return_inverse=True)
-        first = torch.full((len(unique),), len(items), dtype=torch.long).scatter_reduce(
-            0, inverse, torch.arange(len(items)), reduce="amin")
         tokens, lengths = pad_tokens([it[1] for it in items])
-        batch = {"image_index": unique, "tokens": tokens, "lengths": lengths,
-                 "positives": inverse[None, :] == torch.arange(len(unique))[:, None]}
+        if self.positives == "diagonal":
+            rows, positives = image_index, torch.eye(len(items), dtype=torch.bool)
+            first = torch.arange(len(items))
+        else:
+            rows, inverse = torch.unique(image_index, return_inverse=True)
+            first = torch.full((len(rows),), len(items), dtype=torch.long).scatter_reduce(
+                0, inverse, torch.arange(len(items)), reduce="amin")
+            positives = inverse[None, :] == torch.arange(len(rows))[:, None]
+        batch = {"image_index": rows, "tokens": tokens, "lengths": lengths, "positives": positives}
         if items[0][2] is not None:
+            # diagonal: each caption's own image item (augmented independently, as in the public code)
             batch["images"] = torch.stack([items[int(i)][2] for i in first])
         else:
-            batch["features"] = self.features.take(unique.numpy())
+            batch["features"] = self.features.take(rows.numpy())
         return batch

@@ -258,7 +258,8 @@ class Trainer:
             self.run_stage(stage_idx, stage, state if stage_idx == start_stage else None)
             state = None
         return {"history": self.history, "best": self.best, "best_path": self.checkpoints.best,
-                "train_seconds": time.perf_counter() - t_start}
+                "train_seconds": time.perf_counter() - t_start,
+                "precision": "fp16 autocast" if self.amp else "fp32"}  # training.amp is CUDA-only
 
     def run_stage(self, stage_idx: int, stage: dict, state: dict | None) -> None:
         tr, model, inp = self.tr, self.model, self.inp
@@ -276,7 +277,7 @@ class Trainer:
                    else eval_transform(inp.resize, inp.crop))
         images = ImageFiles(inp.images_dir, inp.train.filenames, augment) if stage["finetune_backbone"] else None
         dataset = make_train_dataset(tr["batching"], inp.train.captions, inp.vocab, images)
-        collate = PairCollator(None if images is not None else inp.train.features)
+        collate = PairCollator(None if images is not None else inp.train.features, tr["batch_positives"])
         for epoch in range(first_epoch, stage["epochs"]):
             skip = first_step if epoch == first_epoch else 0  # batches a preempted run already did
             self.run_epoch(stage_idx, stage, epoch, optimizer, dataset, collate, skip, partial if skip else None)

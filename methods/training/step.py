@@ -13,13 +13,15 @@ import torch
 
 from methods.losses.terms import Loss
 from methods.models.base import RetrievalModel
+from methods.models.layers import at_least_float32
 from methods.runtime import autocast
 
 
 def as_fp32(value: Any) -> Any:
-    """Floating tensors of a (nested) output structure cast to float32."""
+    """Floating tensors of a (nested) output structure in at least float32 (fp16 autocast
+    outputs upcast; a float64 model's stay float64)."""
     if torch.is_tensor(value):
-        return value.float() if value.is_floating_point() else value
+        return at_least_float32(value) if value.is_floating_point() else value
     if isinstance(value, dict):
         return {k: as_fp32(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -1,0 +1,96 @@
+"""What a row runs, set against the public code that produced the number it is judged by.
+
+A method file's ``source`` block names that code and lists
+- ``switches``: config keys whose value the source code fixes (``value``; ``by_dataset`` where
+  it differs per dataset), with what the source does (``behaviour``). A row whose resolved
+  config runs another value shows the switch in its deviation ledger.
+- ``deviations``: behaviours of the source code that the harness does not reproduce and has no
+  switch for (``source``, ``ours``, ``why``). They are in the ledger of every row of the method.
+
+A variant's ``source`` block updates the method's: another ``code``, other switch values,
+further deviations, ``null`` for a switch or deviation that does not apply to it (a variant that trains what another public code trained, e.g. the
+metric-learning study's copy of VSE++). A synthetic dataset is compared with the source's
+behaviour on the dataset it stands in for.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from methods.config import deep_merge, load_yaml, validate
+from methods.errors import HarnessError
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Switch:
+    name: str
+    key: str            # dotted config key, e.g. model.region_l2norm
+    value: object       # what the source code runs
+    behaviour: str      # what that value does, with the citation
+
+
+@dataclass(frozen=True)
+class Deviation:
+    name: str
+    source: str         # what the source code does
+    ours: str           # what the harness does instead
+    why: str
+
+
+@dataclass(frozen=True)
+class SourceLedger:
+    code: str
+    switches: tuple[Switch, ...]
+    deviations: tuple[Deviation, ...]
+
+
+def load_method_file(path: str | Path) -> dict:
+    """A method file, validated before any of its layers is resolved."""
+    return validate(load_yaml(path), "method_file", str(path))
+
+
+def source_ledger(raw: dict, variants: list[str] | None, dataset: str) -> SourceLedger:
+    """The source code's behaviour for a method file with these variants on ``dataset``."""
+    block = raw["source"]
+    for name in variants or []:
+        block = deep_merge(block, (raw.get("variants") or {}).get(name, {}).get("source") or {})
+    for name, sw in block["switches"].items():
+        if sw is not None and not {"key", "value", "behaviour"} <= set(sw):
+            raise HarnessError(f"method '{raw['method']}': source switch '{name}' needs key, value and behaviour "
+                               f"(a variant may only change the value of a switch the method declares)")
+    switches = tuple(Switch(name, s["key"], (s.get("by_dataset") or {}).get(dataset, s["value"]), s["behaviour"])
+                     for name, s in block["switches"].items() if s is not None)
+    deviations = tuple(Deviation(name, d["source"], d["ours"], d["why"])
+                       for name, d in block["deviations"].items() if d is not None)
+    return SourceLedger(block["code"], switches, deviations)
+
+
+def config_value(cfg: dict, dotted: str, where: str) -> object:
+    node: object = cfg
+    for part in dotted.split("."):
+        node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+        if node is _MISSING:
+            raise HarnessError(f"{where}: source switch key '{dotted}' is not in the resolved config")
+    return node
+
+
+def row_ledger(cfg: dict, ledger: SourceLedger, where: str) -> dict:
+    """The ledger of one experiment: the source code, every switch it runs at a non-source value
+    (with the value it runs), and the fixed deviations."""
+    off = []
+    for s in ledger.switches:
+        value = config_value(cfg, s.key, where)
+        if value != s.value:
+            off.append({"name": s.name, "key": s.key, "runs": value, "source": s.value, "behaviour": s.behaviour})
+    return {"code": ledger.code, "switches": off, "deviations": [asdict(d) for d in ledger.deviations]}
+
+
+def merge_ledgers(ledgers: list[dict]) -> list[dict]:
+    """The ledgers of a row's ensemble members, each distinct one once, in member order."""
+    out: list[dict] = []
+    for ledger in ledgers:
+        if ledger not in out:
+            out.append(ledger)
+    return out
