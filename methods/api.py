@@ -8,7 +8,7 @@ from a notebook. These names are stable.
     model, info = api.load_model("results/flickr/runs/<exp>/seed0/model.pt")
     img = api.encode_images(model, features)                                  # (N, ...) features, any float dtype
     txt = api.encode_texts(model, captions, vocab)                           # strings, or token-id lists
-    scores = api.score(model, img, txt)                                      # (N_img, N_txt) float32
+    scores = api.score(model, img, txt)                                      # (N_img, N_txt), CPU
 
 Everything runs on the CPU by default; pass ``device="cuda"`` (and ``amp=True`` for fp16
 autocast) to use a GPU.
@@ -137,5 +137,5 @@ def encode_texts(model: RetrievalModel, texts: Sequence[str] | Sequence[Sequence
 
 
 def score(model: RetrievalModel, images: Any, texts: Any, amp: bool = False) -> torch.Tensor:
-    """(N_img, N_txt) float32 scores (CPU) of encoded images against encoded texts."""
+    """(N_img, N_txt) scores (CPU; float32, float64 for a float64 model) of encoded images against encoded texts."""
     return score_matrix(model, images, texts, amp=amp)

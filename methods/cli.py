@@ -8,7 +8,7 @@ import sys
 from typing import Callable
 
 from methods.errors import HarnessError
-from methods.runtime import set_threads
+from methods.runtime import exact_fp32, set_threads
 
 
 def run_cli(fn: Callable[[], None]) -> None:
@@ -35,6 +35,7 @@ def run_command(doc: str, add_arguments: Callable[[argparse.ArgumentParser], Non
     def _run() -> None:
         if compute:
             set_threads(args.threads)
+            exact_fp32()
         run(args)
 
     run_cli(_run)

@@ -6,6 +6,7 @@ Snakefile at DAG-build time and by every ``python -m methods...`` entry point.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -16,6 +17,9 @@ import yaml
 
 from methods.errors import HarnessError
 
+# libyaml's safe loader where PyYAML was built with it: the plan reads the method files and
+# schemas at every Snakemake start, and the pure-Python parser dominated that time
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = REPO_ROOT / "workflow" / "schemas"
 
@@ -26,7 +30,7 @@ def load_yaml(path: str | Path) -> Any:
         raise HarnessError(f"config file not found: {path}")
     try:
         with open(path) as f:
-            return yaml.safe_load(f)
+            return yaml.load(f, Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         raise HarnessError(f"{path}: not valid YAML: {exc}") from None
 
@@ -40,14 +44,18 @@ def load_schema(name: str) -> dict:
     return schema
 
 
+@functools.lru_cache(maxsize=None)
+def _validator(schema_name: str) -> jsonschema.Draft202012Validator:
+    # one parse per schema and process: a plan validates every resolved experiment config
+    return jsonschema.Draft202012Validator(load_schema(schema_name))
+
+
 def validate(obj: Any, schema_name: str, where: str) -> Any:
     """Validate ``obj`` against ``workflow/schemas/<schema_name>.schema.yaml``.
 
     Raises one HarnessError naming the file (``where``) and the offending key path.
     """
-    schema = load_schema(schema_name)
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path))
+    errors = sorted(_validator(schema_name).iter_errors(obj), key=lambda e: list(e.absolute_path))
     if errors:
         lines = []
         for err in errors[:5]:

@@ -55,16 +55,36 @@ def source_ledger(raw: dict, variants: list[str] | None, dataset: str) -> Source
     """The source code's behaviour for a method file with these variants on ``dataset``."""
     block = raw["source"]
     for name in variants or []:
-        block = deep_merge(block, (raw.get("variants") or {}).get(name, {}).get("source") or {})
+        update = (raw.get("variants") or {}).get(name, {}).get("source") or {}
+        block = deep_merge(block, update)
+        for switch, changed in (update.get("switches") or {}).items():
+            if changed and "value" in changed and "by_dataset" not in changed and block["switches"][switch]:
+                block["switches"][switch].pop("by_dataset", None)  # a new value replaces the per-dataset ones too
     for name, sw in block["switches"].items():
         if sw is not None and not {"key", "value", "behaviour"} <= set(sw):
             raise HarnessError(f"method '{raw['method']}': source switch '{name}' needs key, value and behaviour "
                                f"(a variant may only change the value of a switch the method declares)")
     switches = tuple(Switch(name, s["key"], (s.get("by_dataset") or {}).get(dataset, s["value"]), s["behaviour"])
                      for name, s in block["switches"].items() if s is not None)
-    deviations = tuple(Deviation(name, d["source"], d["ours"], d["why"])
-                       for name, d in block["deviations"].items() if d is not None)
+    deviations = tuple(Deviation(name, d["source"], d["ours"], d["why"]) for name, d in block["deviations"].items()
+                       if d is not None and dataset in d.get("datasets", [dataset]))
     return SourceLedger(block["code"], switches, deviations)
+
+
+def stand_in_deviation(dataset: str, ds_cfg: dict, image_input: str, model_cfg: dict) -> Deviation:
+    """What a synthetic stand-in dataset changes for a row: its data and the image features read."""
+    stands_in_for = ds_cfg["stands_in_for"]["dataset"]
+    if image_input == "regions":
+        region = ds_cfg["features"]["region"]
+        features = (f"{region['n_regions']} RoIAlign regions per image from the {region['layer']} map of "
+                    f"{region['backbone']}, standing in for the 36 BUTD regions (2048-d) of the source")
+    else:
+        features = f"{image_input} features of {model_cfg.get('backbone', 'its CNN')}"
+    splits = ", ".join(f"{k} {v}" for k, v in ds_cfg.get("generator", {}).get("splits", {}).items())
+    return Deviation("stand_in_data", f"trains and tests on {stands_in_for}",
+                     f"the {dataset} dataset ({ds_cfg['kind']}{': ' + splits + ' images' if splits else ''}); "
+                     f"image input: {features}",
+                     "a run without the real data; its numbers are not comparable with the reported ones")
 
 
 def config_value(cfg: dict, dotted: str, where: str) -> object:
@@ -76,15 +96,15 @@ def config_value(cfg: dict, dotted: str, where: str) -> object:
     return node
 
 
-def row_ledger(cfg: dict, ledger: SourceLedger, where: str) -> dict:
+def row_ledger(cfg: dict, ledger: SourceLedger, where: str, extra: tuple[Deviation, ...] = ()) -> dict:
     """The ledger of one experiment: the source code, every switch it runs at a non-source value
-    (with the value it runs), and the fixed deviations."""
+    (with the value it runs), and the fixed deviations (then ``extra`` ones, e.g. stand-in data)."""
     off = []
     for s in ledger.switches:
         value = config_value(cfg, s.key, where)
         if value != s.value:
             off.append({"name": s.name, "key": s.key, "runs": value, "source": s.value, "behaviour": s.behaviour})
-    return {"code": ledger.code, "switches": off, "deviations": [asdict(d) for d in ledger.deviations]}
+    return {"code": ledger.code, "switches": off, "deviations": [asdict(d) for d in (*ledger.deviations, *extra)]}
 
 
 def merge_ledgers(ledgers: list[dict]) -> list[dict]:

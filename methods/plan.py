@@ -12,7 +12,7 @@ from pathlib import Path
 from methods.config import REPO_ROOT, config_hash, deep_merge, dotted_to_nested, load_yaml, validate
 from methods.data.inputs import ImageInput
 from methods.errors import HarnessError
-from methods.fidelity import load_method_file, merge_ledgers, row_ledger, source_ledger
+from methods.fidelity import load_method_file, merge_ledgers, row_ledger, source_ledger, stand_in_deviation
 from methods.losses import rebase_term, term_configs
 from methods.metrics.protocols import get_protocol
 from methods.models import image_input_of
@@ -43,11 +43,12 @@ def apply_layer(cfg: dict, layer: dict) -> dict:
 
 
 def resolve_method_config(method_file: str | Path, dataset: str, overrides: dict | None = None,
-                          variants: list[str] | None = None, backbones: dict | None = None) -> dict:
+                          variants: list[str] | None = None, backbones: dict | None = None,
+                          raw: dict | None = None) -> dict:
     """The resolved config of one experiment: method base, then its preset for the dataset, then
     each named variant (its base, then its preset for the dataset), then the row's dotted
     overrides; validated against the method schema (its hash names the experiment)."""
-    raw = load_method_file(method_file)
+    raw = load_method_file(method_file) if raw is None else raw  # ``raw``: the file, already loaded
     presets = raw["presets"]
     if dataset not in presets:
         raise HarnessError(f"{method_file}: no preset for dataset '{dataset}' (has: {', '.join(sorted(presets))})")
@@ -169,13 +170,21 @@ class Plan:
         self.experiments: dict[tuple[str, str], Experiment] = {}
         self.tables: dict[tuple[str, str], Table] = {}
         self.figures: dict[tuple[str, str], Figure] = {}
+        self._method_files: dict[Path, dict] = {}
         for paper_file in cfg["papers"]:
             self._add_paper(REPO_ROOT / paper_file if not Path(paper_file).is_absolute() else Path(paper_file))
 
     # -- building -------------------------------------------------------------------------
+    def method_file(self, path: Path) -> dict:
+        """A method file, loaded and validated once per plan."""
+        if path not in self._method_files:
+            self._method_files[path] = load_method_file(path)
+        return self._method_files[path]
+
     def resolve_experiment(self, method_file: Path, dataset: str, overrides: dict,
                            variants: list[str] | None = None) -> Experiment:
-        cfg = resolve_method_config(method_file, dataset, overrides, variants, self.cfg["backbones"])
+        cfg = resolve_method_config(method_file, dataset, overrides, variants, self.cfg["backbones"],
+                                    self.method_file(method_file))
         exp = Experiment(f"{cfg['method']}-{config_hash(cfg)}", dataset, cfg["method"], cfg)
         self.experiments.setdefault((dataset, exp.id), exp)
         return exp
@@ -204,8 +213,10 @@ class Plan:
                         method_file = REPO_ROOT / paper["methods"][m["method"]]
                         exp = self.resolve_experiment(method_file, dataset, m.get("overrides", {}), m.get("variants", []))
                         exp_ids.append(exp.id)
-                        source = source_ledger(load_method_file(method_file), m.get("variants", []), reported_key)
-                        ledgers.append(row_ledger(exp.config, source, f"{path}: row '{row['id']}'"))
+                        source = source_ledger(self.method_file(method_file), m.get("variants", []), reported_key)
+                        stand_in = (() if "stands_in_for" not in ds_cfg else
+                                    (stand_in_deviation(dataset, ds_cfg, exp.image_input.name, exp.config["model"]),))
+                        ledgers.append(row_ledger(exp.config, source, f"{path}: row '{row['id']}'", stand_in))
                     for by_protocol in row.get("reported", {}).values():
                         check_reported(by_protocol, f"{path}: table {table_name} row '{row['id']}'")
                     reported = self._reported_for(row.get("reported", {}).get(reported_key, {}), ds_cfg)

@@ -25,6 +25,14 @@ def resolve_device(setting: str) -> torch.device:
     return torch.device("cpu")
 
 
+def exact_fp32() -> None:
+    """fp32 means fp32 on CUDA too: no TF32 in convolutions (PyTorch's default allows it) or
+    matmuls. The public code of the papers ran in plain fp32 (on GPUs without TF32); AMP, where
+    configured, is fp16 autocast on top of this."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
 def set_threads(n: int) -> None:
     """Honour the thread count Snakemake gave the job (rules declare ``threads:``)."""
     torch.set_num_threads(max(1, n))

@@ -209,3 +209,27 @@ def test_report_holds_the_tables_and_figures_and_runs_carry_provenance(tiny_dag)
         assert {"config_hash", "seed", "provenance", "wall_seconds"} <= set(run), path
         assert {"git_commit", "torch", "cuda", "device"} <= set(run["provenance"]), path
         assert run["wall_seconds"]["total"] > 0
+
+
+def test_deviations_table_pairs_each_switch_with_the_source_row(tiny_dag):
+    rows = read_table(tiny_dag / "tables" / "deviations_synthetic.csv")
+    by_row = {}
+    for r in rows:
+        by_row.setdefault(r["row"], {})[r["metric"]] = r
+    assert set(by_row) == {"source", "region_l2norm_feature", "batch_positives_same_image", "amp"}
+    source_rsum = float(by_row["source"]["rsum"]["reproduced"])
+    for row_id, cells in by_row.items():
+        rsum = cells["rsum"]
+        if row_id == "source":
+            assert rsum["compared_to"] == "" and "training.amp" not in rsum["non_source_switches"]
+            continue
+        assert rsum["compared_to"] == "source"
+        # one seed: the paired difference is the difference of the two runs
+        assert float(rsum["paired_difference"]) == pytest.approx(float(rsum["reproduced"]) - source_rsum, abs=0.011)
+    # on a CPU, AMP is off: the amp row is the source row's training, bit for bit
+    assert float(by_row["amp"]["rsum"]["paired_difference"]) == 0.0
+    assert "training.amp=True (source: False)" in by_row["amp"]["rsum"]["non_source_switches"]
+    md = (tiny_dag / "tables" / "deviations_synthetic.md").read_text()
+    assert "## What each row runs against its source code" in md and "stand_in_data" in md
+    log = json.loads(next((tiny_dag / "results/synthetic/runs").glob("*/seed0/train_log.json")).read_text())
+    assert log["precision"] == "fp32"

@@ -44,6 +44,8 @@ SOURCE_BEHAVIOUR = {
 }
 # VSRN model.py skips the first region l2norm on Flickr30K only
 PER_DATASET = {("vsrn", "flickr"): {"model.l2norm_after_fc": False}, ("vsrn", "coco"): {"model.l2norm_after_fc": True}}
+# keys a row may set as its own factor (the study's VSRN rows vary the loss), so not declared switches
+ROW_FACTORS = {"vsrn": {"loss.kind"}}
 
 
 def value_at(cfg: dict, dotted: str):
@@ -155,3 +157,39 @@ def test_a_comparison_needs_another_row_of_the_table_with_the_same_seeds(tmp_pat
     path.write_text(yaml.safe_dump(paper))
     with pytest.raises(HarnessError, match="need the same seeds"):
         Plan({**cfg, "datasets": {k: v for k, v in cfg["datasets"].items() if k != "synthetic"}})
+
+
+@pytest.mark.parametrize("method", sorted(SOURCE_BEHAVIOUR))
+def test_the_method_files_declare_the_source_behaviour_as_switches(method):
+    raw = load_method_file(REPO_ROOT / "config" / "methods" / f"{method}.yaml")
+    for dataset in ("flickr", "coco"):
+        declared = {s.key: s.value for s in source_ledger(raw, [], dataset).switches}
+        expected = {**SOURCE_BEHAVIOUR[method], **PER_DATASET.get((method, dataset), {})}
+        for key in ROW_FACTORS.get(method, set()):
+            expected.pop(key)
+        assert {k: declared.get(k, "undeclared") for k in expected} == expected
+
+
+def test_deviations_apply_to_their_datasets_and_stand_in_data_is_named(plan):
+    def names(dataset):
+        row = next(r for r in plan.table("metric_learning", dataset).rows if r.id == "vsrn_triplet_hardest")
+        return {d["name"] for ledger in row.ledger for d in ledger["deviations"]}
+    assert "coco_validation_set" in names("coco") and "coco_validation_set" not in names("flickr")
+    assert "stand_in_data" in names("synthetic") and "stand_in_data" not in names("coco")
+    row = next(r for r in plan.table("metric_learning", "synthetic").rows if r.id == "vsrn_triplet_hardest")
+    (stand_in,) = [d for d in row.ledger[0]["deviations"] if d["name"] == "stand_in_data"]
+    assert "36 RoIAlign regions per image from the conv4 map of resnet18_synthetic" in stand_in["ours"]
+
+
+def test_a_variant_value_replaces_the_per_dataset_values():
+    raw = load_method_file(REPO_ROOT / "config" / "methods" / "vsrn.yaml")
+    raw["variants"]["nt_xent"]["source"] = {"switches": {"l2norm_after_fc": {"value": False}}}
+    values = {s.key: s.value for s in source_ledger(raw, ["nt_xent"], "coco").switches}
+    assert values["model.l2norm_after_fc"] is False
+
+
+def test_a_loss_of_another_family_inherits_no_parameter():
+    method = REPO_ROOT / "config" / "methods" / "vsrn.yaml"
+    with pytest.raises(HarnessError, match="tau"):  # SmoothAP does not take NT-Xent's tau as its own
+        resolve_method_config(method, "coco", {"loss.kind": "smooth_ap", "training.batching": "images",
+                                               "training.batch_positives": "same_image"}, ["nt_xent"])

@@ -59,6 +59,11 @@ def texts():
     return {"tokens": tokens, "lengths": torch.tensor(LENGTHS)}
 
 
+def plain_l2(x, dim=-1):
+    """VSE++ and VSRN model.py l2norm: X / sqrt(sum X^2), no epsilon (SGRAF's l2 adds 1e-8)."""
+    return x / x.pow(2).sum(dim=dim, keepdim=True).sqrt()
+
+
 def features(*shape):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
 
@@ -72,7 +77,7 @@ def reference_caption_vector(model, tokens):
     """VSE++/VSRN text: GRU over the caption's words, last state (directions averaged if any) -> l2."""
     _, hidden = model.text.gru(model.text.embed(tokens)[None])
     last = (hidden[-2, 0] + hidden[-1, 0]) / 2 if model.text.bidirectional else hidden[-1, 0]
-    return l2(last)
+    return plain_l2(last)
 
 
 def cosine_matrix(image_vectors, caption_vectors):
@@ -86,7 +91,7 @@ def caption_vectors(model, text_batch):
 # -- VSE++: pooled -> [l2] -> fc -> l2; cosine ----------------------------------------------------
 
 def vsepp_reference(model, images, text_batch, pre_fc_l2norm):
-    image_vectors = [l2(linear(model.fc, l2(p) if pre_fc_l2norm else p)) for p in images["features"]]
+    image_vectors = [plain_l2(linear(model.fc, plain_l2(p) if pre_fc_l2norm else p)) for p in images["features"]]
     return cosine_matrix(image_vectors, caption_vectors(model, text_batch))
 
 
@@ -105,14 +110,14 @@ def vsrn_reference(model, images, text_batch, region_l2norm, l2norm_after_fc, fi
     for regions in images["features"]:
         v = linear(model.fc, regions)
         if l2norm_after_fc:
-            v = l2(v, dim=axis)
+            v = plain_l2(v, dim=axis)
         for block in model.gcn:      # V* = V + BN(W (R g(V))), R = theta(V) phi(V)^T / N
             relation = linear(block.theta, v) @ linear(block.phi, v).t() / v.shape[0]
             v = v + batch_norm_eval(block.bn, linear(block.w, relation @ linear(block.g, v)))
-        v = l2(v, dim=axis)
+        v = plain_l2(v, dim=axis)
         _, hidden = model.gru(v[None])                       # regions in order
         h = hidden[-1, 0]
-        image_vectors.append(l2(batch_norm_eval(model.bn, h) if final_bn else h))
+        image_vectors.append(plain_l2(batch_norm_eval(model.bn, h) if final_bn else h))
     return cosine_matrix(image_vectors, caption_vectors(model, text_batch))
 
 

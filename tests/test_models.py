@@ -1,7 +1,10 @@
 """Model parts against independent computations."""
+import pytest
 import torch
 
+from methods.benchmarks import cross_attention as cross_attention_benchmark
 from methods.features.backbone import ResNetBackbone
+from methods.models.layers import PLAIN_L2NORM_EPS, SCAN_L2NORM_EPS, l2norm
 from methods.models.text import GRUTextEncoder
 from methods.models.vsepp import VSEPP
 
@@ -97,17 +100,25 @@ def test_vsrn_image_embedding_is_the_last_gru_state_over_regions_in_order():
     assert not torch.allclose(model.encode_images({"features": regions.flip(1)}), emb)
 
 
-def test_l2norm_divides_by_norm_plus_eps_keeps_half_precision_and_maps_zero_vectors_to_zero():
-    from methods.models.layers import l2norm
+@pytest.mark.parametrize("eps", [SCAN_L2NORM_EPS, PLAIN_L2NORM_EPS])
+def test_l2norm_divides_by_norm_plus_the_sources_eps_and_maps_zero_vectors_to_zero(eps):
     x = torch.randn(6, 33, dtype=torch.float64) * torch.logspace(-3, 3, 6, dtype=torch.float64)[:, None]
     x[2] = 0
-    # independent: the public SGRAF code's X / (sqrt(sum X^2) + 1e-8), in float64
-    want = x / (x.pow(2).sum(dim=1, keepdim=True).sqrt() + 1e-8)
+    # independent: SGRAF's X / (sqrt(sum X^2) + 1e-8), VSE++/VSRN's X / sqrt(sum X^2), in float64
+    norm = x.pow(2).sum(dim=1, keepdim=True).sqrt()
+    want = torch.where(norm > 0, x / (norm + eps), torch.zeros_like(x))
     for dtype, tol in ((torch.float64, 1e-14), (torch.float32, 1e-6), (torch.float16, 2e-3), (torch.bfloat16, 1e-2)):
-        got = l2norm(x.to(dtype), dim=1)
+        got = l2norm(x.to(dtype), dim=1, eps=eps)
         assert got.dtype == dtype
         assert torch.isfinite(got).all() and (got[2] == 0).all()
         torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
-    # where the eps shows: |(3e-8, 4e-8)| = 5e-8, so the result is (3, 4) / 6, not (3, 4) / 5
+    # where the eps shows: |(3e-8, 4e-8)| = 5e-8, so SGRAF gives (3, 4) / 6 and VSE++ (3, 4) / 5
     tiny = torch.tensor([3e-8, 4e-8], dtype=torch.float64)
-    torch.testing.assert_close(l2norm(tiny), torch.tensor([3 / 6, 4 / 6], dtype=torch.float64), rtol=1e-12, atol=0)
+    expected = torch.tensor([3.0, 4.0], dtype=torch.float64) / (6 if eps else 5)
+    torch.testing.assert_close(l2norm(tiny, eps=eps), expected, rtol=1e-12, atol=0)
+
+
+def test_cross_attention_benchmark_runs_on_a_few_pairs(capsys):
+    cross_attention_benchmark.main(["--images", "3", "--captions", "4", "--device", "cpu", "--repeats", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[1:]] == ["sgr", "saf"] and all("pairs/s" in line for line in lines[1:])

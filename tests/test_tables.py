@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from methods.errors import HarnessError
 from methods.metrics.protocols import get_protocol
 from methods.metrics.registry import METRICS
 from methods.report import aggregate, figure, table
@@ -125,17 +126,20 @@ def test_paired_difference_and_t_test_worked_by_hand(tmp_path):
     assert (r5["paired_difference"], r5["paired_p"]) == ("0.0", "")  # the same for every seed: no test
     assert all(c["compared_to"] == "" and c["paired_difference"] == "" for c in cells if c["row"] == "base")
     assert {c["non_source_switches"] for c in cells if c["row"] == "alt"} == {"model.axis=feature (source: region)"}
-    assert "(Δ +1.3 ± 1.2)" in md
+    assert "(Δ +1.33 ± 1.25)" in md
     assert "- ALT vs BASE (3 seeds): i2t_r1 0.27 · i2t_r5 – ·" in md
-    assert "- ALT: `model.axis` = feature" in md and "- BASE: none (every switch at the source value)" in md
+    assert "- ALT: `model.axis` = feature (source: region)" in md and "- BASE: none (every switch at the source value)" in md
     assert "- `model.axis` = region: normalises over dim 1" in md
 
 
 def test_compared_rows_need_the_same_seeds(tmp_path):
     base = _row(tmp_path, "base", [_eval(tmp_path, "base", s) for s in (0, 1)])
     alt = _row(tmp_path, "alt", [_eval(tmp_path, "alt", s) for s in (0, 2)])
-    with pytest.raises(SystemExit):
-        _table(tmp_path, [_spec_row("base"), _spec_row("alt", compare_to="base")], [base, alt])
+    spec = {"table": "t", "dataset": "f30k", "dataset_kind": "real", "titles": ["a paper"], "protocols": ["f30k_1k"],
+            "tolerance": TOLERANCE, "rows": [_spec_row("base"), _spec_row("alt", compare_to="base")]}
+    aggregates = {"base": json.loads(Path(base).read_text()), "alt": json.loads(Path(alt).read_text())}
+    with pytest.raises(HarnessError, match=r"their seeds differ \(\[0, 2\] vs \[0, 1\]\)"):
+        table.build_rows(spec, aggregates)
 
 
 def test_scatter_keeps_only_percent_scale_metrics(tmp_path):

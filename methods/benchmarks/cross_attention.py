@@ -21,7 +21,8 @@ import torch
 
 from methods.models.sgraf import SGRAF
 from methods.models.text import GRUTextEncoder
-from methods.runtime import autocast, resolve_device
+from methods.runtime import autocast, exact_fp32, resolve_device
+from methods.scoring import stored
 
 
 def build(heads: list[str], vocab: int, device: torch.device) -> SGRAF:
@@ -48,8 +49,8 @@ def run(heads: list[str], n_images: int, n_captions: int, device: torch.device, 
     synchronize(device)
     t0 = time.perf_counter()
     with autocast(device, amp):
-        img = model.encode_images({"features": features.to(device)}).float()
-        cap = model.encode_texts({"tokens": tokens.to(device), "lengths": lengths}).float()
+        img = stored(model.encode_images({"features": features.to(device)}))
+        cap = stored(model.encode_texts({"tokens": tokens.to(device), "lengths": lengths}))
     synchronize(device)
     encode = time.perf_counter() - t0
     times = []
@@ -90,6 +91,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="on CUDA: fp16 autocast, fp32, or both (CPU always runs fp32)")
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
+    exact_fp32()  # as the harness's compute commands: fp32 means no TF32
     if args.threads:
         torch.set_num_threads(args.threads)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"

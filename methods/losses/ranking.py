@@ -30,11 +30,12 @@ class LossSpec:
     params: tuple[str, ...]                      # config keys passed as keyword arguments
     combine: str                                 # how the two directions join: "sum" or "mean"
     options: tuple[str, ...] = ()                # further config keys the term reads
+    family: str = ""                             # kinds whose shared parameters mean the same (default: its own)
 
 
 LOSSES: dict[str, LossSpec] = {
-    "triplet_sum": LossSpec(triplet_sum, ("margin",), "sum"),
-    "triplet_hardest": LossSpec(triplet_hardest, ("margin",), "sum", options=("warmup_sum_epochs",)),
+    "triplet_sum": LossSpec(triplet_sum, ("margin",), "sum", family="triplet"),
+    "triplet_hardest": LossSpec(triplet_hardest, ("margin",), "sum", options=("warmup_sum_epochs",), family="triplet"),
     "nt_xent": LossSpec(nt_xent, ("tau",), "mean"),
     "smooth_ap": LossSpec(smooth_ap, ("tau",), "mean"),
 }
@@ -89,6 +90,10 @@ class RankingTerm(LossTerm):
     @classmethod
     def parameters(cls, kind: str) -> frozenset[str]:
         return frozenset(LOSSES[kind].params + LOSSES[kind].options)
+
+    @classmethod
+    def family(cls, kind: str) -> str:
+        return LOSSES[kind].family or kind
 
     def __init__(self, cfg: dict):
         super().__init__(cfg)

@@ -29,6 +29,12 @@ class LossTerm:
         """The config keys a term of ``kind`` takes besides ``kind`` and ``weight``."""
         raise NotImplementedError
 
+    @classmethod
+    def family(cls, kind: str) -> str:
+        """Kinds of one family give their shared parameter names the same meaning (a triplet
+        margin is a margin for both triplet kinds; NT-Xent's tau is not SmoothAP's)."""
+        return kind
+
     def __init__(self, cfg: dict):
         self.cfg = cfg
         self.weight = float(cfg.get("weight", 1.0))
@@ -55,17 +61,21 @@ LOSS_TERMS: Registry[type[LossTerm]] = Registry("loss term")
 
 def rebase_term(inherited: dict, layer: dict) -> dict:
     """A single-term loss block after a config layer: merged key by key, except that a layer
-    naming another ``kind`` drops the inherited keys that kind does not take (``{kind: nt_xent,
-    tau: 0.1}`` over ``{kind: triplet_hardest, margin: 0.2}`` leaves no margin behind to enter
-    the config hash), while keeping those it does (``loss.kind: triplet_sum`` keeps the margin)."""
-    if "terms" in layer:  # a list of terms replaces the block
+    naming another ``kind`` keeps an inherited parameter only when the new kind takes it with the
+    same meaning (same family): ``{kind: nt_xent, tau: 0.1}`` over ``{kind: triplet_hardest,
+    margin: 0.2}`` leaves no margin behind to enter the config hash, ``loss.kind: triplet_sum``
+    keeps the margin, and SmoothAP never inherits NT-Xent's tau."""
+    kind = layer.get("kind")
+    if "terms" in layer or ("terms" in inherited and kind is not None):  # one form replaces the other
         return dict(layer)
     merged = {**inherited, **layer}
-    kind = layer.get("kind")
-    if kind is None or kind == inherited.get("kind") or "terms" in merged or kind not in LOSS_TERMS:
+    old = inherited.get("kind")
+    if kind is None or kind == old or kind not in LOSS_TERMS or old not in LOSS_TERMS:
         return merged  # (an unknown kind is reported by the schema, with the file and key)
-    takes = LOSS_TERMS.get(kind).parameters(kind) | {"kind", "weight"}
-    return {k: v for k, v in merged.items() if k in layer or k in takes}
+    new_term, old_term = LOSS_TERMS.get(kind), LOSS_TERMS.get(old)
+    same_family = new_term.family(kind) == old_term.family(old)
+    takes = new_term.parameters(kind) if same_family else frozenset()
+    return {k: v for k, v in merged.items() if k in layer or k in takes or k == "weight"}
 
 
 def term_configs(loss_cfg: dict) -> list[dict]:

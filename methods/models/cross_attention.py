@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from methods.models.layers import at_least_float32, l2norm
+from methods.models.layers import SCAN_L2NORM_EPS, at_least_float32, l2norm
 
 # Elements of the per-pair intermediates of one block (pairs x per-pair elements). On a GPU, large blocks
 # keep the kernels busy (H100, 1K x 5K SGR under fp16 autocast: 2**29 is 11% faster than 2**28, peak
@@ -91,9 +91,9 @@ def region_word_cosines(regions: torch.Tensor, words: torch.Tensor) -> torch.Ten
 
 
 def attended_norm(sq_norm: torch.Tensor) -> torch.Tensor:
-    """The l2norm denominator |a| + 1e-8 of attended vectors from their squared norms (Gram trick);
-    rounding can leave a squared norm slightly below zero."""
-    return sq_norm.clamp(min=0).sqrt() + 1e-8
+    """The l2norm denominator |a| + 1e-8 (SCAN/SGRAF) of attended vectors from their squared norms
+    (Gram trick); rounding can leave a squared norm slightly below zero."""
+    return sq_norm.clamp(min=0).sqrt() + SCAN_L2NORM_EPS
 
 
 def text_to_visual_attention(regions: torch.Tensor, words: torch.Tensor, mask: torch.Tensor,
@@ -110,7 +110,7 @@ def text_to_visual_attention(regions: torch.Tensor, words: torch.Tensor, mask: t
     c, l, _ = words.shape
     s = (words.reshape(c * l, d) @ regions.reshape(i * r, d).t()).view(c, l, i, r)
     s = F.leaky_relu(s, 0.1) * mask[:, :, None, None]                # padded words: out of the l2 norm
-    s = l2norm(at_least_float32(s), dim=1)
+    s = l2norm(at_least_float32(s), dim=1, eps=SCAN_L2NORM_EPS)
     alpha = torch.softmax(smooth * s, dim=3)                         # over regions, (at least) fp32 exponentials
     # |sum_r alpha_r v_r|^2 = alpha^T (V V^T) alpha: each attended vector's norm from the R x R Gram
     # matrix, folded into alpha, so the big tensor needs no normalisation pass of its own.
@@ -128,7 +128,7 @@ def visual_to_text_attention(regions: torch.Tensor, words: torch.Tensor, mask: t
     alpha_rj = softmax over the caption's words of smooth * s_rj, a_r = l2norm(sum_j alpha_rj t_j).
     Returns (I, C, R, D)."""
     s = F.leaky_relu(region_word_cosines(regions, words), 0.1)
-    s = l2norm(at_least_float32(s), dim=2)
+    s = l2norm(at_least_float32(s), dim=2, eps=SCAN_L2NORM_EPS)
     logits = (smooth * s).masked_fill(~mask[None, :, None, :], float("-inf"))
     alpha = torch.softmax(logits, dim=3)                             # over words
     words_wide = at_least_float32(words)

@@ -11,15 +11,17 @@ def at_least_float32(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
-def l2norm(x: torch.Tensor, dim: int = -1, eps: float = 1e-8) -> torch.Tensor:
-    """x / (|x| + eps) in x's own dtype (fp16 stays fp16 under autocast, halving the traffic of what
-    follows); the norm is summed in at least fp32.
+# The public code's l2norm: SCAN and SGRAF divide by sqrt(sum X^2) + 1e-8; VSE++ and VSRN by the
+# norm alone. Each model passes its source's epsilon.
+SCAN_L2NORM_EPS = 1e-8
+PLAIN_L2NORM_EPS = 0.0
 
-    eps is added to the norm as in the public SGRAF code (``l2norm``: X / (sqrt(sum X^2) + eps)).
-    The public VSE++ and VSRN code divide by the norm alone, which differs from this by at most
-    eps/|x| relative: below fp32 resolution for the norms these models see. A zero vector maps
-    to zero, never to NaN: the denominator is also kept above x's dtype's smallest normal number
-    (which matters for fp16 alone: its 6.1e-5 is above eps, and 1e-8 itself rounds to 0 in fp16)."""
+
+def l2norm(x: torch.Tensor, dim: int = -1, *, eps: float) -> torch.Tensor:
+    """x / (|x| + eps) in x's own dtype (fp16 stays fp16 under autocast, halving the traffic of what
+    follows); the norm is summed in at least fp32. A zero vector maps to zero, never to NaN: the
+    denominator is kept above x's dtype's smallest normal number (the only floor when eps is 0;
+    for fp16, whose 1e-8 rounds to 0, its 6.1e-5)."""
     norm = torch.linalg.vector_norm(x, dim=dim, keepdim=True, dtype=torch.promote_types(x.dtype, torch.float32))
     return x / (norm + eps).clamp(min=torch.finfo(x.dtype).tiny).to(x.dtype)
 

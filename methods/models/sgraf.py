@@ -34,7 +34,7 @@ from torch import nn
 from methods.models.base import MODELS, BuildContext, CrossAttentionModel
 from methods.models.cross_attention import (RegionFeatures, WordFeatures, text_to_visual_attention,
                                             visual_to_text_attention)
-from methods.models.layers import at_least_float32, l2norm, xavier_linear
+from methods.models.layers import SCAN_L2NORM_EPS, at_least_float32, l2norm, xavier_linear
 from methods.models.text import GRUTextEncoder
 
 HEADS = ("sgr", "saf", "avg")
@@ -54,7 +54,7 @@ class VisualSelfAttention(nn.Module):
     def forward(self, regions: torch.Tensor) -> torch.Tensor:
         query = self.mean(regions.mean(dim=1))                                   # (B, D)
         logits = self.weight(self.local(regions) * query[:, None]).squeeze(-1)   # (B, R)
-        return l2norm((torch.softmax(logits, dim=1)[..., None] * regions).sum(dim=1))
+        return l2norm((torch.softmax(logits, dim=1)[..., None] * regions).sum(dim=1), eps=SCAN_L2NORM_EPS)
 
 
 class TextSelfAttention(nn.Module):
@@ -70,7 +70,7 @@ class TextSelfAttention(nn.Module):
         mean = (words * mask[..., None]).sum(dim=1) / mask.sum(dim=1, keepdim=True)
         logits = self.weight(self.local(words) * self.mean(mean)[:, None]).squeeze(-1)
         weights = torch.softmax(at_least_float32(logits).masked_fill(~mask, float("-inf")), dim=1).to(words.dtype)
-        return l2norm((weights[..., None] * words).sum(dim=1))
+        return l2norm((weights[..., None] * words).sum(dim=1), eps=SCAN_L2NORM_EPS)
 
 
 class VectorSimilarity(nn.Module):
@@ -84,7 +84,7 @@ class VectorSimilarity(nn.Module):
         # y comes from the fp32 cache, x is fp16 under autocast; d * d, not d ** 2: autocast runs
         # pow in fp32, which would cast the largest tensor of the pair step twice.
         d = x - y.to(x.dtype)
-        return l2norm(self.proj(d * d))
+        return l2norm(self.proj(d * d), eps=SCAN_L2NORM_EPS)
 
 
 class MaskedBatchNorm(nn.Module):
@@ -169,7 +169,7 @@ class AttentionFiltration(nn.Module):
 
     def forward(self, nodes: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         beta = self.weights(nodes, mask).to(nodes.dtype)
-        pooled = l2norm((beta[..., None, :] @ nodes).squeeze(-2))     # weighted sum over nodes, as a GEMV
+        pooled = l2norm((beta[..., None, :] @ nodes).squeeze(-2), eps=SCAN_L2NORM_EPS)     # weighted sum over nodes, as a GEMV
         return sigmoid_score(self.score, pooled)
 
 
@@ -207,6 +207,7 @@ class SGRAF(CrossAttentionModel):
             raise ValueError(f"attention must be 't2i' or 'i2t', not {attention!r}")
         self.fc = xavier_linear(region_dim, embed_dim)
         self.text = text
+        self.text.l2norm_eps = SCAN_L2NORM_EPS  # SGRAF normalises its words as the rest: by |t| + 1e-8
         self.visual_sa = VisualSelfAttention(embed_dim, n_regions, sa_dropout)
         self.text_sa = TextSelfAttention(embed_dim, sa_dropout)
         self.nodes_global, self.nodes_local = nodes_global, nodes_local
@@ -231,7 +232,7 @@ class SGRAF(CrossAttentionModel):
 
     # -- encoders: each side once ----------------------------------------------------------------
     def encode_images(self, batch: dict) -> RegionFeatures:
-        regions = l2norm(self.fc(batch["features"].to(self.fc.weight.dtype)))   # cached features: any float dtype
+        regions = l2norm(self.fc(batch["features"].to(self.fc.weight.dtype)), eps=SCAN_L2NORM_EPS)   # cached features: any float dtype
         return RegionFeatures(regions, self.visual_sa(regions))
 
     def encode_texts(self, batch: dict) -> WordFeatures:

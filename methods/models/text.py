@@ -9,14 +9,15 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from methods.models.layers import l2norm
+from methods.models.layers import PLAIN_L2NORM_EPS, l2norm
 
 
 class GRUTextEncoder(nn.Module):
     def __init__(self, vocab_size: int, word_dim: int, hidden_dim: int, num_layers: int = 1,
                  bidirectional: bool = False, word_vectors: torch.Tensor | None = None,
-                 embed_dropout: float = 0.0):
+                 embed_dropout: float = 0.0, l2norm_eps: float = PLAIN_L2NORM_EPS):
         super().__init__()
+        self.l2norm_eps = l2norm_eps  # the source model's (methods.models.layers)
         self.embed = nn.Embedding(vocab_size, word_dim)
         nn.init.uniform_(self.embed.weight, -0.1, 0.1)
         if word_vectors is not None:  # GloVe rows for known words; others keep the uniform init
@@ -28,10 +29,11 @@ class GRUTextEncoder(nn.Module):
         self.bidirectional = bidirectional
 
     @classmethod
-    def from_config(cls, cfg: dict, vocab_size: int, word_vectors: torch.Tensor | None = None) -> "GRUTextEncoder":
+    def from_config(cls, cfg: dict, vocab_size: int, word_vectors: torch.Tensor | None = None,
+                    l2norm_eps: float = PLAIN_L2NORM_EPS) -> "GRUTextEncoder":
         """From a ``text`` block of a model config (word vectors are used only with ``word_init: glove``)."""
         return cls(vocab_size, cfg["word_dim"], cfg["hidden_dim"], cfg["num_layers"], cfg["bidirectional"],
-                   word_vectors if cfg["word_init"] == "glove" else None, cfg.get("embed_dropout", 0.0))
+                   word_vectors if cfg["word_init"] == "glove" else None, cfg.get("embed_dropout", 0.0), l2norm_eps)
 
     def _packed(self, tokens: torch.Tensor, lengths: torch.Tensor):
         return pack_padded_sequence(self.dropout(self.embed(tokens)), lengths.cpu(), batch_first=True,
@@ -44,7 +46,7 @@ class GRUTextEncoder(nn.Module):
             out = (hidden[-2] + hidden[-1]) / 2  # directions averaged (SCAN/SGRAF convention)
         else:
             out = hidden[-1]
-        return l2norm(out)
+        return l2norm(out, eps=self.l2norm_eps)
 
     def words(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """(B, max(lengths), hidden) unit vectors, one per word; padded positions are zero."""
@@ -54,4 +56,4 @@ class GRUTextEncoder(nn.Module):
             half = out.shape[-1] // 2
             out = (out[..., :half] + out[..., half:]) / 2
         mask = torch.arange(out.shape[1], device=out.device)[None, :] < lengths.to(out.device)[:, None]
-        return l2norm(out) * mask[..., None]
+        return l2norm(out, eps=self.l2norm_eps) * mask[..., None]

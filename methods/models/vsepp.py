@@ -9,7 +9,7 @@ import torch
 
 from methods.features.backbone import ResNetBackbone
 from methods.models.base import MODELS, BuildContext, EmbeddingModel
-from methods.models.layers import l2norm, xavier_linear
+from methods.models.layers import PLAIN_L2NORM_EPS, l2norm, xavier_linear
 from methods.models.text import GRUTextEncoder
 
 
@@ -48,8 +48,8 @@ class VSEPP(EmbeddingModel):
         return self
 
     def project_pooled(self, pooled: torch.Tensor) -> torch.Tensor:
-        x = l2norm(pooled) if self.pre_fc_l2norm else pooled
-        return l2norm(self.fc(x))
+        x = l2norm(pooled, eps=PLAIN_L2NORM_EPS) if self.pre_fc_l2norm else pooled
+        return l2norm(self.fc(x), eps=PLAIN_L2NORM_EPS)
 
     def encode_images(self, batch: dict) -> torch.Tensor:
         pooled = self.backbone.pooled(batch["images"]) if "images" in batch else batch["features"]

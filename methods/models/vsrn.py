@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from methods.models.base import MODELS, BuildContext, EmbeddingModel
-from methods.models.layers import l2norm, xavier_linear
+from methods.models.layers import PLAIN_L2NORM_EPS, l2norm, xavier_linear
 from methods.models.text import GRUTextEncoder
 
 
@@ -68,10 +68,10 @@ class VSRN(EmbeddingModel):
     def encode_images(self, batch: dict) -> torch.Tensor:
         v = self.fc(batch["features"].to(self.fc.weight.dtype))                # (B, N, D)
         if self.l2norm_after_fc:
-            v = l2norm(v, dim=self.region_axis)
-        v = l2norm(self.gcn(v), dim=self.region_axis)
+            v = l2norm(v, dim=self.region_axis, eps=PLAIN_L2NORM_EPS)
+        v = l2norm(self.gcn(v), dim=self.region_axis, eps=PLAIN_L2NORM_EPS)
         _, hidden = self.gru(v)                                                # regions in detector order
-        return l2norm(self.bn(hidden[-1]))
+        return l2norm(self.bn(hidden[-1]), eps=PLAIN_L2NORM_EPS)
 
     def encode_texts(self, batch: dict) -> torch.Tensor:
         return self.text(batch["tokens"], batch["lengths"])

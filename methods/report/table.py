@@ -147,6 +147,10 @@ def paired_differences(spec: dict, aggregates: dict[str, dict]) -> pd.DataFrame:
         for protocol, metrics in aggregates[row["id"]]["protocols"].items():
             for metric, cell in metrics.items():
                 other = base["protocols"][protocol][metric]
+                if "seeds" not in cell or "seeds" not in other:
+                    raise HarnessError(f"the aggregates of rows '{row['id']}' and '{row['compare_to']}' do not say "
+                                       f"which seed each value comes from (written by an older version): "
+                                       f"re-aggregate them (delete results/<dataset>/rows/)")
                 mine, theirs = dict(zip(cell["seeds"], cell["values"])), dict(zip(other["seeds"], other["values"]))
                 if set(mine) != set(theirs):
                     raise HarnessError(f"row '{row['id']}' compares to '{row['compare_to']}' but their seeds differ "
@@ -228,8 +232,8 @@ def _cell_text(rows: pd.DataFrame) -> pd.Series:
     spread = (" ± " + rows["reported_std"].astype(str)).where(rows["reported_std"] != "", "")
     text = text.where(~has_reported, text + " / " + rows["reported"].astype(str) + spread + " — " + rows["verdict"])
     compared = rows["compared_to"] != ""
-    delta = (" (Δ " + rows["paired_difference"].map(lambda v: f"{v:+.1f}" if v != "" else "")
-             + rows["paired_difference_std"].map(lambda v: f" ± {v:.1f}" if v != "" else "") + ")")
+    delta = (" (Δ " + rows["paired_difference"].map(lambda v: f"{v:+.2f}" if v != "" else "")
+             + rows["paired_difference_std"].map(lambda v: f" ± {v:.2f}" if v != "" else "") + ")")
     return text.where(~compared, text + delta)
 
 
@@ -239,7 +243,8 @@ def to_markdown(spec: dict, rows: pd.DataFrame | list[dict]) -> str:
     order = spec_rows(spec)
     lines = [f"# {spec['table']} on {spec['dataset']}", ""]
     lines += [f"- {t}" for t in spec["titles"]]
-    lines += ["", "Cells: reproduced (± std over seeds) / reported — verdict. "
+    lines += ["", "Cells: reproduced (± std over seeds) / reported — verdict; for a row compared with another, "
+              "(Δ mean ± std over seeds of the paired differences). "
               f"Tolerance: R@K ±{spec['tolerance']['recall']}, RSUM ±{spec['tolerance']['rsum']}, "
               f"medr ±{spec['tolerance']['rank']}.", ""]
     reported = reported_protocols(spec)
@@ -291,16 +296,17 @@ def ledger_lines(spec: dict) -> list[str]:
                                        "behaviour": {}})
             group["rows"].append((row["label"], ledger["switches"]))
             for switch in ledger["switches"]:
-                group["behaviour"].setdefault(switch["key"], f"{switch['source']}: {switch['behaviour']}")
+                group["behaviour"].setdefault((switch["key"], repr(switch["source"])),
+                                              f"`{switch['key']}` = {switch['source']}: {switch['behaviour']}")
     lines = ["## What each row runs against its source code", ""]
     for group in groups.values():
         lines += [f"### {group['code']}", "", "Switches each row runs at a value other than this code's:", ""]
-        lines += [f"- {label}: " + ("; ".join(f"`{s['key']}` = {s['runs']}" for s in switches)
+        lines += [f"- {label}: " + ("; ".join(f"`{s['key']}` = {s['runs']} (source: {s['source']})" for s in switches)
                                     or "none (every switch at the source value)")
                   for label, switches in group["rows"]]
         if group["behaviour"]:
-            lines += ["", "The source values of those switches:", ""]
-            lines += [f"- `{key}` = {text}" for key, text in group["behaviour"].items()]
+            lines += ["", "What the source values do:", ""]
+            lines += [f"- {text}" for text in group["behaviour"].values()]
         if group["deviations"]:
             lines += ["", "Source behaviours not reproduced (every row above):", ""]
             lines += [f"- {d['name']}. Source code: {d['source']}. Here: {d['ours']}. Why: {d['why']}."

@@ -17,15 +17,15 @@ from methods.models.layers import at_least_float32
 from methods.runtime import autocast
 
 
-def as_fp32(value: Any) -> Any:
+def at_least_fp32(value: Any) -> Any:
     """Floating tensors of a (nested) output structure in at least float32 (fp16 autocast
     outputs upcast; a float64 model's stay float64)."""
     if torch.is_tensor(value):
         return at_least_float32(value) if value.is_floating_point() else value
     if isinstance(value, dict):
-        return {k: as_fp32(v) for k, v in value.items()}
+        return {k: at_least_fp32(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(as_fp32(v) for v in value)
+        return type(value)(at_least_fp32(v) for v in value)
     return value
 
 
@@ -39,5 +39,5 @@ class TrainingStep:
             img = self.model.encode_images(batch)
             txt = self.model.encode_texts(batch)
             outputs = self.model.training_outputs(img, txt)
-        outputs = as_fp32(outputs)
+        outputs = at_least_fp32(outputs)
         return self.loss(outputs, batch, epoch), outputs
