@@ -7,10 +7,10 @@ A method file's ``source`` block names that code and lists
 - ``deviations``: behaviours of the source code that the harness does not reproduce and has no
   switch for (``source``, ``ours``, ``why``). They are in the ledger of every row of the method.
 
-A variant's ``source`` block updates the method's: another ``code``, other switch values,
-further deviations, ``null`` for a switch or deviation that does not apply to it (a variant that trains what another public code trained, e.g. the
-metric-learning study's copy of VSE++). A synthetic dataset is compared with the source's
-behaviour on the dataset it stands in for.
+A variant's ``source`` block updates the method's: another ``code`` (a variant that trains what
+another public code trained, e.g. the metric-learning study's copy of VSE++), other switch
+values, further deviations, ``null`` for a switch or deviation that does not apply to it. A
+synthetic dataset is compared with the source's behaviour on the dataset it stands in for.
 """
 from __future__ import annotations
 
