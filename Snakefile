@@ -18,10 +18,12 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/features.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/runtime.smk"
 
 
 rule all:
     input:
         PLAN.default_targets(),
         SYNTHETIC_PRECOMP,
+        RUNTIME_TABLES,  # last: its inputs are the benchmark files of every other job
     default_target: True

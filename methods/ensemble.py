@@ -11,7 +11,7 @@ from methods.cli import run_command
 from methods.data.datasets import load_dataset_payload
 from methods.errors import HarnessError
 from methods.io import read_json, write_json
-from methods.metrics.protocols import evaluate_split
+from methods.metrics.protocols import evaluate_split, split_relevances
 
 
 def average_similarities(paths: list[Path]) -> np.ndarray:
@@ -27,10 +27,11 @@ def average_similarities(paths: list[Path]) -> np.ndarray:
 def _ensemble(args) -> None:
     t0 = time.time()
     payload = load_dataset_payload(args.dataset_config)
+    relevances = split_relevances(payload, args.split)
     runs = [Path(m) for m in args.members]
     sims = average_similarities([r / f"sims_{args.split}.npy" for r in runs])
     members = [read_json(r / f"eval_{args.split}.json") for r in runs]
-    results = evaluate_split(sims, payload["dataset"]["protocols"], args.split)
+    results = evaluate_split(sims, payload["dataset"]["protocols"], args.split, relevances)
     write_json(args.out, {
         "kind": "ensemble", "ensemble_size": len(runs), "dataset": payload["name"], "split": args.split,
         "members": [{"run_dir": str(r), "config_hash": m["config_hash"], "seed": m["seed"]}

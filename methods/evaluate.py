@@ -16,7 +16,7 @@ from methods.errors import HarnessError
 from methods.features.backbone import eval_transform
 from methods.features.images import ImageFiles
 from methods.io import save_npy, write_json
-from methods.metrics.protocols import evaluate_split
+from methods.metrics.protocols import evaluate_split, split_relevances
 from methods.models import image_input_of
 from methods.runtime import provenance, resolve_device
 
@@ -25,6 +25,7 @@ def _evaluate(args) -> None:
     t0 = time.time()
     payload = load_dataset_payload(args.dataset_config)
     ds, paths = payload["dataset"], payload["paths"]
+    relevances = split_relevances(payload, args.split)  # before any encoding: a bad positives file fails fast
     device = resolve_device(args.device)
     run_dir = Path(args.run_dir)
     model, ckpt = api.load_model(run_dir / "model.pt", device, payload["backbones"])
@@ -47,7 +48,7 @@ def _evaluate(args) -> None:
     txt = api.encode_texts(model, captions, vocab, batch_size=batch_size, device=device, amp=amp)
     scores = api.score(model, img, txt, amp=amp)
     t_score = time.time()
-    results = evaluate_split(scores, ds["protocols"], args.split)
+    results = evaluate_split(scores, ds["protocols"], args.split, relevances)
     save_npy(run_dir / f"sims_{args.split}.npy", scores.numpy())
     write_json(run_dir / f"eval_{args.split}.json", {
         "kind": "single", "ensemble_size": 1, "dataset": payload["name"], "split": args.split,

@@ -16,6 +16,7 @@ from methods.fidelity import load_method_file, merge_ledgers, row_ledger, source
 from methods.losses import rebase_term, term_configs
 from methods.metrics.protocols import get_protocol
 from methods.models import image_input_of
+from methods.models.description import DescribeContext, describe_run
 
 ENSEMBLE_SEED_STRIDE = 1000  # a repeated ensemble member trains with seed s + 1000 * (earlier repeats)
 
@@ -126,6 +127,7 @@ class Row:
     not_reported: str | None = None
     ledger: list[dict] = field(default_factory=list)  # per distinct member: source code, switches off source, deviations
     compare_to: str | None = None  # a row of the same table: paired differences over seeds
+    ran: str = ""                  # what its runs really run (backbone / image input, dimensions, schedule)
 
     @property
     def ensemble_size(self) -> int:
@@ -157,6 +159,7 @@ class Figure:
     table: str
     title: str
     row: str | None = None        # saf_weights: the row whose first run is inspected
+    paper: str | None = None      # the key of the paper file that declares it
 
 
 class Plan:
@@ -170,6 +173,7 @@ class Plan:
         self.experiments: dict[tuple[str, str], Experiment] = {}
         self.tables: dict[tuple[str, str], Table] = {}
         self.figures: dict[tuple[str, str], Figure] = {}
+        self.papers: dict[str, str] = {}   # paper key -> paper (as its file names it), in config order
         self._method_files: dict[Path, dict] = {}
         for paper_file in cfg["papers"]:
             self._add_paper(REPO_ROOT / paper_file if not Path(paper_file).is_absolute() else Path(paper_file))
@@ -191,7 +195,10 @@ class Plan:
 
     def _add_paper(self, path: Path) -> None:
         paper = validate(load_yaml(path), "paper", str(path))
+        self.papers[paper["key"]] = paper["paper"]
         for table_name, table in paper["tables"].items():
+            if table_name == "runtime":
+                raise HarnessError(f"{path}: table name 'runtime' is taken by the runtime tables (tables/runtime_<dataset>)")
             for dataset in table["datasets"]:
                 if dataset not in self.cfg["datasets"]:
                     continue  # a dataset this installation does not declare
@@ -205,7 +212,7 @@ class Plan:
                         raise HarnessError(f"{path}: row id '{row['id']}' appears twice in table {table_name}")
                     members = row.get("ensemble") or [{"method": row["method"], "overrides": row.get("overrides", {}),
                                                        "variants": row.get("variants", [])}]
-                    exp_ids, ledgers = [], []
+                    exp_ids, ledgers, ran = [], [], []
                     for m in members:
                         if m["method"] not in paper["methods"]:
                             raise HarnessError(f"{path}: row '{row['id']}' names unknown method '{m['method']}' "
@@ -213,6 +220,7 @@ class Plan:
                         method_file = REPO_ROOT / paper["methods"][m["method"]]
                         exp = self.resolve_experiment(method_file, dataset, m.get("overrides", {}), m.get("variants", []))
                         exp_ids.append(exp.id)
+                        ran.append(describe_run(exp.config, DescribeContext(ds_cfg, self.cfg["backbones"])))
                         source = source_ledger(self.method_file(method_file), m.get("variants", []), reported_key)
                         stand_in = (() if "stands_in_for" not in ds_cfg else
                                     (stand_in_deviation(dataset, ds_cfg, exp.image_input.name, exp.config["model"]),))
@@ -223,7 +231,7 @@ class Plan:
                     seeds = ds_cfg.get("seeds", row["seeds"])
                     tbl.rows.append(Row(table_name, row["id"], row["label"], paper["key"], seeds, exp_ids,
                                         reported, row.get("not_reported"), merge_ledgers(ledgers),
-                                        row.get("compare_to")))
+                                        row.get("compare_to"), " + ".join(dict.fromkeys(ran))))
                 self._check_comparisons(path, tbl)
         for fig_name, fig in (paper.get("figures") or {}).items():
             if fig["table"] not in paper["tables"]:
@@ -237,7 +245,7 @@ class Plan:
                         raise HarnessError(f"{path}: figure '{fig_name}' names row '{fig['row']}', which table "
                                            f"'{fig['table']}' does not have")
                     self.figures[(fig_name, dataset)] = Figure(fig_name, dataset, fig["kind"], fig["table"],
-                                                               fig["title"], fig.get("row"))
+                                                               fig["title"], fig.get("row"), paper["key"])
 
     @staticmethod
     def _check_comparisons(path: Path, tbl: Table) -> None:
@@ -256,11 +264,14 @@ class Plan:
     @staticmethod
     def _reported_for(by_protocol: dict, ds_cfg: dict) -> dict:
         """Reported numbers keyed by this dataset's protocols; a synthetic dataset shows those of the
-        protocol it stands in for (its verdicts are then 'not comparable')."""
+        protocol it stands in for (its verdicts are then 'not comparable') under each of its
+        protocols that reports one of those metrics (not under extended-positive ones)."""
         if "stands_in_for" not in ds_cfg:
             return by_protocol
         source = by_protocol.get(ds_cfg["stands_in_for"]["protocol"])
-        return {p: source for p in ds_cfg["protocols"]} if source else {}
+        if not source:
+            return {}
+        return {p: source for p in ds_cfg["protocols"] if set(source["metrics"]) & set(get_protocol(p).metrics)}
 
     # -- queries --------------------------------------------------------------------------
     def table(self, name: str, dataset: str) -> Table:
@@ -319,7 +330,7 @@ class Plan:
             cfg = self.experiment(dataset, row.members[0]).config
             rows.append({"id": row.id, "label": row.label, "model": cfg["model"]["kind"], "method": cfg["method"],
                          "loss": "+".join(t["kind"] for t in term_configs(cfg["loss"])), "seeds": row.seeds, "ensemble_size": row.ensemble_size,
-                         "runs": self.row_runs(row, dataset)})
+                         "runs": self.row_runs(row, dataset), "ran": row.ran})
         spec = {"figure": name, "kind": fig.kind, "title": fig.title, "dataset": dataset, "table": fig.table,
                 "dataset_kind": self.cfg["datasets"][dataset]["kind"],
                 "protocols": self.cfg["datasets"][dataset]["protocols"], "rows": rows}
@@ -342,7 +353,8 @@ class Plan:
                 "protocols": self.cfg["datasets"][dataset]["protocols"],
                 "rows": [{"id": r.id, "label": r.label, "paper": r.paper, "seeds": r.seeds,
                           "ensemble_size": r.ensemble_size, "members": r.members, "reported": r.reported,
-                          "not_reported": r.not_reported, "ledger": r.ledger, "compare_to": r.compare_to}
+                          "not_reported": r.not_reported, "ledger": r.ledger, "compare_to": r.compare_to,
+                          "ran": r.ran}
                          for r in tbl.rows]}
 
     def weights_input(self, backbone: str) -> list[str]:

@@ -1,6 +1,7 @@
 """End to end: generation -> features -> training -> evaluation -> table, on a tiny synthetic dataset."""
 import csv
 import json
+import re
 
 import numpy as np
 import pytest
@@ -233,3 +234,27 @@ def test_deviations_table_pairs_each_switch_with_the_source_row(tiny_dag):
     assert "## What each row runs against its source code" in md and "stand_in_data" in md
     log = json.loads(next((tiny_dag / "results/synthetic/runs").glob("*/seed0/train_log.json")).read_text())
     assert log["precision"] == "fp32"
+
+
+def test_runtime_table_lists_every_benchmarked_job(tiny_dag):
+    rows = read_table(tiny_dag / "tables" / "runtime_synthetic.csv")
+    by_rule = {r["name"]: r for r in rows if r["grouping"] == "rule"}
+    assert int(by_rule["train"]["jobs"]) > 0 and float(by_rule["train"]["wall_s"]) > 0
+    assert "| train |" in (tiny_dag / "tables" / "runtime_synthetic.md").read_text()
+    # every job of the default DAG wrote a benchmark, and the table counts each once (runtime's own apart)
+    root = tiny_dag / "results" / "benchmarks"
+    written = [p for p in root.rglob("*.tsv") if p.relative_to(root).parts[0] != "runtime"]
+    total = next(r for r in rows if r["grouping"] == "all")
+    assert int(total["jobs"]) == len(written)
+    papers = [r for r in rows if r["grouping"] == "paper"]
+    assert sum(int(r["jobs"]) for r in papers) == len(written)
+    assert {"vsepp", "sgraf", "metric_learning", "shared"} <= {r["name"] for r in papers}
+
+
+def test_synthetic_rows_say_what_ran_beside_the_paper_setting(tiny_dag):
+    rows = {r["row"]: r for r in read_table(tiny_dag / "tables" / "table1_synthetic.csv")}
+    assert rows["vsepp_resnet152_ft"]["label"].startswith("VSE++ (ResNet-152")
+    assert rows["vsepp_resnet152_ft"]["ran"].startswith("ResNet-18 (synthetic pre-trained), CNN fine-tuned")
+    assert re.match(r"\d+×\d+ RoIAlign regions of ResNet-18 \(synthetic pre-trained\) conv4", rows["sgraf_sgr"]["ran"])
+    md = (tiny_dag / "tables" / "table1_synthetic.md").read_text()
+    assert f"| {rows['vsepp_resnet152_ft']['label']} · ran: {rows['vsepp_resnet152_ft']['ran']} |" in md

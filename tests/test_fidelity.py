@@ -178,7 +178,7 @@ def test_deviations_apply_to_their_datasets_and_stand_in_data_is_named(plan):
     assert "stand_in_data" in names("synthetic") and "stand_in_data" not in names("coco")
     row = next(r for r in plan.table("metric_learning", "synthetic").rows if r.id == "vsrn_triplet_hardest")
     (stand_in,) = [d for d in row.ledger[0]["deviations"] if d["name"] == "stand_in_data"]
-    assert "36 RoIAlign regions per image from the conv4 map of resnet18_synthetic" in stand_in["ours"]
+    assert "12 RoIAlign regions per image from the conv4 map of resnet18_synthetic" in stand_in["ours"]  # config.yaml
 
 
 def test_a_variant_value_replaces_the_per_dataset_values():

@@ -22,7 +22,7 @@ CONFIG = REPO_ROOT / "config" / "config.yaml"
 def test_synthetic_generation_is_byte_identical_for_a_seed(tmp_path):
     splits = {"train": 6, "val": 2, "test": 2}
     for d in ("a", "b"):
-        generate(tmp_path / d, 5, 48, 4, splits)
+        generate(tmp_path / d, 5, 48, 4, splits, min_objects=1, family_size=2)
     digest = lambda d: {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((tmp_path / d).rglob("*.*"))}
     assert digest("a") == digest("b")
     data = json.loads((tmp_path / "a" / "dataset_synthetic.json").read_text())
@@ -32,7 +32,7 @@ def test_synthetic_generation_is_byte_identical_for_a_seed(tmp_path):
 
 
 def test_vocabulary_from_training_captions_only(tmp_path):
-    generate(tmp_path, 1, 48, 2, {"train": 4, "val": 2, "test": 2})
+    generate(tmp_path, 1, 48, 2, {"train": 4, "val": 2, "test": 2}, min_objects=1, family_size=2)
     splits = load_splits(tmp_path / "dataset_synthetic.json", {"train": ["train"], "test": ["test"]})
     splits["train"].captions[0] = "zebra " * 5  # appears 5 times in train: kept at threshold 4
     splits["test"].captions[0] = "giraffe " * 9  # only in test: must not enter

@@ -7,7 +7,7 @@ import torch
 
 from methods.errors import HarnessError
 from methods.metrics.protocols import PROTOCOLS, evaluate_protocol, get_protocol
-from methods.metrics.retrieval import i2t_ranks, retrieval_metrics, t2i_ranks
+from methods.metrics.retrieval import chance_recalls, i2t_ranks, retrieval_metrics, t2i_ranks
 
 
 def brute_force_ranks(scores: np.ndarray):
@@ -102,3 +102,19 @@ def test_protocol_checks_image_count_and_layout():
         retrieval_metrics(np.zeros((10, 40), np.float32))
     with pytest.raises(HarnessError, match="unknown protocol"):
         get_protocol("coco_1k")
+
+
+def test_chance_recalls_match_random_scores():
+    """The closed form of random-score recalls against the metric code on random matrices."""
+    n, trials = 12, 600
+    gen = torch.Generator().manual_seed(0)
+    mean = {}
+    for _ in range(trials):
+        for k, v in retrieval_metrics(torch.rand(n, 5 * n, generator=gen)).items():
+            mean[k] = mean.get(k, 0.0) + v / trials
+    expected = chance_recalls(n)
+    for k in ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum"):
+        assert abs(mean[k] - expected[k]) < (6.0 if k == "rsum" else 3.0), (k, mean[k], expected[k])
+    # by hand: 12 images, 60 captions; i2t R@1 = 5/60, t2i R@10 = 10/12
+    assert expected["i2t_r1"] == pytest.approx(100 * 5 / 60)
+    assert expected["t2i_r10"] == pytest.approx(100 * 10 / 12)

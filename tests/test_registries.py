@@ -14,9 +14,10 @@ from methods.config import REPO_ROOT
 from methods.data.inputs import IMAGE_INPUTS
 from methods.losses import LOSS_TERMS, Loss
 from methods.metrics.registry import METRICS, evaluate
-from methods.metrics.relevance import CaptionsOfImage, SharedLabels
+from methods.metrics.relevance import CaptionsOfImage, ExtendedPositives, SharedLabels
 from methods.models import MODELS
 from methods.registry import Registry
+from tests.test_eccv_metrics import brute_force_eccv, random_positives
 from tests.test_metrics import brute_force_metrics
 
 # -- the registry type ------------------------------------------------------------------------
@@ -133,6 +134,11 @@ def test_metric_against_brute_force(name, seed):
         scores = rng.normal(size=(15, 40))  # continuous: no ties, where tie rules differ
         got = evaluate(torch.from_numpy(scores), SharedLabels(images, texts), [name])[name]
         want = bf_shared_labels(name, scores, images, texts)
+    elif metric.relevance == "extended_positives":
+        positives = random_positives(rng, 12)
+        scores = rng.integers(0, 4, size=(12, 60)).astype(np.float64)  # ties: negatives rank first
+        got = evaluate(torch.from_numpy(scores), ExtendedPositives(positives), [name])[name]
+        want = brute_force_eccv(scores, positives)[name]
     else:
         raise AssertionError(f"metric {name}: no brute force for relevance '{metric.relevance}'")
     assert got == pytest.approx(want, rel=1e-9, abs=1e-9)

@@ -11,16 +11,19 @@ from methods.io import read_json
 
 
 def dataset_paths(cfg: dict, name: str) -> dict[str, Path | None]:
-    """Where a dataset's inputs live: generated under results/ for synthetic, from config otherwise."""
+    """Where a dataset's inputs live: generated under results/ for synthetic, from config otherwise.
+    ``positives``: the extended-positives file (every image each caption describes,
+    ``methods.data.positives``), written by the synthetic generator; None for Karpathy datasets."""
     if name not in cfg["datasets"]:
         raise HarnessError(f"unknown dataset '{name}'; configured: {', '.join(sorted(cfg['datasets']))}")
     ds = cfg["datasets"][name]
     if ds["kind"] == "synthetic":
         root = Path(cfg["results_dir"]) / name / "data"
         return {"karpathy_json": root / f"dataset_{name}.json", "images_dir": root / "images",
-                "precomp_dir": Path(cfg["results_dir"]) / name / "precomp", "glove": None, "vocab": None}
-    return {k: (Path(ds[k]).expanduser() if ds.get(k) else None)
-            for k in ("karpathy_json", "images_dir", "precomp_dir", "glove", "vocab")}
+                "precomp_dir": Path(cfg["results_dir"]) / name / "precomp", "glove": None, "vocab": None,
+                "positives": root / f"positives_{name}.json"}
+    return {**{k: (Path(ds[k]).expanduser() if ds.get(k) else None)
+               for k in ("karpathy_json", "images_dir", "precomp_dir", "glove", "vocab")}, "positives": None}
 
 
 def features_dir(results_dir: str, dataset: str, backbone: str) -> str:

@@ -1,12 +1,15 @@
-"""torchvision ResNet backbones exposing conv3_x / conv4_x / conv5_x maps, weights from a local path only."""
+"""torchvision ResNet backbones exposing conv3_x / conv4_x / conv5_x maps, weights from a local path only.
+
+torchvision is imported where a CNN or an image transform is built, not with this module: its
+import costs about 3 s of CPU (its ops pull in torch._dynamo), and every training and evaluation
+job imports this module through the model registry, while only the jobs that run a CNN use it.
+"""
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
-import torchvision
 from torch import nn
-from torchvision import transforms
 
 from methods.errors import HarnessError
 
@@ -33,6 +36,8 @@ class ResNetBackbone(nn.Module):
                 f"backbone {arch}: no weights configured. Set backbones.<name>.weights to a local "
                 f"ImageNet state dict (e.g. ~/.cache/torch/hub/checkpoints/{arch}-*.pth), or to "
                 f"the string 'none' to train from random initialisation on purpose")
+        import torchvision  # see the module doc: only CNN jobs pay its import
+
         net = getattr(torchvision.models, arch)(weights=None)
         if weights != "none":
             path = Path(weights).expanduser()
@@ -60,15 +65,20 @@ class ResNetBackbone(nn.Module):
         return self.forward(images, ("conv5",))["conv5"].mean(dim=(2, 3))
 
 
-def eval_transform(resize: int, crop: int) -> transforms.Compose:
+def eval_transform(resize: int, crop: int):
+    """Resize + centre crop + ImageNet normalisation (a torchvision ``Compose``)."""
+    from torchvision import transforms  # see the module doc
+
     return transforms.Compose([
         transforms.Resize(resize), transforms.CenterCrop(crop), transforms.ToTensor(),
         transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
     ])
 
 
-def train_transform(crop: int) -> transforms.Compose:
+def train_transform(crop: int):
     """VSE++ training augmentation (RandomResizedCrop + horizontal flip)."""
+    from torchvision import transforms  # see the module doc
+
     return transforms.Compose([
         transforms.RandomResizedCrop(crop), transforms.RandomHorizontalFlip(), transforms.ToTensor(),
         transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),

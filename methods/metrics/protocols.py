@@ -7,9 +7,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from methods.data.datasets import payload_splits
+from methods.data.karpathy import CAPTIONS_PER_IMAGE
+from methods.data.positives import split_positives
 from methods.errors import HarnessError
+from methods.metrics.eccv import ECCV_METRICS
 from methods.metrics.registry import METRICS, evaluate
-from methods.metrics.relevance import CaptionsOfImage
+from methods.metrics.relevance import CaptionsOfImage, ExtendedPositives
 from methods.metrics.retrieval import RETRIEVAL_METRICS
 from methods.registry import Registry
 
@@ -37,6 +41,10 @@ for _p in (
              "COCO 5K testall in 5 consecutive folds of 1,000 images; every metric averaged over folds"),
     Protocol("coco_5k", "testall", 1, 5000, "COCO Karpathy test, all 5,000 images / 25,000 captions"),
     Protocol("synthetic_test", "test", 1, None, "synthetic test split, all images at once"),
+    Protocol("synthetic_eccv", "test", 1, None,
+             "synthetic test split, all images at once, against every image a caption truly describes "
+             "(extended positives; ECCV Caption's mAP@R, R-Precision and R@1)",
+             relevance="extended_positives", metrics=ECCV_METRICS),
 ):
     PROTOCOLS.register(_p.name, _p)
 
@@ -45,9 +53,41 @@ def get_protocol(name: str) -> Protocol:
     return PROTOCOLS.get(name)
 
 
-def evaluate_split(scores: torch.Tensor | np.ndarray, protocols: list[str], split: str, relevance=None) -> list[dict]:
-    """Results of every protocol (of ``protocols``, a dataset's list) that evaluates ``split``."""
-    return [evaluate_protocol(scores, get_protocol(p), relevance) for p in protocols if get_protocol(p).split == split]
+def evaluate_split(scores: torch.Tensor | np.ndarray, protocols: list[str], split: str,
+                   relevances: dict | None = None) -> list[dict]:
+    """Results of every protocol (of ``protocols``, a dataset's list) that evaluates ``split``;
+    ``relevances``: relevance kind -> relevance (``split_relevances``), default captions_of_image."""
+    relevances = relevances or {}
+    return [evaluate_protocol(scores, get_protocol(p), relevances.get(get_protocol(p).relevance))
+            for p in protocols if get_protocol(p).split == split]
+
+
+def split_relevances(payload: dict, split: str) -> dict:
+    """The relevance of every kind that the protocols of a dataset payload (``dataset.json``)
+    evaluating harness split ``split`` need, by kind: captions_of_image, or extended_positives from
+    the payload's ``paths.positives`` file (read with the Karpathy file; an error if it has none)."""
+    needed = {}
+    for name in payload["dataset"]["protocols"]:
+        protocol = get_protocol(name)
+        if protocol.split == split:
+            needed.setdefault(protocol.relevance, name)
+    relevances = {}
+    for kind, name in needed.items():
+        if kind == "captions_of_image":
+            relevances[kind] = CaptionsOfImage(CAPTIONS_PER_IMAGE)
+        elif kind == "extended_positives":
+            path = payload["paths"].get("positives")
+            if not path:
+                raise HarnessError(f"dataset {payload['name']}: protocol {name} needs extended positives (every image "
+                                   f"each caption describes), but the dataset has no positives file")
+            loaded = payload_splits(payload, [split])[split]
+            karpathy = payload["dataset"]["splits"][split]
+            relevances[kind] = ExtendedPositives(
+                split_positives(path, loaded, payload["paths"]["karpathy_json"], karpathy), CAPTIONS_PER_IMAGE)
+        else:
+            raise HarnessError(f"dataset {payload['name']}: protocol {name} needs {kind} relevance, which "
+                               f"evaluation cannot build from a dataset")
+    return relevances
 
 
 def evaluate_protocol(scores: torch.Tensor | np.ndarray, protocol: Protocol, relevance=None) -> dict:

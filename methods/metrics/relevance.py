@@ -5,8 +5,11 @@
 - ``SharedLabels``: images and texts carry multi-hot label vectors; an (image, text) pair is
   relevant when they share a label, and its graded relevance is the number of labels they share
   (label-wise retrieval: MIRFlickr-25K, NUS-WIDE, COCO with its 80 object labels).
+- ``ExtendedPositives``: a boolean (N images, c·N captions) matrix of every (image, caption) pair
+  the caption truly describes, a superset of the Karpathy pairs (ECCV Caption / CxC style
+  false-negative-aware evaluation; ``methods.data.positives`` reads it).
 
-Both can be cut into consecutive folds (COCO 1K = five folds of the 5K test set).
+All can be cut into consecutive folds (COCO 1K = five folds of the 5K test set).
 """
 from __future__ import annotations
 
@@ -79,3 +82,45 @@ class SharedLabels:
         n, m = scores.shape[0] // n_folds, scores.shape[1] // n_folds
         rows, cols = slice(fold * n, (fold + 1) * n), slice(fold * m, (fold + 1) * m)
         return scores[rows, cols], SharedLabels(self.image_labels[rows], self.text_labels[cols])
+
+
+@dataclass(frozen=True, eq=False)
+class ExtendedPositives:
+    """Caption k is relevant to every image i with ``positives[i, k]``; the Karpathy pair
+    (image k // c, caption k) is always one of them. Scores are (N images, c·N captions)."""
+    positives: np.ndarray      # (N, cN) bool
+    captions_per_image: int = 5
+    kind = "extended_positives"
+
+    def __post_init__(self) -> None:
+        value = np.asarray(self.positives)
+        if value.ndim != 2 or value.dtype != np.bool_:
+            raise HarnessError(f"extended-positives relevance: expected a boolean (images, captions) matrix, "
+                               f"got {value.dtype} of shape {value.shape}")
+        object.__setattr__(self, "positives", value)
+
+    def check(self, scores: torch.Tensor) -> None:
+        c = self.captions_per_image
+        if scores.ndim != 2 or scores.shape[1] != c * scores.shape[0]:
+            raise HarnessError(f"score matrix has shape {tuple(scores.shape)}; expected (N, {c}N) "
+                               f"with caption k belonging to image k // {c}")
+        if tuple(scores.shape) != self.positives.shape:
+            raise HarnessError(f"score matrix has shape {tuple(scores.shape)}; the extended positives are "
+                               f"{self.positives.shape} (images x captions)")
+        check_finite(scores)
+        captions = np.arange(self.positives.shape[1])
+        missing = np.flatnonzero(~self.positives[captions // c, captions])
+        if missing.size:
+            raise HarnessError(f"extended positives: {missing.size} caption(s) are not positive for their own "
+                               f"image, e.g. caption {missing[0]} of image {missing[0] // c}")
+
+    def n_images(self, scores: torch.Tensor) -> int:
+        return scores.shape[0]
+
+    def fold(self, scores: torch.Tensor, fold: int, n_folds: int) -> tuple[torch.Tensor, "ExtendedPositives"]:
+        """Fold ``fold`` of ``n_folds`` consecutive image blocks, with their captions (positives
+        pointing outside the block are left out with the rest of the gallery)."""
+        size = scores.shape[0] // n_folds
+        c = self.captions_per_image
+        rows, cols = slice(fold * size, (fold + 1) * size), slice(fold * size * c, (fold + 1) * size * c)
+        return scores[rows, cols], ExtendedPositives(self.positives[rows, cols], c)

@@ -95,6 +95,18 @@ register_metric("r1_r5_sum", None, components=tuple(f"{d}_r{k}" for d in DIRECTI
                 scale="percent_sum", in_table=False)
 
 
+def chance_recalls(n_images: int, captions_per_image: int = 5) -> dict[str, float]:
+    """Expected R@K (%) of random scores: text->image, one true image among N: K / N;
+    image->text, at least one of c true captions among the top K of cN: 1 - C(cN - c, K) / C(cN, K)."""
+    c, n = captions_per_image, n_images
+    out = {}
+    for k in RECALL_KS:
+        out[f"i2t_r{k}"] = 100.0 * (1.0 - math.comb(c * n - c, k) / math.comb(c * n, k))
+        out[f"t2i_r{k}"] = 100.0 * min(k, n) / n
+    out["rsum"] = sum(out[m] for m in RECALLS)
+    return out
+
+
 def retrieval_metrics(scores: torch.Tensor | np.ndarray, captions_per_image: int = 5) -> dict[str, float]:
     """The Karpathy protocols' metrics of one score matrix (one fold)."""
     return evaluate(scores, CaptionsOfImage(captions_per_image), RETRIEVAL_METRICS)

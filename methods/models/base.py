@@ -50,6 +50,14 @@ class RetrievalModel(nn.Module):
     def from_config(cls, cfg: dict, ctx: BuildContext) -> "RetrievalModel":
         raise NotImplementedError
 
+    @classmethod
+    def describe(cls, cfg: dict, ctx) -> str:
+        """What a resolved run config ``cfg`` of this model runs, in a few words: the backbone or
+        image input it reads and its dimensions (the ``ran`` column of tables). ``ctx``: a
+        ``methods.models.description.DescribeContext`` (the dataset's config block, the backbones);
+        that module has the helpers the models share."""
+        raise NotImplementedError(f"model {cls.__name__} does not describe its configs (describe)")
+
     def set_finetune(self, finetune: bool) -> None:
         if finetune:
             raise ValueError(f"{type(self).__name__} reads precomputed {self.image_input} features; "

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from methods.models.base import MODELS, BuildContext, EmbeddingModel
+from methods.models.description import DescribeContext, gru_text, regions_text
 from methods.models.layers import PLAIN_L2NORM_EPS, l2norm, xavier_linear
 from methods.models.text import GRUTextEncoder
 
@@ -64,6 +65,12 @@ class VSRN(EmbeddingModel):
         text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
         return cls(ctx.image("dim", "vsrn"), cfg["embed_dim"], text, cfg["gcn_blocks"], cfg["region_l2norm"],
                    cfg["l2norm_after_fc"], cfg["final_bn"])
+
+    @classmethod
+    def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
+        model = cfg["model"]
+        return (f"{regions_text(ctx)}, embed {model['embed_dim']}, {model['gcn_blocks']} GCN blocks, "
+                f"{gru_text(model['text'])}")
 
     def encode_images(self, batch: dict) -> torch.Tensor:
         v = self.fc(batch["features"].to(self.fc.weight.dtype))                # (B, N, D)

@@ -9,6 +9,9 @@ and, for gradient counts, the training logs of every run behind the rows.
 - ``saf_weights``: SGRAF's SAF weights over the words of matched and mismatched captions
   (``methods.report.saf_weights``), from one trained run of the figure's row.
 
+A footnote under each says what the rows' runs really ran, per model (the spec rows' ``ran``): on
+synthetic data not the paper's backbone and dimensions that the row labels name.
+
 Each kind is registered in ``FIGURE_KINDS`` with what it draws from and what the DAG must give
 it beyond the figure spec and the table's row aggregates (``needs``): ``train_logs`` (every
 run's ``train_log.json``) or ``trained_run`` (the first run of the figure's row: its model,
@@ -34,6 +37,7 @@ from methods.data.datasets import load_dataset_payload  # noqa: E402
 from methods.data.text import Vocabulary  # noqa: E402
 from methods.errors import HarnessError  # noqa: E402
 from methods.io import atomic_path, read_json  # noqa: E402
+from methods.metrics.protocols import get_protocol  # noqa: E402
 from methods.models import image_input_of  # noqa: E402
 from methods.models.checkpoint import load_trained_model  # noqa: E402
 from methods.registry import Registry  # noqa: E402
@@ -71,11 +75,35 @@ def _title(spec: dict, width: int) -> str:
     return textwrap.fill(f"{spec['title']} ({spec['dataset']}{note})", width)
 
 
+def ran_note(spec: dict, width: int) -> str:
+    """What the rows' runs really ran (the spec rows' ``ran``: model part; schedule), per model:
+    its description once, then each schedule with the losses run with it where they differ, e.g.
+    ``vsepp ran: ResNet-18 (...), embed 256, ...; 12 epochs, batch 64 (triplet_sum, nt_xent) /
+    24 epochs, batch 32 images (smooth_ap)``. Empty for a spec written without ``ran``."""
+    notes: dict[tuple[str, str], dict[str, list[str]]] = {}
+    for row in spec["rows"]:
+        if row.get("ran"):
+            described, _, schedule = row["ran"].rpartition("; ")
+            notes.setdefault((row["model"], described), {}).setdefault(schedule, []).append(row["loss"])
+    lines = []
+    for (model, described), schedules in notes.items():
+        runs = " / ".join(f"{s} ({', '.join(dict.fromkeys(losses))})" if len(schedules) > 1 else s
+                          for s, losses in schedules.items())
+        lines.append(textwrap.fill(f"{model} ran: {described + '; ' if described else ''}{runs}", width))
+    return "\n".join(lines)
+
+
+def _ran_footnote(fig, spec: dict, width: int) -> None:
+    note = ran_note(spec, width)
+    if note:
+        fig.supxlabel(note, fontsize=7)
+
+
 @register_figure("rsum_by_loss")
 def rsum_by_loss(spec: dict, aggregates: dict[str, dict], args=None):
     losses = _ordered(r["loss"] for r in spec["rows"])
     models = list(dict.fromkeys(r["model"] for r in spec["rows"]))
-    protocols = spec["protocols"]
+    protocols = [p for p in spec["protocols"] if "rsum" in get_protocol(p).metrics]  # RSUM protocols only
     fig, axes = plt.subplots(1, len(protocols), figsize=(4.8 * len(protocols) + 1, 4.2), squeeze=False)
     width = 0.8 / max(1, len(models))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -93,6 +121,7 @@ def rsum_by_loss(spec: dict, aggregates: dict[str, dict], args=None):
         ax.set_title(f"protocol {protocol}", fontsize=10)
         ax.legend(fontsize=8)
     fig.suptitle(_title(spec, int(10 * fig.get_figwidth())), fontsize=10)
+    _ran_footnote(fig, spec, int(15 * fig.get_figwidth()))
     return fig
 
 
@@ -129,6 +158,7 @@ def gradient_counts(spec: dict, aggregates: dict | None = None, args=None):
             ax.legend(fontsize=8)
     fig.suptitle(f"{_title(spec, int(11 * fig.get_figwidth()))}\ncounted: |∂L/∂s(q,n)| ≥ {threshold} × the query's largest over its negatives",
                  fontsize=9)
+    _ran_footnote(fig, spec, int(15 * fig.get_figwidth()))
     return fig
 
 

@@ -65,6 +65,8 @@ def saf_weights_figure(spec: dict, model, features, captions: list[str], vocab: 
                                           f"\"{captions[c]}\"", 88), fontsize=8)
             ax.set_ylabel("SAF weight β")
     note = " — synthetic data, not comparable with the paper" if spec["dataset_kind"] == "synthetic" else ""
+    ran = next((r.get("ran") for r in spec["rows"] if r["id"] == spec["row"]), None)
     fig.suptitle(textwrap.fill(f"{spec['title']} ({spec['dataset']}, row {spec['row']}, "
-                               f"{Path(spec['run']).name}{note})", 120), fontsize=10)
+                               f"{Path(spec['run']).name}{note})", 120)
+                 + ("\n" + textwrap.fill(f"ran: {ran}", 120) if ran else ""), fontsize=10)
     return fig

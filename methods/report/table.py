@@ -6,6 +6,10 @@ is synthetic or the reported row is an ensemble of another size than the reprodu
 single model is never judged against an ensemble number); ``not reported`` when the sources
 give no number for the cell.
 
+Each row also says what its runs really ran (``ran``: the backbone or image input, the
+dimensions and the schedule, from the resolved run configs; ``methods.models.description``),
+beside its label, which names the paper setting it stands for; on synthetic data the two differ.
+
 Each row also carries its deviation ledger (``methods.fidelity``): the config switches it runs
 at a value other than the source code's, and the source behaviours not reproduced. A row that
 declares ``compare_to`` gets its paired difference from that row (same seeds): mean and
@@ -28,7 +32,7 @@ from methods.io import read_json, write_text
 from methods.metrics.protocols import get_protocol
 from methods.metrics.registry import METRICS, table_metrics
 
-COLUMNS = ("table", "dataset", "row", "label", "paper", "protocol", "metric", "reproduced", "reproduced_std",
+COLUMNS = ("table", "dataset", "row", "label", "ran", "paper", "protocol", "metric", "reproduced", "reproduced_std",
            "n_seeds", "seeds", "ensemble_size", "reported", "reported_std", "reported_ensemble_size", "difference",
            "tolerance",
            "verdict", "reported_source", "run_configs", "compared_to", "paired_difference", "paired_difference_std",
@@ -84,9 +88,10 @@ def cells(spec: dict) -> pd.DataFrame:
 
 
 def spec_rows(spec: dict) -> pd.DataFrame:
-    """Label, paper and the reason no number is reported (if given) of every row."""
-    return _frame(((row["id"], row["label"], row["paper"], row.get("not_reported")) for row in spec["rows"]),
-                  ["row", "label", "paper", "not_reported"])
+    """Label, what its runs ran, paper and the reason no number is reported (if given) of every row."""
+    return _frame(((row["id"], row["label"], row.get("ran") or "", row["paper"], row.get("not_reported"))
+                   for row in spec["rows"]),
+                  ["row", "label", "ran", "paper", "not_reported"])
 
 
 def reported_protocols(spec: dict) -> pd.DataFrame:
@@ -247,19 +252,22 @@ def to_markdown(spec: dict, rows: pd.DataFrame | list[dict]) -> str:
               "(Δ mean ± std over seeds of the paired differences). "
               f"Tolerance: R@K ±{spec['tolerance']['recall']}, RSUM ±{spec['tolerance']['rsum']}, "
               f"medr ±{spec['tolerance']['rank']}.", ""]
+    if (order["ran"] != "").any():
+        lines += ["Rows: the paper's setting the row stands for, then (· ran:) what its runs really ran: backbone "
+                  "or image input, dimensions, epochs per stage and batch, from the resolved run configs.", ""]
     reported = reported_protocols(spec)
     for protocol in spec["protocols"]:
         metrics = table_metrics(get_protocol(protocol).metrics)
         of_protocol = rows[rows["protocol"] == protocol]
         grid = (of_protocol.pivot(index="row", columns="metric", values="cell").reindex(columns=metrics)
                 .apply(" | ".join, axis=1, result_type="reduce"))
-        table = (order[["row", "label"]]
+        table = (order[["row", "label", "ran"]]
                  .merge(of_protocol.drop_duplicates("row")[["row", "seeds", "ensemble_size"]], on="row", how="left")
                  .merge(grid.rename("cells"), left_on="row", right_index=True, how="left"))
         lines += [f"## Protocol `{protocol}`", "",
                   "| row | seeds | ens. | " + " | ".join(metrics) + " |",
                   "|---|---|---|" + "---|" * len(metrics)]
-        lines += ("| " + table["label"] + " | " + table["seeds"].astype(str) + " | "
+        lines += ("| " + _label_text(table) + " | " + table["seeds"].astype(str) + " | "
                   + table["ensemble_size"].astype(str) + " | " + table["cells"] + " |").tolist()
         lines.append("")
         lines.append("Sources of reported numbers:")
@@ -269,6 +277,11 @@ def to_markdown(spec: dict, rows: pd.DataFrame | list[dict]) -> str:
         lines += _paired_lines(spec, of_protocol)
     lines += ledger_lines(spec)
     return "\n".join(lines) + "\n"
+
+
+def _label_text(rows: pd.DataFrame) -> pd.Series:
+    """A row's label, then what its runs ran where the spec says (``label · ran: ...``)."""
+    return rows["label"].where(rows["ran"] == "", rows["label"] + " · ran: " + rows["ran"])
 
 
 def _paired_lines(spec: dict, of_protocol: pd.DataFrame) -> list[str]:

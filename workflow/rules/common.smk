@@ -3,6 +3,8 @@ import json
 from methods.config import validate
 from methods.data.checks import check_backbone_weights, check_dataset_inputs
 from methods.data.datasets import dataset_paths, dataset_payload, features_dir as backbone_features_dir
+from methods.errors import HarnessError
+from methods.metrics.protocols import get_protocol
 from methods.plan import Plan, test_splits
 from methods.report.paper_figures import FIGURE_KINDS
 
@@ -28,6 +30,27 @@ wildcard_constraints:
 
 def res(rule_name, key):
     return HARNESS["resources"][rule_name][key]
+
+
+def dataset_res(rule_name, key):
+    """A resource of a rule with a {dataset} wildcard: the dataset's override where it sets one
+    (datasets.<name>.resources), else the rule's."""
+    return lambda w: HARNESS["datasets"][w.dataset].get("resources", {}).get(rule_name, {}).get(
+        key, HARNESS["resources"][rule_name][key])
+
+
+# Every rule that computes something writes a Snakemake benchmark (wall and CPU seconds, max RSS)
+# to {R}/benchmarks/<rule>/<the wildcards of its log path>.tsv; the runtime table reads them
+# (workflow/rules/runtime.smk). Left out: dataset_config, experiment_config, table_spec,
+# figure_spec and runtime_spec, local rules that only write the JSON their params hold (well
+# under a second; a benchmark would time Python's start-up).
+BENCHMARKS = {}  # rule name -> benchmark path pattern
+
+
+def benchmark_file(rule_name, wildcards):
+    """The benchmark path pattern of a rule (``wildcards``: the wildcards part of its log path), recorded in BENCHMARKS."""
+    BENCHMARKS[rule_name] = f"{R}/benchmarks/{rule_name}/{wildcards}.tsv"
+    return BENCHMARKS[rule_name]
 
 
 def dataset_json(w):
@@ -105,10 +128,26 @@ def train_inputs(w):
     }
 
 
+def positives_inputs(w):
+    """The extended-positives file of a dataset that has one, with the Karpathy file its sentids
+    and imgids refer to; a protocol that needs extended positives on a dataset without them fails
+    here, when the DAG is built."""
+    paths = dataset_paths(HARNESS, w.dataset)
+    if paths["positives"] is None:
+        needing = [p for p in HARNESS["datasets"][w.dataset]["protocols"]
+                   if get_protocol(p).relevance == "extended_positives"]
+        if needing:
+            raise HarnessError(f"datasets.{w.dataset}.protocols: {', '.join(needing)} need extended positives "
+                               f"(every image each caption describes), which only the synthetic generator writes")
+        return {}
+    return {"positives": str(paths["positives"]), "karpathy": str(paths["karpathy_json"])}
+
+
 def evaluate_inputs(w):
     exp = PLAN.experiment(w.dataset, w.exp)
     inputs = {
         **data_inputs(w),
+        **positives_inputs(w),
         "cfg": dataset_json(w),
         "model": f"{run_dir(w.dataset, w.exp, w.seed)}/model.pt",
         "vocab": f"{R}/{w.dataset}/vocab.json",

@@ -14,12 +14,15 @@ rule dataset_config:
 
 
 rule generate_synthetic:
-    """The built-in synthetic dataset, in the Karpathy layout (same seed, same bytes)."""
+    """The built-in synthetic dataset, in the Karpathy layout (same seed, same bytes), with every
+    caption's true images (extended positives) and the split statistics."""
     input:
         dataset_json,
     output:
         karpathy=f"{R}/{{dataset}}/data/dataset_{{dataset}}.json",
         images=directory(f"{R}/{{dataset}}/data/images"),
+        positives=f"{R}/{{dataset}}/data/positives_{{dataset}}.json",
+        stats=f"{R}/{{dataset}}/data/stats.json",
     wildcard_constraints:
         dataset="|".join(SYNTHETIC) or "no-synthetic-dataset",
     params:
@@ -32,6 +35,8 @@ rule generate_synthetic:
         CONDA_ENV
     log:
         f"{R}/logs/generate/{{dataset}}.log",
+    benchmark:
+        benchmark_file("generate_synthetic", "{dataset}")
     shell:
         "python -m methods.data.synthetic --dataset-config {input} --out {params.out_dir} > {log} 2>&1"
 
@@ -52,5 +57,7 @@ rule vocab:
         CONDA_ENV
     log:
         f"{R}/logs/vocab/{{dataset}}.log",
+    benchmark:
+        benchmark_file("vocab", "{dataset}")
     shell:
         "python -m methods.data.vocab --dataset-config {input.cfg} --out {output} > {log} 2>&1"

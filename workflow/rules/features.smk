@@ -16,6 +16,8 @@ rule pretrain_backbone:
         CONDA_ENV
     log:
         f"{R}/logs/pretrain/{{dataset}}/{{backbone}}.log",
+    benchmark:
+        benchmark_file("pretrain_backbone", "{dataset}/{backbone}")
     shell:
         "python -m methods.features.pretrain --dataset-config {input.cfg} --backbone {wildcards.backbone} "
         "--out {output} --device {params.device} --threads {threads} > {log} 2>&1"
@@ -51,6 +53,8 @@ for _name, _ds in HARNESS["datasets"].items():
             CONDA_ENV
         log:
             f"{R}/logs/features/{_name}/{{backbone}}_{{split}}.log",
+        benchmark:
+            benchmark_file(f"features_{_name}", f"{_name}/{{backbone}}_{{split}}")
         shell:
             "python -m methods.features.extract --dataset-config {input.cfg} --backbone {wildcards.backbone} "
             "--split {wildcards.split} --out-dir {params.out_dir} "
@@ -80,6 +84,8 @@ rule region_features:
         CONDA_ENV
     log:
         f"{R}/logs/regions/{{dataset}}_{{split}}.log",
+    benchmark:
+        benchmark_file("region_features", "{dataset}_{split}")
     shell:
         "python -m methods.features.regions --dataset-config {input.cfg} --split {wildcards.split} "
         "--grid {input.grid} --out-dir {params.out_dir} > {log} 2>&1"

@@ -9,6 +9,8 @@ rule aggregate_row:
         CONDA_ENV
     log:
         f"{R}/logs/aggregate/{{dataset}}/{{table}}/{{row}}.log",
+    benchmark:
+        benchmark_file("aggregate_row", "{dataset}/{table}/{row}")
     shell:
         "python -m methods.report.aggregate --out {output} {input} > {log} 2>&1"
 
@@ -35,11 +37,15 @@ rule table:
     output:
         csv=report("tables/{table}_{dataset}.csv", category="Tables", caption="../report/table.rst"),
         md="tables/{table}_{dataset}.md",
+    wildcard_constraints:
+        table=r"(?!runtime_[a-z0-9]+\.)[a-z0-9_]+",  # tables/runtime_{dataset}.*: rule runtime
     localrule: True
     conda:
         CONDA_ENV
     log:
         f"{R}/logs/table/{{table}}_{{dataset}}.log",
+    benchmark:
+        benchmark_file("table", "{table}_{dataset}")
     shell:
         "python -m methods.report.table --spec {input.spec} --out-csv {output.csv} --out-md {output.md} "
         "{input.rows} > {log} 2>&1"
@@ -56,6 +62,8 @@ rule figure_reproduced_vs_reported:
         CONDA_ENV
     log:
         f"{R}/logs/figure/reproduced_vs_reported_{{dataset}}.log",
+    benchmark:
+        benchmark_file("figure_reproduced_vs_reported", "{dataset}")
     shell:
         "python -m methods.report.figure --dataset {wildcards.dataset} --out {output} {input} > {log} 2>&1"
 
@@ -88,5 +96,7 @@ rule paper_figure:
         CONDA_ENV
     log:
         f"{R}/logs/figure/{{figure}}_{{dataset}}.log",
+    benchmark:
+        benchmark_file("paper_figure", "{figure}_{dataset}")
     shell:
         "python -m methods.report.paper_figures --spec {input.spec} --out {output} {params.extra} {input.rows} > {log} 2>&1"

@@ -24,7 +24,7 @@ rule train:
         features=lambda w: image_features_dir(w.dataset, w.exp),
         run_dir=lambda w: run_dir(w.dataset, w.exp, w.seed),
         device=DEVICE,
-    threads: res("train", "threads")
+    threads: dataset_res("train", "threads")
     resources:
         mem_mb=res("train", "mem_mb"),
         runtime=res("train", "runtime"),
@@ -33,6 +33,8 @@ rule train:
         CONDA_ENV
     log:
         f"{R}/logs/train/{{dataset}}/{{exp}}/seed{{seed}}.log",
+    benchmark:
+        benchmark_file("train", "{dataset}/{exp}/seed{seed}")
     shell:
         "python -m methods.train --dataset-config {input.cfg} --experiment {input.exp} --seed {wildcards.seed} "
         "--run-dir {params.run_dir} --features-dir {params.features} --vocab {input.vocab} "
@@ -50,7 +52,7 @@ rule evaluate:
         features=lambda w: image_features_dir(w.dataset, w.exp),
         run_dir=lambda w: run_dir(w.dataset, w.exp, w.seed),
         device=DEVICE,
-    threads: res("evaluate", "threads")
+    threads: dataset_res("evaluate", "threads")
     resources:
         mem_mb=res("evaluate", "mem_mb"),
         runtime=res("evaluate", "runtime"),
@@ -59,6 +61,8 @@ rule evaluate:
         CONDA_ENV
     log:
         f"{R}/logs/evaluate/{{dataset}}/{{exp}}/seed{{seed}}_{{split}}.log",
+    benchmark:
+        benchmark_file("evaluate", "{dataset}/{exp}/seed{seed}_{split}")
     shell:
         "python -m methods.evaluate --dataset-config {input.cfg} --run-dir {params.run_dir} --split {wildcards.split} "
         "--features-dir {params.features} --vocab {input.vocab} --device {params.device} --threads {threads} > {log} 2>&1"
@@ -67,6 +71,7 @@ rule evaluate:
 rule ensemble:
     """Average the members' score matrices (an ensemble row), then evaluate like a single model."""
     input:
+        unpack(positives_inputs),
         cfg=dataset_json,
         sims=lambda w: [f"{d}/sims_{w.split}.npy" for d in ensemble_members(w)],
         evals=lambda w: [f"{d}/eval_{w.split}.json" for d in ensemble_members(w)],
@@ -74,7 +79,7 @@ rule ensemble:
         f"{R}/{{dataset}}/ensembles/{{ens}}/seed{{seed}}/eval_{{split}}.json",
     params:
         members=ensemble_members,
-    threads: res("evaluate", "threads")
+    threads: dataset_res("evaluate", "threads")
     resources:
         mem_mb=res("evaluate", "mem_mb"),
         runtime=res("evaluate", "runtime"),
@@ -82,6 +87,8 @@ rule ensemble:
         CONDA_ENV
     log:
         f"{R}/logs/ensemble/{{dataset}}/{{ens}}/seed{{seed}}_{{split}}.log",
+    benchmark:
+        benchmark_file("ensemble", "{dataset}/{ens}/seed{seed}_{split}")
     shell:
         "python -m methods.ensemble --dataset-config {input.cfg} --split {wildcards.split} "
         "--members {params.members} --out {output} > {log} 2>&1"

@@ -1,0 +1,72 @@
+"""False-negative-aware metrics with ``extended_positives`` relevance, as ECCV Caption reports them
+(Chun et al., "ECCV Caption: Correcting False Negatives by Collecting Machine-and-Human-verified
+Image-Caption Associations for MS-COCO", ECCV 2022), with the definitions of Musgrave, Belongie
+and Lim ("A Metric Learning Reality Check", ECCV 2020). For one query with R positives
+(every item it truly matches, R >= 1) and rel(i) = 1 when the item ranked i (1-based) is one:
+
+- ``{i2t,t2i}_rp_ext``: R-Precision = (number of positives in the top R) / R;
+- ``{i2t,t2i}_map_r_ext``: mAP@R = (1/R) * sum_{i<=R} precision@i * rel(i);
+- ``{i2t,t2i}_r1_ext``: R@1 = rel(1), the top item is a positive.
+
+Each is the mean over queries, in percent. Ties count against the model as in
+``methods.metrics.retrieval``: among equal scores every negative is ranked above every positive,
+so constant scores give the worst value. Each direction's score matrix is sorted once, in query
+chunks; the three metrics share that pass.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from methods.metrics.registry import EvaluationContext, register_metric
+from methods.metrics.retrieval import ARROW, DIRECTIONS
+
+CHUNK_ELEMENTS = 1 << 22   # scores sorted at once (queries x gallery), bounds memory on COCO-sized splits
+KINDS = {"map_r": "mAP@R", "rp": "R-P", "r1": "R@1"}   # ECCV Caption's order
+ECCV_METRICS = tuple(f"{d}_{k}_ext" for d in DIRECTIONS for k in KINDS)
+
+
+def per_query(scores: torch.Tensor, positives: torch.Tensor, chunk: int | None = None) -> dict[str, torch.Tensor]:
+    """Per query (row of ``scores`` / ``positives``, gallery along columns): ``r1``, ``rp`` and
+    ``map_r`` as fractions (float64). Every query needs at least one positive."""
+    n_queries, n_gallery = scores.shape
+    positives = torch.as_tensor(positives, device=scores.device).bool()
+    n_pos = positives.sum(dim=1)
+    if bool((n_pos == 0).any()):
+        raise ValueError("every query needs at least one positive")
+    chunk = chunk or max(1, CHUNK_ELEMENTS // max(1, n_gallery))
+    out = {k: torch.empty(n_queries, dtype=torch.float64) for k in KINDS}
+    for start in range(0, n_queries, chunk):
+        s, p, r = scores[start:start + chunk], positives[start:start + chunk], n_pos[start:start + chunk]
+        # negatives before positives, then a stable descending sort by score: among equal scores
+        # the negatives stay in front (ties against the model)
+        negatives_first = torch.argsort(p.to(torch.uint8), dim=1, stable=True)
+        order = torch.sort(s.gather(1, negatives_first), dim=1, descending=True, stable=True).indices
+        top = int(r.max())
+        rel = p.gather(1, negatives_first.gather(1, order[:, :top])).double()   # (b, top) ranked relevance
+        at = torch.arange(1, top + 1, device=s.device, dtype=torch.float64)
+        within = (at[None, :] <= r[:, None]).double()                               # ranks 1..R of each query
+        precision = rel.cumsum(dim=1) / at[None, :]
+        rows = slice(start, start + s.shape[0])
+        out["r1"][rows] = rel[:, 0].cpu()
+        out["rp"][rows] = ((rel * within).sum(dim=1) / r).cpu()
+        out["map_r"][rows] = ((precision * rel * within).sum(dim=1) / r).cpu()
+    return out
+
+
+def extended_per_query(context: EvaluationContext, direction: str) -> dict[str, np.ndarray]:
+    """``per_query`` of one direction of the context's matrix (i2t: images query captions)."""
+    def compute():
+        scores = context.scores
+        positives = torch.from_numpy(context.relevance.positives).to(scores.device)
+        if direction == "t2i":
+            scores, positives = scores.T.contiguous(), positives.T.contiguous()
+        return {k: v.numpy() for k, v in per_query(scores, positives).items()}
+    return context.cached(f"{direction}_extended_per_query", compute)
+
+
+for _d in DIRECTIONS:
+    for _k, _label in KINDS.items():
+        register_metric(f"{_d}_{_k}_ext", lambda c, d=_d, k=_k: 100.0 * float(extended_per_query(c, d)[k].mean()),
+                        relevance="extended_positives", direction="higher", label=f"{ARROW[_d]} {_label} (ext.)",
+                        tolerance="ranking", scale="percent")

@@ -1,0 +1,92 @@
+"""What a run config really runs, in a few words: the ``ran`` column of the tables and the notes
+of the figures, beside the paper setting a row stands for.
+
+Each model describes its own configs: ``describe`` (a classmethod of the class registered in
+``MODELS``, next to its ``from_config``) names the backbone or image input it reads and the
+dimensions it runs with. ``describe_run`` adds what every run has (the schedule and the batch);
+the helpers below spell out the parts several models share (a backbone, region features, the
+text GRU), so that a model's description reads like the others'.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from methods.data.inputs import region_shape
+from methods.features.backbone import layer_channels
+from methods.models.base import model_class
+
+
+@dataclass(frozen=True)
+class DescribeContext:
+    """What a description needs beyond the run config: the harness config block of the run's
+    dataset (``datasets.<name>``: where its image input comes from) and ``backbones``."""
+
+    dataset: dict
+    backbones: dict
+
+
+def arch_text(arch: str) -> str:
+    """``resnet152`` -> ``ResNet-152``; other architectures as named."""
+    match = re.fullmatch(r"resnet(\d+)", arch)
+    return f"ResNet-{match.group(1)}" if match else arch
+
+
+def backbone_text(name: str, ctx: DescribeContext) -> str:
+    """A configured backbone and its weights: ``ResNet-18 (synthetic pre-trained)``,
+    ``ResNet-152 (weights resnet152-394f9c45.pth)``, ``ResNet-50 (random init)``."""
+    bb = ctx.backbones[name]
+    if "pretrain" in bb:
+        weights = f"{bb['pretrain']['dataset']} pre-trained"
+    elif bb["weights"] is None:
+        weights = "weights not configured"
+    elif bb["weights"] == "none":
+        weights = "random init"
+    else:
+        weights = f"weights {Path(bb['weights']).name}"
+    return f"{arch_text(bb['arch'])} ({weights})"
+
+
+def pooled_dim(name: str, ctx: DescribeContext) -> int:
+    """Channels of a backbone's pooled (conv5) feature."""
+    return layer_channels(ctx.backbones[name]["arch"], "conv5")
+
+
+def regions_text(ctx: DescribeContext) -> str:
+    """The dataset's region features: ``36×2048 precomputed regions``, or for the synthetic
+    RoIAlign regions ``36×256 RoIAlign regions of ResNet-18 (synthetic pre-trained) conv4``."""
+    if "precomp" not in ctx.dataset and "region" not in ctx.dataset["features"]:
+        return "precomputed regions"  # a dataset that declares no region shape
+    n_regions, dim = region_shape(ctx.dataset)
+    if dim is not None:
+        return f"{n_regions}×{dim} precomputed regions"
+    region = ctx.dataset["features"]["region"]
+    dim = layer_channels(ctx.backbones[region["backbone"]]["arch"], region["layer"])
+    return f"{n_regions}×{dim} RoIAlign regions of {backbone_text(region['backbone'], ctx)} {region['layer']}"
+
+
+def gru_text(text_cfg: dict) -> str:
+    """A ``text`` block: ``GRU 1024, word 300``, ``bi-GRU 64, word 32 (GloVe)``, ``2-layer GRU ...``."""
+    layers = f"{text_cfg['num_layers']}-layer " if text_cfg["num_layers"] > 1 else ""
+    kind = "bi-GRU" if text_cfg["bidirectional"] else "GRU"
+    glove = " (GloVe)" if text_cfg["word_init"] == "glove" else ""
+    return f"{layers}{kind} {text_cfg['hidden_dim']}, word {text_cfg['word_dim']}{glove}"
+
+
+def finetunes(cfg: dict) -> bool:
+    """Whether some training stage of a run config trains the CNN."""
+    return any(s["finetune_backbone"] for s in cfg["training"]["stages"])
+
+
+def schedule_text(cfg: dict) -> str:
+    """Epochs per stage and the batch: ``12+1 epochs, batch 64`` (``batch 32 images`` for image batches)."""
+    training = cfg["training"]
+    epochs = "+".join(str(s["epochs"]) for s in training["stages"])
+    unit = " images" if training["batching"] == "images" else ""
+    return f"{epochs} epochs, batch {training['batch_size']}{unit}"
+
+
+def describe_run(cfg: dict, ctx: DescribeContext) -> str:
+    """A resolved run config in a few words: its model's description, then its schedule."""
+    return f"{model_class(cfg['model']['kind']).describe(cfg, ctx)}; {schedule_text(cfg)}"

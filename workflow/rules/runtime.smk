@@ -1,0 +1,137 @@
+# The runtime table of a dataset: where the time of its default targets went, per rule and per
+# paper, from the benchmark file (BENCHMARKS, common.smk) of every job behind them. Its inputs
+# are those benchmark files, so it runs after every other job of the dataset.
+from pathlib import Path
+
+RUNTIME_TABLES = [f"tables/runtime_{name}.md" for name in HARNESS["default_datasets"] if name in SYNTHETIC]
+_RUNTIME_JOBS = {}
+
+
+def runtime_jobs(dataset):
+    """Every job behind the dataset's default targets (its tables and figures, and for a synthetic
+    dataset the region features of every split), but the local config writers, as
+    {benchmark file: {"rule": its rule, "papers": keys of the papers whose rows, tables or figures
+    need it}}. The dataset's own jobs (data, vocabulary, backbone pre-training, features) name no
+    paper: they are shared."""
+    if dataset in _RUNTIME_JOBS:
+        return _RUNTIME_JOBS[dataset]
+    ds = HARNESS["datasets"][dataset]
+    jobs = {}
+
+    def add(rule_name, papers=(), **wildcards):
+        job = jobs.setdefault(BENCHMARKS[rule_name].format(**wildcards), {"rule": rule_name, "papers": set()})
+        job["papers"].update(papers)
+
+    def add_data(name):
+        if HARNESS["datasets"][name]["kind"] == "synthetic":
+            add("generate_synthetic", dataset=name)
+
+    def add_weights(backbone):
+        pretrain = HARNESS["backbones"][backbone].get("pretrain")
+        if pretrain:
+            add_data(pretrain["dataset"])
+            add("pretrain_backbone", dataset=pretrain["dataset"], backbone=backbone)
+
+    def add_features(backbone, split):
+        add_weights(backbone)
+        add(f"features_{dataset}", backbone=backbone, split=split)
+
+    def add_regions(split):  # synthetic RoIAlign regions, pooled from a cached grid map
+        add("region_features", dataset=dataset, split=split)
+        add_features(ds["features"]["region"]["backbone"], split)
+
+    def add_image_input(exp_id, split):
+        """The jobs that write the files of one split that an experiment's jobs read."""
+        for path in image_feature_files(dataset, exp_id, split):
+            parent = Path(path).parent
+            for backbone in HARNESS["backbones"]:
+                if parent == Path(features_dir(dataset, backbone)):
+                    add_features(backbone, split)
+            if ds["kind"] == "synthetic" and parent == Path(f"{R}/{dataset}/precomp"):
+                add_regions(split)
+
+    add_data(dataset)
+    add("vocab", dataset=dataset)
+    splits = test_splits(HARNESS, dataset)
+    tables = [tbl for (_, d), tbl in PLAN.tables.items() if d == dataset]
+    for tbl in tables:
+        for row in tbl.rows:
+            for seed in row.seeds:
+                for i, exp_id in enumerate(row.members):
+                    run_seed = row.member_seed(seed, i)
+                    add("train", {row.paper}, dataset=dataset, exp=exp_id, seed=run_seed)
+                    for split in splits:
+                        add("evaluate", {row.paper}, dataset=dataset, exp=exp_id, seed=run_seed, split=split)
+                if row.ensemble_id is not None:
+                    for split in splits:
+                        add("ensemble", {row.paper}, dataset=dataset, ens=row.ensemble_id, seed=seed, split=split)
+    for tbl in tables:
+        for row in tbl.rows:
+            add("aggregate_row", {row.paper}, dataset=dataset, table=tbl.name, row=row.id)
+    for tbl in tables:
+        add("table", {row.paper for row in tbl.rows}, table=tbl.name, dataset=dataset)
+    if tables:
+        add("figure_reproduced_vs_reported", {row.paper for tbl in tables for row in tbl.rows}, dataset=dataset)
+    for (name, d), fig in PLAN.figures.items():
+        if d == dataset:
+            add("paper_figure", {fig.paper}, figure=name, dataset=dataset)
+            if "trained_run" in FIGURE_KINDS.get(fig.kind).needs:
+                add_image_input(PLAN.row(fig.table, dataset, fig.row).members[0], PLAN.figure_spec(name, dataset)["split"])
+    for exp_id in dict.fromkeys(exp_id for tbl in tables for row in tbl.rows for exp_id in row.members):
+        exp = PLAN.experiment(dataset, exp_id)
+        if exp.backbone is not None:
+            add_weights(exp.backbone)
+        for split in ("train", "dev"):  # what train reads
+            add_image_input(exp_id, split)
+        if exp.may_evaluate_on_cached_features:  # what evaluate reads
+            for split in splits:
+                add_image_input(exp_id, split)
+    if ds["kind"] == "synthetic" and "region" in ds["features"] and dataset in HARNESS["default_datasets"]:
+        for split in ds["splits"]:  # SYNTHETIC_PRECOMP, a default target of its own
+            add_regions(split)
+    _RUNTIME_JOBS[dataset] = jobs
+    return jobs
+
+
+def runtime_spec(dataset):
+    """What methods.report.runtime reads: the jobs (rule, benchmark file, papers), the rules in
+    pipeline order and the papers ([key, name] pairs in config order: JSON objects are written sorted)."""
+    rows = [{"rule": job["rule"], "file": path, "papers": sorted(job["papers"])}
+            for path, job in runtime_jobs(dataset).items()]
+    used = {p for row in rows for p in row["papers"]}
+    return {"dataset": dataset, "rules": [name for name in BENCHMARKS if any(r["rule"] == name for r in rows)],
+            "papers": [[key, title] for key, title in PLAN.papers.items() if key in used], "jobs": rows}
+
+
+rule runtime_spec:
+    """The jobs behind a dataset's default targets, their papers and rules (for the runtime table)."""
+    output:
+        f"{R}/{{dataset}}/runtime.spec.json",
+    params:
+        spec=lambda w: json.dumps(runtime_spec(w.dataset)),
+    localrule: True
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/runtime_spec/{{dataset}}.log",
+    shell:
+        "python -m methods.io --out {output} --json {params.spec:q} > {log} 2>&1"
+
+
+rule runtime:
+    """Where the time went: jobs, wall and CPU seconds, max RSS per rule and per paper."""
+    input:
+        spec=f"{R}/{{dataset}}/runtime.spec.json",
+        benchmarks=lambda w: list(runtime_jobs(w.dataset)),
+    output:
+        csv=report("tables/runtime_{dataset}.csv", category="Runtime", caption="../report/runtime.rst"),
+        md="tables/runtime_{dataset}.md",
+    localrule: True
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/runtime/{{dataset}}.log",
+    benchmark:
+        benchmark_file("runtime", "{dataset}")
+    shell:
+        "python -m methods.report.runtime --spec {input.spec} --out-csv {output.csv} --out-md {output.md} > {log} 2>&1"
