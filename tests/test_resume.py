@@ -26,8 +26,8 @@ def train_cmd(work, exp, run_dir):
 @pytest.mark.parametrize("model, loss, heads, batch_size, sig", [
     ("vsepp", "triplet_hardest", None, None, signal.SIGKILL),
     ("vsrn", "smooth_ap", None, None, signal.SIGKILL),
-    ("sgraf", "triplet_sum", ["sgr", "saf"], None, signal.SIGKILL),
-    ("sgraf", "triplet_sum", ["sgr", "saf"], 2, signal.SIGTERM)])
+    ("sgraf", "triplet_hardest", ["sgr", "saf"], None, signal.SIGKILL),
+    ("sgraf", "triplet_hardest", ["sgr", "saf"], 2, signal.SIGTERM)])
 def test_stopped_then_rerun_equals_uninterrupted(tiny_dag, tmp_path, model, loss, heads, batch_size, sig):
     """A frozen-CNN VSE++ run on caption batches, VSRN with SmoothAP on image batches, and SGRAF
     trained jointly (dropout, BatchNorm over pairs, two heads), killed without warning; and SGRAF

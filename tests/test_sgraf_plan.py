@@ -123,9 +123,9 @@ def test_numbers_the_paper_prints_twice_agree(plan):
     assert plan.row("sgraf_t1", "flickr", "sgraf").reported["f30k_1k"]["ensemble_size"] == 2
 
 
-def test_synthetic_preset_is_small_and_uses_all_negatives(plan):
+def test_synthetic_preset_is_small_and_trains_the_papers_loss(plan):
     cfg = plan.experiment("synthetic", plan.row("sgraf_t1", "synthetic", "sgr").members[0]).config
-    assert cfg["loss"]["kind"] == "triplet_sum" and cfg["model"]["sim_dim"] == 32
+    assert cfg["loss"] == {"kind": "triplet_hardest", "margin": 0.2} and cfg["model"]["sim_dim"] == 32
     assert "figures/sgraf_saf_weights_synthetic.png" in plan.default_targets()
     spec = plan.figure_spec("sgraf_saf_weights", "synthetic")
     assert spec["row"] == "saf" and spec["split"] == "test" and spec["run"].endswith("/seed0")
