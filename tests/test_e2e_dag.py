@@ -32,7 +32,7 @@ def flickr_config(tiny_dag, name: str, backbone: str, with_precomp: bool) -> str
             "datasets:\n  flickr:\n    karpathy_json: %s\n    images_dir: %s\n"
             % (backbone, backbone, weights, data / "dataset_synthetic.json", data / "images"))
     if with_precomp:
-        text += ("    precomp_dir: %s\n    precomp: {n_regions: 36, feature_dim: 256}\n"
+        text += ("    precomp_dir: %s\n    precomp: {n_regions: 12, feature_dim: 256}\n"
                  % (tiny_dag / "results/synthetic/precomp"))
     (tiny_dag / name).write_text(text)
     return name
@@ -168,7 +168,7 @@ def test_dry_run_of_sgraf_table5_on_configured_coco(tiny_dag):
                 target.symlink_to(tiny_dag / f"results/synthetic/precomp/{source}_{suffix}")
     (tiny_dag / "coco_sgraf.yaml").write_text(
         "datasets:\n  coco:\n    karpathy_json: %s\n    images_dir: %s\n    precomp_dir: %s\n"
-        "    precomp: {n_regions: 36, feature_dim: 256}\n"
+        "    precomp: {n_regions: 12, feature_dim: 256}\n"
         "    splits: {train: [train], dev: [val], testall: [test]}\n"
         % (data / "dataset_synthetic.json", data / "images", precomp))
     proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "coco_sgraf.yaml", "-n", "tables/sgraf_t5_coco.csv")

@@ -27,7 +27,7 @@ def make_flickr(tiny_dag: Path, work: Path) -> dict:
             "datasets": {"flickr": {"karpathy_json": str(data / "dataset_flickr30k.json"),
                                     "images_dir": str(data / "flickr30k-images"),
                                     "precomp_dir": str(data / "f30k_precomp"),
-                                    "precomp": {"n_regions": 36, "feature_dim": 256}}}}
+                                    "precomp": {"n_regions": 12, "feature_dim": 256}}}}
 
 
 def flickr_vocab(work: Path, extra_words=(), captions=None) -> Path:
@@ -101,7 +101,7 @@ def case_missing_image(work, cfg):
 def case_features_shape(work, cfg):
     path = work / "flickr/f30k_precomp/test_ims.npy"
     np.save(path, np.load(path)[:, :, :128])
-    return cfg, "tables/table1_flickr.csv", r"f30k_precomp/test_ims.npy: shape \(\d+, 36, 128\), expected \(N, 36, 256\)"
+    return cfg, "tables/table1_flickr.csv", r"f30k_precomp/test_ims.npy: shape \(\d+, 12, 128\), expected \(N, 12, 256\)"
 
 
 def case_features_dtype(work, cfg):
