@@ -177,6 +177,11 @@ class Plan:
         self._method_files: dict[Path, dict] = {}
         for paper_file in cfg["papers"]:
             self._add_paper(REPO_ROOT / paper_file if not Path(paper_file).is_absolute() else Path(paper_file))
+        for dataset, ds_cfg in cfg["datasets"].items():
+            declared = {name for name, ds in self.tables if ds == dataset}
+            for name in sorted(set(ds_cfg.get("table_seeds", {})) - declared):
+                raise HarnessError(f"datasets.{dataset}.table_seeds.{name}: no table '{name}' is declared for "
+                                   f"{dataset} (declared: {', '.join(sorted(declared)) or 'none'})")
 
     # -- building -------------------------------------------------------------------------
     def method_file(self, path: Path) -> dict:
@@ -228,7 +233,7 @@ class Plan:
                     for by_protocol in row.get("reported", {}).values():
                         check_reported(by_protocol, f"{path}: table {table_name} row '{row['id']}'")
                     reported = self._reported_for(row.get("reported", {}).get(reported_key, {}), ds_cfg)
-                    seeds = ds_cfg.get("seeds", row["seeds"])
+                    seeds = ds_cfg.get("table_seeds", {}).get(table_name, ds_cfg.get("seeds", row["seeds"]))
                     tbl.rows.append(Row(table_name, row["id"], row["label"], paper["key"], seeds, exp_ids,
                                         reported, row.get("not_reported"), merge_ledgers(ledgers),
                                         row.get("compare_to"), " + ".join(dict.fromkeys(ran))))

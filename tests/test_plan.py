@@ -92,3 +92,20 @@ def test_a_finetuned_run_whose_best_epoch_may_be_frozen_waits_for_cached_test_fe
     only_finetune = copy.deepcopy(ft.config)
     only_finetune["training"]["stages"] = only_finetune["training"]["stages"][1:]
     assert not dataclasses.replace(ft, config=only_finetune).may_evaluate_on_cached_features
+
+
+def test_table_seeds_replace_the_seeds_of_the_named_tables_only(plan):
+    # config.yaml: synthetic seeds [0, 1]; SGRAF's ablation tables one seed; real datasets the paper's rows
+    assert {tuple(r.seeds) for r in plan.table("sgraf_t3", "synthetic").rows} == {(0,)}
+    assert {tuple(r.seeds) for r in plan.table("sgraf_t1", "synthetic").rows} == {(0, 1)}
+    assert {tuple(r.seeds) for r in plan.table("sgraf_t3", "flickr").rows} == {(0, 1, 2)}
+    # the SGR run of seed 0 serves Table 1 and Table 3 (#6 is the same model): one run directory
+    t1 = {r.id: r for r in plan.table("sgraf_t1", "synthetic").rows}
+    t3 = {r.id: r for r in plan.table("sgraf_t3", "synthetic").rows}
+    assert plan.row_runs(t3["t3_6_glo_loc_3steps"], "synthetic") == plan.row_runs(t1["sgr"], "synthetic")[:1]
+
+
+def test_table_seeds_naming_an_undeclared_table_is_a_clear_error():
+    cfg = load_harness_config(CONFIG, {"datasets": {"synthetic": {"table_seeds": {"sgraf_t9": [0]}}}})
+    with pytest.raises(HarnessError, match=r"datasets\.synthetic\.table_seeds\.sgraf_t9: no table 'sgraf_t9'"):
+        Plan(cfg)

@@ -358,25 +358,24 @@ def split_statistics(scenes: list[Scene], predicates: list[list[dict]], positive
         for key in one_edit_keys(scene):
             neighbours[key].add(index)
     descriptions = [scene.description() for scene in scenes]
-
-    def near_misses(i: int) -> set[int]:
-        return {j for key in one_edit_keys(scenes[i]) for j in neighbours[key] if descriptions[j] != descriptions[i]}
-
-    captions = [(img, p) for img, preds in enumerate(predicates) for p in preds]
+    near_misses = [{j for key in one_edit_keys(scene) for j in neighbours[key] if descriptions[j] != descriptions[i]}
+                   for i, scene in enumerate(scenes)]   # per image, once: captions share their images
+    n_captions = sum(len(preds) for preds in predicates)
+    if n_captions != len(positives):
+        raise ValueError(f"{n_captions} captions but {len(positives)} lists of true images")
     ambiguity = [(len(pos) - 1) * (min(AMBIGUITY_BATCH, n) - 1) / max(n - 1, 1) for pos in positives]
     hard = []
     for pos in positives:
         true = set(pos)
-        hard.append(any(j not in true for i in pos for j in near_misses(i)))
+        hard.append(any(j not in true for i in pos for j in near_misses[i]))
     diversity = []
     for img, preds in enumerate(predicates):
         if len(scenes[img].objects) >= 2:
             sets = [mentioned(p, scenes[img]) for p in preds]
             diversity.append(sum(_jaccard(a, b) for a, b in itertools.combinations(sets, 2))
                              / (len(sets) * (len(sets) - 1) / 2))
-    assert len(captions) == len(positives)
     mean = lambda values: float(sum(values) / len(values)) if values else float("nan")  # noqa: E731
-    return {"images": n, "captions": len(captions), "ambiguity": mean(ambiguity),
+    return {"images": n, "captions": n_captions, "ambiguity": mean(ambiguity),
             "captions_with_other_true_images": mean([len(p) > 1 for p in positives]),
             "mean_true_images_per_caption": mean([len(p) for p in positives]),
             "diversity": mean(diversity), "hard_negative_share": mean(hard)}
