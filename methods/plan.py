@@ -16,7 +16,7 @@ from methods.fidelity import load_method_file, merge_ledgers, row_ledger, source
 from methods.losses import rebase_term, term_configs
 from methods.metrics.protocols import get_protocol
 from methods.models import image_input_of
-from methods.models.description import DescribeContext, describe_run
+from methods.models.description import DescribeContext, describe_run, finetunes
 
 ENSEMBLE_SEED_STRIDE = 1000  # a repeated ensemble member trains with seed s + 1000 * (earlier repeats)
 
@@ -106,7 +106,7 @@ class Experiment:
 
     @property
     def finetunes(self) -> bool:
-        return any(s["finetune_backbone"] for s in self.config["training"]["stages"])
+        return finetunes(self.config)
 
     @property
     def may_evaluate_on_cached_features(self) -> bool:
