@@ -4,19 +4,12 @@ the job, and one clear line with exit code 2 for a ``HarnessError``."""
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Callable
 
-from methods.errors import HarnessError
+from methods.errors import run_cli
 from methods.runtime import exact_fp32, set_threads
 
-
-def run_cli(fn: Callable[[], None]) -> None:
-    try:
-        fn()
-    except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+__all__ = ["run_cli", "run_command"]  # run_cli lives in methods.errors so that methods.io can use it too
 
 
 def run_command(doc: str, add_arguments: Callable[[argparse.ArgumentParser], None],

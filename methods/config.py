@@ -15,13 +15,14 @@ from typing import Any, Mapping
 import jsonschema
 import yaml
 
-from methods.errors import HarnessError
+from methods.errors import HarnessError, shorten
 
 # libyaml's safe loader where PyYAML was built with it: the plan reads the method files and
 # schemas at every Snakemake start, and the pure-Python parser dominated that time
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = REPO_ROOT / "workflow" / "schemas"
+LAYER_SCHEMA = "method layer"  # the name ``validate`` reports for a method file's config layers
 
 
 def load_yaml(path: str | Path) -> Any:
@@ -36,7 +37,10 @@ def load_yaml(path: str | Path) -> Any:
 
 
 def load_schema(name: str) -> dict:
-    """``name`` is a schema file stem, or ``file#def`` for one of its ``$defs`` (e.g. ``config#dataset``)."""
+    """``name`` is a schema file stem, ``file#def`` for one of its ``$defs`` (e.g. ``config#dataset``),
+    or ``LAYER_SCHEMA`` (one config layer of a method file, derived from the method schema)."""
+    if name == LAYER_SCHEMA:
+        return method_layer_schema()
     stem, _, definition = name.partition("#")
     schema = load_yaml(SCHEMA_DIR / f"{stem}.schema.yaml")
     if definition:
@@ -55,14 +59,14 @@ def validate(obj: Any, schema_name: str, where: str) -> Any:
 
     Raises one HarnessError naming the file (``where``) and the offending key path.
     """
-    errors = sorted(_validator(schema_name).iter_errors(obj), key=lambda e: list(e.absolute_path))
+    errors = sorted(_validator(schema_name).iter_errors(obj),
+                    key=lambda e: [(isinstance(p, str), p) for p in e.absolute_path])  # list indices, then keys
     if errors:
-        lines = []
-        for err in errors[:5]:
-            key = ".".join(str(p) for p in err.absolute_path) or "<top level>"
-            lines.append(f"  {key}: {err.message}")
-        more = f"\n  ... and {len(errors) - 5} more" if len(errors) > 5 else ""
-        raise HarnessError(f"{where}: invalid {schema_name} config:\n" + "\n".join(lines) + more)
+        first = errors[0]
+        key = ".".join(str(p) for p in first.absolute_path) or "<top level>"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        # jsonschema's message holds a repr of the offending value, which can be a whole section
+        raise HarnessError(f"{where}: invalid {schema_name} config: {key}: {shorten(first.message, 300)}{more}")
     return obj
 
 
@@ -102,3 +106,64 @@ def load_harness_config(path: str | Path, overrides: Mapping | None = None) -> d
     if overrides:
         cfg = deep_merge(cfg, overrides)
     return validate(cfg, "config", str(path))
+
+
+# Keywords whose value is a schema, a list of schemas, or a map of names to schemas (JSON Schema
+# 2020-12); every other keyword's value is data (``const``, ``enum``, ``required``...).
+_SCHEMA_VALUED = {"items", "additionalProperties", "then", "else", "contains", "propertyNames",
+                  "unevaluatedProperties", "unevaluatedItems"}
+_SCHEMA_LISTS = {"allOf", "anyOf", "oneOf", "prefixItems"}
+_SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "dependentSchemas"}
+
+
+def partial_schema(schema: dict) -> dict:
+    """``schema`` for one layer of a config that layers are merged into: no key is required (the
+    merged config is validated whole), and a conditional applies only where the layer sets the
+    keys its ``if`` tests (a ``properties`` test passes on an absent key, which would apply every
+    ``then`` of the model kinds at once). ``oneOf`` becomes ``anyOf`` (with nothing required a
+    partial layer may fit several branches); ``not`` is kept whole (it forbids keys)."""
+    out: dict = {}
+    for key, value in schema.items():
+        if key == "required":
+            continue
+        if key == "if":
+            out[key] = _require_tested(value)
+        elif key == "not":
+            out[key] = value
+        elif key in _SCHEMA_VALUED and isinstance(value, dict):
+            out[key] = partial_schema(value)
+        elif key in _SCHEMA_LISTS:
+            out["anyOf" if key == "oneOf" else key] = [partial_schema(v) for v in value]
+        elif key in _SCHEMA_MAPS:
+            out[key] = {name: partial_schema(v) for name, v in value.items()}
+        else:
+            out[key] = value
+    return out
+
+
+def _require_tested(condition: dict) -> dict:
+    """An ``if`` schema that also requires every property it tests, at every level."""
+    if "properties" not in condition:
+        return condition
+    return {**condition, "required": sorted(set(condition.get("required", [])) | set(condition["properties"])),
+            "properties": {name: _require_tested(v) for name, v in condition["properties"].items()}}
+
+
+def method_layer_schema() -> dict:
+    """What one config layer of a method file may hold (its base, a preset, a variant's base or
+    preset, a paper row's overrides): the method schema with nothing required, plus the keys only
+    a layer sets (``$defs.layer_only`` of method_file.schema.yaml, e.g. ``training.run_stages``)."""
+    layer_only = load_schema("method_file")["$defs"]["layer_only"]
+    return deep_merge(partial_schema(load_schema("method")), {"properties": layer_only["properties"]})
+
+
+def validate_layer(layer: Mapping | None, where: str, model_kind: str | None = None) -> None:
+    """Validate one config layer strictly (no unknown key at any level), before any merge can drop
+    or replace it. ``model_kind``: the method's model kind, which picks the model block's keys
+    where the layer's ``model`` does not name its own."""
+    if not layer:
+        return
+    checked = dict(layer)
+    if model_kind is not None and isinstance(layer.get("model"), Mapping) and "kind" not in layer["model"]:
+        checked["model"] = {"kind": model_kind, **layer["model"]}
+    validate(checked, LAYER_SCHEMA, where)

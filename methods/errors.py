@@ -1,11 +1,76 @@
-"""One exception type for every user-facing error, so entry points can print it cleanly."""
+"""One exception type for every user-facing error, and the one line an entry point prints for it."""
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+from methods.retries import NOT_RETRIED, earlier_failure, failure_record, record_failure
+
+# A message is read on a console: a repr of a whole file (a Karpathy JSON, a state dict) is no message.
+MAX_MESSAGE_CHARS = 1000
+
+
+def shorten(text: str, limit: int = 200) -> str:
+    """``text`` cut in the middle to at most ``limit`` characters; both ends usually say the most."""
+    if len(text) <= limit:
+        return text
+    keep = (limit - 5) // 2
+    return f"{text[:keep]} ... {text[-keep:]}"
+
+
+def one_line(text: str) -> str:
+    """``text``'s non-empty lines joined ('; ' between statements, ' ' after a colon), shortened to
+    ``MAX_MESSAGE_CHARS``."""
+    joined = ""
+    for line in (line.strip() for line in str(text).splitlines()):
+        if line:
+            joined += ("" if not joined else " " if joined.endswith(":") else "; ") + line
+    return shorten(joined, MAX_MESSAGE_CHARS)
 
 
 class HarnessError(Exception):
-    """A problem with the user's config, data or files; the message says what and where."""
+    """A problem with the user's config, data or files; the message says what and where, in one line
+    (a multi-line or overlong message is joined and shortened here, so no caller can print a wall)."""
+
+    # False: the same inputs fail the same way again, so a Snakemake retry must not compute
+    # (methods.retries); True for a stop a re-run gets past (preemption after a checkpoint).
+    transient = False
+
+    def __init__(self, message: str):
+        super().__init__(one_line(message))
 
 
 def first_line(exc: BaseException) -> str:
     """Library errors (torch.load) can span many lines; a message needs the first."""
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    return shorten(text.splitlines()[0]) if text else type(exc).__name__
+
+
+def os_error_line(exc: OSError) -> str:
+    """``<file>: <what went wrong>`` for an OSError nothing more specific caught (a file unreadable,
+    vanished, or a folder where a file was expected)."""
+    reason = (exc.strerror or first_line(exc)).lower()
+    return f"{exc.filename}: {reason}" if exc.filename else reason
+
+
+def run_cli(fn: Callable[[], None]) -> None:
+    """Run an entry point: a HarnessError, or an OSError from a file it touched, prints
+    ``error: <one line>`` on stderr and exits 2, never a traceback. Under Snakemake, such a failure
+    is recorded, and a retry of the job stops at once with the same line (methods.retries)."""
+    record = failure_record(sys.argv)
+    if (earlier := earlier_failure(record)) is not None:
+        print(f"error: {earlier} ({NOT_RETRIED})", file=sys.stderr)
+        sys.exit(2)
+    try:
+        fn()
+    except HarnessError as exc:
+        message = str(exc)
+        if not exc.transient:
+            record_failure(record, message)
+    except OSError as exc:
+        message = os_error_line(exc)
+        record_failure(record, message)
+    else:
+        return
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)

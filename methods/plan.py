@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from methods.config import REPO_ROOT, config_hash, deep_merge, dotted_to_nested, load_yaml, validate
+from methods.config import REPO_ROOT, config_hash, deep_merge, dotted_to_nested, load_yaml, validate, validate_layer
 from methods.data.inputs import ImageInput
 from methods.errors import HarnessError
 from methods.fidelity import load_method_file, merge_ledgers, row_ledger, source_ledger, stand_in_deviation
@@ -43,13 +43,68 @@ def apply_layer(cfg: dict, layer: dict) -> dict:
     return merged
 
 
+def model_kind(raw: dict) -> str | None:
+    """The model kind a method file's base sets (its layers' ``model`` blocks are that kind's)."""
+    model = raw["base"].get("model")
+    return model.get("kind") if isinstance(model, dict) else None
+
+
+def method_layers(raw: dict) -> list[tuple[str, dict | None]]:
+    """(key, layer) of every config layer of a method file: base, presets, each variant's base and presets."""
+    layers = [("base", raw["base"])] + [(f"presets.{d}", layer) for d, layer in raw["presets"].items()]
+    for name, variant in (raw.get("variants") or {}).items():
+        layers.append((f"variants.{name}.base", variant.get("base")))
+        layers += [(f"variants.{name}.presets.{d}", layer) for d, layer in (variant.get("presets") or {}).items()]
+    return layers
+
+
+def dataset_names(raw: dict) -> list[tuple[str, str]]:
+    """(key, dataset) of every dataset a method file names: presets, by_dataset values, deviation datasets."""
+    named = [(f"presets.{d}", d) for d in raw["presets"]]
+    for name, variant in (raw.get("variants") or {}).items():
+        named += [(f"variants.{name}.presets.{d}", d) for d in variant.get("presets") or {}]
+    blocks = [("source", raw["source"])] + [(f"variants.{n}.source", v["source"])
+                                            for n, v in (raw.get("variants") or {}).items() if v.get("source")]
+    for label, block in blocks:
+        for name, switch in (block.get("switches") or {}).items():
+            named += [(f"{label}.switches.{name}.by_dataset.{d}", d) for d in (switch or {}).get("by_dataset") or {}]
+        for name, deviation in (block.get("deviations") or {}).items():
+            named += [(f"{label}.deviations.{name}.datasets", d) for d in (deviation or {}).get("datasets") or []]
+    return named
+
+
+def check_method_file(raw: dict, path: str | Path, datasets: list[str] | None = None) -> None:
+    """Every layer of a method file holds only keys of the method schema, and every name it gives
+    exists: datasets are configured (``datasets``; None: not checked), a variant's source update
+    names a switch or deviation the method declares. Otherwise a misspelled key or name is
+    ignored without a word (a layer no row applies, a layer a later one replaces, a preset never
+    matched) and a run differs from what its row says."""
+    for label, layer in method_layers(raw):
+        validate_layer(layer, f"{path}: {label}", model_kind(raw))
+    for name, variant in (raw.get("variants") or {}).items():
+        for part, noun, whole in (("switches", "switch", {"key", "value", "behaviour"}),
+                                  ("deviations", "deviation", {"source", "ours", "why"})):
+            for item, update in ((variant.get("source") or {}).get(part) or {}).items():
+                # a whole switch or deviation may be new; null (not applicable) or a partial one updates
+                if item not in raw["source"][part] and (update is None or not whole <= set(update)):
+                    raise HarnessError(f"{path}: variants.{name}.source.{part}.{item}: the method's source block "
+                                       f"declares no {noun} '{item}' to update (declared: "
+                                       f"{', '.join(sorted(raw['source'][part])) or 'none'})")
+    for label, dataset in dataset_names(raw) if datasets is not None else []:
+        if dataset not in datasets:
+            raise HarnessError(f"{path}: {label}: no dataset '{dataset}' is configured "
+                               f"(datasets: {', '.join(sorted(datasets))})")
+
+
 def resolve_method_config(method_file: str | Path, dataset: str, overrides: dict | None = None,
                           variants: list[str] | None = None, backbones: dict | None = None,
                           raw: dict | None = None) -> dict:
     """The resolved config of one experiment: method base, then its preset for the dataset, then
     each named variant (its base, then its preset for the dataset), then the row's dotted
     overrides; validated against the method schema (its hash names the experiment)."""
-    raw = load_method_file(method_file) if raw is None else raw  # ``raw``: the file, already loaded
+    if raw is None:  # ``raw``: the file, already loaded and checked (by the plan)
+        raw = load_method_file(method_file)
+        check_method_file(raw, method_file)
     presets = raw["presets"]
     if dataset not in presets:
         raise HarnessError(f"{method_file}: no preset for dataset '{dataset}' (has: {', '.join(sorted(presets))})")
@@ -165,6 +220,7 @@ class Figure:
 class Plan:
     def __init__(self, cfg: dict):
         self.cfg = cfg
+        self._check_config_names()
         for name, bb in cfg["backbones"].items():
             if "pretrain" in bb:
                 expected = str(Path(cfg["results_dir"]) / bb["pretrain"]["dataset"] / "backbones" / f"{name}.pt")
@@ -184,10 +240,35 @@ class Plan:
                                    f"{dataset} (declared: {', '.join(sorted(declared)) or 'none'})")
 
     # -- building -------------------------------------------------------------------------
+    def _check_config_names(self) -> None:
+        """Every dataset or backbone the harness config names is one it configures: a misspelled
+        name would build nothing (default_datasets) or show no reported numbers (stands_in_for)."""
+        datasets, backbones = self.cfg["datasets"], self.cfg["backbones"]
+        named = [(f"default_datasets.{i}", name) for i, name in enumerate(self.cfg["default_datasets"])]
+        named += [(f"backbones.{b}.pretrain.dataset", bb["pretrain"]["dataset"])
+                  for b, bb in backbones.items() if "pretrain" in bb]
+        named += [(f"datasets.{d}.stands_in_for.dataset", ds["stands_in_for"]["dataset"])
+                  for d, ds in datasets.items() if "stands_in_for" in ds]
+        for key, name in named:
+            if name not in datasets:
+                raise HarnessError(f"{key}: no dataset '{name}' is configured (datasets: {', '.join(sorted(datasets))})")
+        for d, ds in datasets.items():
+            region = ds["features"].get("region")
+            if region is not None and region["backbone"] not in backbones:
+                raise HarnessError(f"datasets.{d}.features.region.backbone: no backbone '{region['backbone']}' is "
+                                   f"configured (backbones: {', '.join(sorted(backbones))})")
+            stand_in = ds.get("stands_in_for")
+            if stand_in is not None and stand_in["protocol"] not in datasets[stand_in["dataset"]]["protocols"]:
+                raise HarnessError(f"datasets.{d}.stands_in_for.protocol: {stand_in['protocol']} is not a protocol of "
+                                   f"{stand_in['dataset']} (datasets.{stand_in['dataset']}.protocols: "
+                                   f"{', '.join(datasets[stand_in['dataset']]['protocols'])})")
+
     def method_file(self, path: Path) -> dict:
         """A method file, loaded and validated once per plan."""
         if path not in self._method_files:
-            self._method_files[path] = load_method_file(path)
+            raw = load_method_file(path)
+            check_method_file(raw, path, list(self.cfg["datasets"]))
+            self._method_files[path] = raw
         return self._method_files[path]
 
     def resolve_experiment(self, method_file: Path, dataset: str, overrides: dict,
@@ -206,7 +287,11 @@ class Plan:
                 raise HarnessError(f"{path}: table name 'runtime' is taken by the runtime tables (tables/runtime_<dataset>)")
             for dataset in table["datasets"]:
                 if dataset not in self.cfg["datasets"]:
-                    continue  # a dataset this installation does not declare
+                    raise HarnessError(f"{path}: tables.{table_name}.datasets: no dataset '{dataset}' is configured "
+                                       f"(datasets: {', '.join(sorted(self.cfg['datasets']))})")
+            for row in table["rows"]:
+                self._check_row(path, table_name, table["datasets"], row, paper)
+            for dataset in table["datasets"]:
                 ds_cfg = self.cfg["datasets"][dataset]
                 reported_key = ds_cfg.get("stands_in_for", {}).get("dataset", dataset)
                 key = (table_name, dataset)
@@ -230,13 +315,12 @@ class Plan:
                         stand_in = (() if "stands_in_for" not in ds_cfg else
                                     (stand_in_deviation(dataset, ds_cfg, exp.image_input.name, exp.config["model"]),))
                         ledgers.append(row_ledger(exp.config, source, f"{path}: row '{row['id']}'", stand_in))
-                    for by_protocol in row.get("reported", {}).values():
-                        check_reported(by_protocol, f"{path}: table {table_name} row '{row['id']}'")
                     reported = self._reported_for(row.get("reported", {}).get(reported_key, {}), ds_cfg)
                     seeds = ds_cfg.get("table_seeds", {}).get(table_name, ds_cfg.get("seeds", row["seeds"]))
                     tbl.rows.append(Row(table_name, row["id"], row["label"], paper["key"], seeds, exp_ids,
                                         reported, row.get("not_reported"), merge_ledgers(ledgers),
                                         row.get("compare_to"), " + ".join(dict.fromkeys(ran))))
+                    self._check_distinct_runs(path, tbl.rows[-1], dataset)
                 self._check_comparisons(path, tbl)
         for fig_name, fig in (paper.get("figures") or {}).items():
             if fig["table"] not in paper["tables"]:
@@ -251,6 +335,38 @@ class Plan:
                                            f"'{fig['table']}' does not have")
                     self.figures[(fig_name, dataset)] = Figure(fig_name, dataset, fig["kind"], fig["table"],
                                                                fig["title"], fig.get("row"), paper["key"])
+
+    def _check_row(self, path: Path, table_name: str, table_datasets: list[str], row: dict, paper: dict) -> None:
+        """What a row names that no resolved config shows: its overrides (each key one of the method
+        schema's, before a merge could drop it) and its reported numbers (a dataset the table is
+        built for, a protocol that dataset evaluates, metrics that protocol reports)."""
+        where = f"{path}: table {table_name} row '{row['id']}'"
+        for i, m in enumerate(row.get("ensemble") or [row]):
+            if m.get("overrides") and m["method"] in paper["methods"]:
+                raw = self.method_file(REPO_ROOT / paper["methods"][m["method"]])
+                label = "overrides" if "ensemble" not in row else f"ensemble.{i}.overrides"
+                validate_layer(dotted_to_nested(m["overrides"]), f"{where}: {label}", model_kind(raw))
+        for dataset, by_protocol in (row.get("reported") or {}).items():
+            if dataset not in table_datasets:
+                raise HarnessError(f"{where}: reported numbers under dataset '{dataset}', which the table is not "
+                                   f"built for (tables.{table_name}.datasets: {', '.join(table_datasets)})")
+            evaluated = self.cfg["datasets"][dataset]["protocols"]
+            for protocol in by_protocol:
+                if protocol not in evaluated:
+                    raise HarnessError(f"{where}: reported numbers under protocol '{protocol}' for {dataset}, which "
+                                       f"datasets.{dataset}.protocols does not evaluate ({', '.join(evaluated)})")
+            check_reported(by_protocol, where)
+
+    def _check_distinct_runs(self, path: Path, row: Row, dataset: str) -> None:
+        """Each seed of a row is its own run (for each member): a run counted twice makes a mean
+        of copies and a spread of 0. Seeds are unique (schemas); an ensemble's repeated member
+        trains at seed + 1000 per earlier repeat, which another seed of the row may equal."""
+        runs = self.row_runs(row, dataset)
+        repeated = sorted({run for run in runs if runs.count(run) > 1})
+        if repeated:
+            raise HarnessError(f"{path}: table {row.table} row '{row.id}' on {dataset}: seeds {row.seeds} give the "
+                               f"run {repeated[0]} more than once (a repeated ensemble member trains at seed + "
+                               f"{ENSEMBLE_SEED_STRIDE} per earlier repeat); choose seeds that give distinct runs")
 
     @staticmethod
     def _check_comparisons(path: Path, tbl: Table) -> None:
@@ -279,10 +395,22 @@ class Plan:
         return {p: source for p in ds_cfg["protocols"] if set(source["metrics"]) & set(get_protocol(p).metrics)}
 
     # -- queries --------------------------------------------------------------------------
-    def table(self, name: str, dataset: str) -> Table:
+    def check_target_dataset(self, dataset: str, target: str) -> None:
         if dataset not in self.cfg["datasets"]:
-            raise HarnessError(f"unknown dataset '{dataset}' in target {name}_{dataset}; "
+            raise HarnessError(f"unknown dataset '{dataset}' in target {target}; "
                                f"configured: {', '.join(sorted(self.cfg['datasets']))}")
+
+    def dataset_tables(self, dataset: str, target: str) -> list[str]:
+        """The tables declared for a dataset, for a target that reads all of them (none: an error)."""
+        self.check_target_dataset(dataset, target)
+        names = sorted(t for t, d in self.tables if d == dataset)
+        if not names:
+            raise HarnessError(f"target {target}: no table is declared for dataset '{dataset}' (tables are declared "
+                               f"for: {', '.join(sorted({d for _, d in self.tables}))})")
+        return names
+
+    def table(self, name: str, dataset: str) -> Table:
+        self.check_target_dataset(dataset, f"{name}_{dataset}")
         if (name, dataset) not in self.tables:
             known = sorted(f"{t}_{d}" for t, d in self.tables)
             raise HarnessError(f"no table '{name}' is declared for dataset '{dataset}'; declared: {', '.join(known)}")
@@ -323,6 +451,7 @@ class Plan:
         return [self.run_dir(dataset, exp, row.member_seed(s, i)) for s in row.seeds for i, exp in enumerate(row.members)]
 
     def figure(self, name: str, dataset: str) -> Figure:
+        self.check_target_dataset(dataset, f"{name}_{dataset}")
         if (name, dataset) not in self.figures:
             known = sorted(f"{f}_{d}" for f, d in self.figures)
             raise HarnessError(f"no figure '{name}' is declared for dataset '{dataset}'; declared: {', '.join(known)}")

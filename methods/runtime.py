@@ -2,10 +2,16 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import platform
 import random
 import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Callable
 
 import numpy as np
 import torch
@@ -14,7 +20,79 @@ from methods.config import REPO_ROOT
 from methods.errors import HarnessError
 
 
+# Machine-local (a results folder on NFS may be shared by several machines, and flock over NFS is
+# unreliable) and shared by every run of this user on this machine.
+GPU_CLAIMS_DIR = Path(tempfile.gettempdir()) / f"itr-harness-gpus-{os.getuid()}"
+
+
+@dataclass
+class GpuClaim:
+    """GPU ``index`` is this process's while ``lock_file`` stays open (the flock goes with the file,
+    so a killed job releases its GPU too)."""
+    index: int
+    lock_file: IO
+
+    def release(self) -> None:
+        self.lock_file.close()
+
+
+def try_claim_gpu(lock_dir: Path, count: int) -> GpuClaim | None:
+    """The lowest GPU index in [0, count) that no live process holds, claimed with an exclusive,
+    non-blocking flock on ``lock_dir/gpu<index>.lock``; None if all ``count`` are held."""
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    for index in range(count):
+        lock_file = open(lock_dir / f"gpu{index}.lock", "a")
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock_file.close()
+            continue
+        return GpuClaim(index, lock_file)
+    return None
+
+
+def claim_gpu(lock_dir: Path, count: int, *, poll_seconds: float = 10.0,
+              sleep: Callable[[float], None] = time.sleep, say: Callable[[str], None] = print) -> GpuClaim:
+    """A GPU of this process's own; when all ``count`` are claimed, wait for one. Waiting cannot
+    deadlock and never shares a GPU: every claim belongs to a running job, which releases it when
+    it ends. (All are claimed when another run of this user holds some, or when the profile's
+    `resources: gpu` exceeds the GPUs there are.)"""
+    waiting = False
+    while (claim := try_claim_gpu(lock_dir, count)) is None:
+        if not waiting:
+            say(f"all {count} GPUs are claimed by other jobs (locks in {lock_dir}); waiting for one to be released")
+            waiting = True
+        sleep(poll_seconds)
+    return claim
+
+
+_GPU_CLAIM: GpuClaim | None = None  # held for the life of the job's process
+
+
+def claim_local_gpu(environ=os.environ) -> int | None:
+    """On a machine with several GPUs, give this job one of its own: Snakemake's `gpu` resource
+    (local profile) only counts GPUs, and without CUDA_VISIBLE_DEVICES every job would use cuda:0.
+    Sets CUDA_VISIBLE_DEVICES to the claimed index, which CUDA reads when it initialises: so this
+    runs before anything touches CUDA (torch.cuda.device_count asks NVML, not CUDA). Left alone:
+    a job whose CUDA_VISIBLE_DEVICES is set (by SLURM, or by the user) and any SLURM job (SLURM
+    gives a job its GPUs or none). Returns the claimed index, or None."""
+    global _GPU_CLAIM
+    if _GPU_CLAIM is not None:
+        return _GPU_CLAIM.index
+    if "CUDA_VISIBLE_DEVICES" in environ or "SLURM_JOB_ID" in environ or torch.cuda.is_initialized():
+        return None
+    count = torch.cuda.device_count()
+    if count < 2:
+        return None
+    _GPU_CLAIM = claim_gpu(GPU_CLAIMS_DIR, count)
+    environ["CUDA_VISIBLE_DEVICES"] = str(_GPU_CLAIM.index)
+    print(f"GPU {_GPU_CLAIM.index} of {count} claimed for this job (CUDA_VISIBLE_DEVICES={_GPU_CLAIM.index})")
+    return _GPU_CLAIM.index
+
+
 def resolve_device(setting: str) -> torch.device:
+    if setting in ("cuda", "auto"):
+        claim_local_gpu()
     if setting == "cuda":
         if not torch.cuda.is_available():
             raise HarnessError("device: cuda was asked for (config 'device: cuda') but no GPU is visible "
@@ -23,6 +101,26 @@ def resolve_device(setting: str) -> torch.device:
     if setting == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device("cpu")
+
+
+def runs_jobs_here(*, main_process: bool, local_executor: bool, dry_run: bool, touch: bool) -> bool:
+    """Whether a snakemake process will run its jobs on this machine: not a cluster submit host
+    (its jobs run on nodes that have the GPUs), not a job's own snakemake process on a node, not a
+    dry run or --touch (nothing runs). Snakemake 9 shows a dry run with its own executor, hiding
+    the one the real run would use, so a dry run is never counted as local."""
+    return main_process and local_executor and not dry_run and not touch
+
+
+def check_gpu_for_local_run(device: str, *, runs_here: bool, device_jobs: dict[str, int], gpu_visible: bool) -> None:
+    """``device: cuda`` on a machine without a visible GPU fails once the DAG is built, before the
+    first job, instead of in the first job that needs the GPU (after the CPU jobs before it).
+    ``runs_here``: ``runs_jobs_here``; ``device_jobs``: rule -> number of jobs to run that take ``--device``."""
+    if device != "cuda" or not runs_here or not device_jobs or gpu_visible:
+        return
+    jobs = ", ".join(f"{n} {rule}" for rule, n in sorted(device_jobs.items()))
+    raise HarnessError(f"device: cuda (config) but no GPU is visible on this machine (torch.cuda.is_available() is "
+                       f"False), and this local run would start jobs that need one ({jobs}); use device: auto or cpu, "
+                       f"or run where a GPU is visible or with a cluster profile")
 
 
 def exact_fp32() -> None:

@@ -1,9 +1,13 @@
+import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
+import torchvision
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,6 +27,50 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
     return proc
+
+
+def flickr_layout(data: Path, precomp: Path, dest: Path, test_images: int = 1000, test_split: str = "test") -> dict:
+    """Flickr30K's layout under ``dest`` (dataset_flickr30k.json, flickr30k-images/, f30k_precomp/)
+    filled with a synthetic dataset (``data``: its Karpathy JSON and images; ``precomp``: its
+    BUTD-style region files), its test split grown to ``test_images`` by repeating its images under
+    new names: protocol f30k_1k is defined on 1,000 test images, COCO's on 5,000 (their harness
+    split ``testall``: ``test_split`` names the precomputed test files). Returns the dataset's config block."""
+    dest.mkdir(parents=True)
+    images = dest / "flickr30k-images"
+    images.mkdir()
+    karpathy = json.loads((data / "dataset_synthetic.json").read_text())
+    entries = [e for e in karpathy["images"] if e["split"] != "test"]
+    test = [e for e in karpathy["images"] if e["split"] == "test"]
+    for e in entries:
+        (images / e["filename"]).symlink_to(data / "images" / e["filename"])
+    next_id = 1 + max(e["imgid"] for e in karpathy["images"])
+    for i in range(test_images):
+        source = test[i % len(test)]
+        entry = {**source, "filename": f"test{i:04d}_{source['filename']}", "imgid": next_id + i}
+        (images / entry["filename"]).symlink_to(data / "images" / source["filename"])
+        entries.append(entry)
+    (dest / "dataset_flickr30k.json").write_text(json.dumps({**karpathy, "images": entries}))
+    regions = dest / "f30k_precomp"
+    regions.mkdir()
+    for split in ("train", "dev"):
+        shutil.copy(precomp / f"{split}_ims.npy", regions)
+        shutil.copy(precomp / f"{split}_caps.txt", regions)
+    rows = [i % len(test) for i in range(test_images)]
+    ims = np.load(precomp / "test_ims.npy")
+    np.save(regions / f"{test_split}_ims.npy", ims[rows])
+    caps = (precomp / "test_caps.txt").read_text().splitlines()
+    (regions / f"{test_split}_caps.txt").write_text("".join(c + "\n" for r in rows for c in caps[5 * r:5 * r + 5]))
+    return {"karpathy_json": str(dest / "dataset_flickr30k.json"), "images_dir": str(images),
+            "precomp_dir": str(regions), "precomp": {"n_regions": int(ims.shape[1]), "feature_dim": int(ims.shape[2])}}
+
+
+def fitting_weights(path: Path, arch: str) -> Path:
+    """A weights file that loads into torchvision's ``arch``, in kilobytes: every tensor a broadcast
+    zero of the right shape (the DAG checks keys and shapes, not values)."""
+    with torch.device("meta"):
+        shapes = getattr(torchvision.models, arch)(weights=None).state_dict()
+    torch.save({k: torch.zeros((), dtype=v.dtype).expand(v.shape) for k, v in shapes.items()}, path)
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "methods"
 # above a base of helpers every layer may use.
 LAYERS = [
     ("base", ("methods", "methods.errors", "methods.io", "methods.config", "methods.registry", "methods.runtime",
-              "methods.cli")),
+              "methods.cli", "methods.retries")),
     ("data", ("methods.data",)),
     ("features", ("methods.features",)),
     ("models", ("methods.models",)),

@@ -5,9 +5,10 @@ import re
 
 import numpy as np
 import pytest
+import yaml
 
 from methods.metrics.retrieval import retrieval_metrics
-from tests.conftest import snakemake
+from tests.conftest import fitting_weights, flickr_layout, snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -23,18 +24,19 @@ def job_counts(proc) -> dict[str, int]:
 
 
 def flickr_config(tiny_dag, name: str, backbone: str, with_precomp: bool) -> str:
-    """A config file giving Flickr30K paths (the synthetic files in the Karpathy layout) and an
-    empty weights file for ``backbone`` (dry runs check presence only); returns its name."""
-    data = tiny_dag / "results/synthetic/data"
-    weights = tiny_dag / f"{backbone}.pth"
-    weights.write_bytes(b"")
-    text = ("backbones:\n  %s: {arch: %s, weights: %s}\n"
-            "datasets:\n  flickr:\n    karpathy_json: %s\n    images_dir: %s\n"
-            % (backbone, backbone, weights, data / "dataset_synthetic.json", data / "images"))
-    if with_precomp:
-        text += ("    precomp_dir: %s\n    precomp: {n_regions: 12, feature_dim: 256}\n"
-                 % (tiny_dag / "results/synthetic/precomp"))
-    (tiny_dag / name).write_text(text)
+    """A config file giving Flickr30K paths (the synthetic files in Flickr30K's layout, its test
+    split grown to protocol f30k_1k's 1,000 images) and a weights file that fits ``backbone``;
+    returns its name."""
+    src = tiny_dag / "results/synthetic"
+    layout = tiny_dag / "flickr_layout.json"  # one layout for every config of the session
+    if not layout.exists():
+        layout.write_text(json.dumps(flickr_layout(src / "data", src / "precomp", tiny_dag / "flickr_layout")))
+    flickr = json.loads(layout.read_text())
+    weights = fitting_weights(tiny_dag / f"{backbone}.pth", backbone)
+    if not with_precomp:
+        flickr = {k: v for k, v in flickr.items() if k not in ("precomp_dir", "precomp")}
+    (tiny_dag / name).write_text(yaml.safe_dump({"backbones": {backbone: {"arch": backbone, "weights": str(weights)}},
+                                                 "datasets": {"flickr": flickr}}))
     return name
 
 
@@ -159,18 +161,11 @@ def test_dry_run_of_the_study_on_configured_flickr(tiny_dag):
 
 def test_dry_run_of_sgraf_table5_on_configured_coco(tiny_dag):
     """SAF, SGR and joint rows x 3 seeds on COCO; the split row averages the SGR and SAF runs."""
-    data, precomp = tiny_dag / "results/synthetic/data", tiny_dag / "coco_precomp"
-    precomp.mkdir(exist_ok=True)
-    for harness_split, source in (("train", "train"), ("dev", "dev"), ("testall", "test")):
-        for suffix in ("ims.npy", "caps.txt"):
-            target = precomp / f"{harness_split}_{suffix}"
-            if not target.exists():
-                target.symlink_to(tiny_dag / f"results/synthetic/precomp/{source}_{suffix}")
-    (tiny_dag / "coco_sgraf.yaml").write_text(
-        "datasets:\n  coco:\n    karpathy_json: %s\n    images_dir: %s\n    precomp_dir: %s\n"
-        "    precomp: {n_regions: 12, feature_dim: 256}\n"
-        "    splits: {train: [train], dev: [val], testall: [test]}\n"
-        % (data / "dataset_synthetic.json", data / "images", precomp))
+    src = tiny_dag / "results/synthetic"
+    # COCO's protocols are defined on 5,000 test images: the synthetic test split, grown
+    coco = flickr_layout(src / "data", src / "precomp", tiny_dag / "coco_layout", 5000, test_split="testall")
+    coco["splits"] = {"train": ["train"], "dev": ["val"], "testall": ["test"]}
+    (tiny_dag / "coco_sgraf.yaml").write_text(yaml.safe_dump({"datasets": {"coco": coco}}))
     proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "coco_sgraf.yaml", "-n", "tables/sgraf_t5_coco.csv")
     counts = job_counts(proc)
     # 3 models (SGR, SAF, joint) x 3 seeds, evaluated on testall (COCO 1K 5-fold and 5K from one matrix)

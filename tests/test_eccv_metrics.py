@@ -244,7 +244,7 @@ def _set(split: str, sentid: str, images: list):
     (_set("test", "201", [20, 13]), "caption sentid 201 lists image 13, which is not an image of harness split"),
     (_set("test", "201", [20, 99]), "caption sentid 201 lists image 99"),
     (_set("test", "204", [21]), "caption sentid 204 does not list its own image 20"),
-    (lambda data: data.pop("splits"), "unreadable extended-positives file"),
+    (lambda data: data.pop("splits"), "no 'splits' object at the top level"),
 ])
 def test_loader_errors_are_one_line_naming_the_file(tmp_path, edit, message):
     with pytest.raises(HarnessError, match=message) as info:
@@ -258,7 +258,7 @@ def test_loader_errors_on_unreadable_and_missing_files(tmp_path):
     split = load_splits(karpathy, {"test": ["test"]})["test"]
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(HarnessError, match=f"{bad}: unreadable extended-positives file") as info:
+    with pytest.raises(HarnessError, match=f"{bad}:1:2: not valid JSON") as info:
         split_positives(bad, split, karpathy, ["test"])
     assert "\n" not in str(info.value)
     with pytest.raises(HarnessError, match="extended-positives file not found: .*missing.json"):

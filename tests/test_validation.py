@@ -9,25 +9,19 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.conftest import REPO, copy_workflow, snakemake
+from tests.conftest import REPO, copy_workflow, fitting_weights, flickr_layout, snakemake
 
 pytestmark = pytest.mark.e2e
 
 
 def make_flickr(tiny_dag: Path, work: Path) -> dict:
-    """A private copy of the synthetic data in Flickr30K's layout; returns its config block."""
+    """A private copy of the synthetic data in Flickr30K's layout (its test split grown to the 1,000
+    images of protocol f30k_1k), and resnet152 weights that fit; returns its config block."""
     src = tiny_dag / "results/synthetic"
-    data = work / "flickr"
-    data.mkdir()
-    shutil.copy(src / "data/dataset_synthetic.json", data / "dataset_flickr30k.json")
-    (data / "flickr30k-images").symlink_to(src / "data/images")
-    shutil.copytree(src / "precomp", data / "f30k_precomp")
-    (work / "resnet152.pth").write_bytes(b"")  # only its presence is checked before jobs start
+    flickr = flickr_layout(src / "data", src / "precomp", work / "flickr")
+    fitting_weights(work / "resnet152.pth", "resnet152")
     return {"backbones": {"resnet152": {"arch": "resnet152", "weights": str(work / "resnet152.pth")}},
-            "datasets": {"flickr": {"karpathy_json": str(data / "dataset_flickr30k.json"),
-                                    "images_dir": str(data / "flickr30k-images"),
-                                    "precomp_dir": str(data / "f30k_precomp"),
-                                    "precomp": {"n_regions": 12, "feature_dim": 256}}}}
+            "datasets": {"flickr": flickr}}
 
 
 def flickr_vocab(work: Path, extra_words=(), captions=None) -> Path:

@@ -38,12 +38,12 @@ def dataset_payload(cfg: dict, name: str) -> dict:
 
 
 def load_dataset_payload(path: str | Path) -> dict:
-    try:
-        payload = read_json(path)
-        validate(payload["dataset"], "config#dataset", str(path))
-        return payload
-    except (OSError, ValueError, KeyError) as exc:
-        raise HarnessError(f"{path}: unreadable dataset config ({exc})") from None
+    payload = read_json(path)
+    if not all(isinstance(payload, dict) and isinstance(payload.get(k), dict) for k in ("dataset", "paths")):
+        raise HarnessError(f"{path}: no 'dataset' and 'paths' objects, so not the dataset config the DAG writes; "
+                           f"delete it and run snakemake again")
+    validate(payload["dataset"], "config#dataset", str(path))
+    return payload
 
 
 def payload_splits(payload: dict, names: list[str]) -> dict[str, Split]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from methods.errors import HarnessError
+from methods.errors import HarnessError, shorten
 from methods.io import read_json
 
 CAPTIONS_PER_IMAGE = 5
@@ -36,14 +36,39 @@ def load_karpathy(path: str | Path) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise HarnessError(f"Karpathy split file not found: {path} (expected {LAYOUT})")
-    try:
-        data = read_json(path)
-        images = data["images"]
-        for entry in images:
-            entry["filename"], entry["split"], entry["sentences"]  # noqa: B018 - presence check
-    except (ValueError, KeyError, TypeError) as exc:
-        raise HarnessError(f"{path}: malformed Karpathy split file ({exc!r}); expected {LAYOUT}") from None
+    data = read_json(path, LAYOUT)
+    images = data.get("images") if isinstance(data, dict) else None
+    if not isinstance(images, list):
+        raise HarnessError(f"{path}: no 'images' list at the top level; expected {LAYOUT}")
+    for index, entry in enumerate(images):
+        problem = image_entry_problem(entry)
+        if problem:
+            named = isinstance(entry, dict) and isinstance(entry.get("filename"), str)
+            name = f" ({entry['filename']})" if named else ""
+            raise HarnessError(f"{path}: images[{index}]{name}: {problem}; expected {LAYOUT}")
     return images
+
+
+def image_entry_problem(entry) -> str | None:
+    """What is wrong with one entry of a Karpathy file's 'images' list (None: nothing the harness reads)."""
+    if not isinstance(entry, dict):
+        return f"is a {type(entry).__name__}, not an object"
+    for key in ("filename", "split"):
+        if not isinstance(entry.get(key), str):
+            if key not in entry:
+                return f"no '{key}' string"
+            return f"'{key}' is {shorten(repr(entry[key]), 60)}, not a string"
+    if "filepath" in entry and not isinstance(entry["filepath"], str):
+        return f"'filepath' is {shorten(repr(entry['filepath']), 60)}, not a string"
+    if "imgid" in entry and (isinstance(entry["imgid"], bool) or not isinstance(entry["imgid"], int)):
+        return f"'imgid' is {shorten(repr(entry['imgid']), 60)}, not an integer"
+    sentences = entry.get("sentences")
+    if not isinstance(sentences, list):
+        return "no 'sentences' list" if "sentences" not in entry else "'sentences' is not a list"
+    for k, sentence in enumerate(sentences[:CAPTIONS_PER_IMAGE]):  # the harness reads the first five
+        if not isinstance(sentence, dict) or not isinstance(sentence.get("raw"), str):
+            return f"sentences[{k}] has no 'raw' caption string"
+    return None
 
 
 def build_split(images: list[dict], name: str, karpathy_splits: list[str], where: str) -> Split:

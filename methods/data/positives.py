@@ -23,16 +23,16 @@ def load_positives(path: str | Path) -> dict[str, dict[str, list[int]]]:
     path = Path(path)
     if not path.is_file():
         raise HarnessError(f"extended-positives file not found: {path} (expected {LAYOUT})")
-    try:
-        data = read_json(path)
-        splits = {name: split["caption_images"] for name, split in data["splits"].items()}
-        for captions in splits.values():
-            if not isinstance(captions, dict) or not all(isinstance(v, list) for v in captions.values()):
-                raise ValueError("'caption_images' must map each sentid to a list of image ids")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise HarnessError(f"{path}: unreadable extended-positives file ({first_line(exc)}); "
-                           f"expected {LAYOUT}") from None
-    return splits
+    data = read_json(path, LAYOUT)
+    splits = data.get("splits") if isinstance(data, dict) else None
+    if not isinstance(splits, dict):
+        raise HarnessError(f"{path}: no 'splits' object at the top level; expected {LAYOUT}")
+    for name, split in splits.items():
+        captions = split.get("caption_images") if isinstance(split, dict) else None
+        if not isinstance(captions, dict) or not all(isinstance(v, list) for v in captions.values()):
+            raise HarnessError(f"{path}: splits.{name}.caption_images must map each sentid to a list of image ids; "
+                               f"expected {LAYOUT}")
+    return {name: split["caption_images"] for name, split in splits.items()}
 
 
 def caption_keys(karpathy_json: str | Path, split: Split, karpathy_splits: list[str]) -> list[tuple[str, int, int]]:

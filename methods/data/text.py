@@ -13,6 +13,8 @@ from methods.io import read_json, write_json
 
 PAD, START, END, UNK = "<pad>", "<start>", "<end>", "<unk>"
 SPECIALS = (PAD, START, END, UNK)
+VOCAB_LAYOUT = ('{"word2idx": {word: index}, "idx2word": {"0": word, ...}, "idx": word count} '
+                '(SCAN/SGRAF vocabulary JSON, starting with <pad> <start> <end> <unk>)')
 
 # Words (with inner apostrophes/hyphens kept) or single punctuation marks; close to
 # nltk.word_tokenize on captions but needs no downloaded tokenizer models.
@@ -57,14 +59,26 @@ class Vocabulary:
 
     @classmethod
     def load(cls, path: str | Path) -> "Vocabulary":
+        path = Path(path)
+        if not path.is_file():
+            raise HarnessError(f"vocabulary file not found: {path} (expected {VOCAB_LAYOUT})")
+        data = read_json(path, VOCAB_LAYOUT)
+        missing = [k for k in ("word2idx", "idx2word", "idx") if not isinstance(data, dict) or k not in data]
+        if missing:
+            raise HarnessError(f"{path}: not a vocabulary JSON: no {', '.join(map(repr, missing))}; "
+                               f"expected {VOCAB_LAYOUT}")
+        size, idx2word = data["idx"], data["idx2word"]
+        if isinstance(size, bool) or not isinstance(size, int) or not isinstance(idx2word, dict):
+            raise HarnessError(f"{path}: 'idx' must be the word count and 'idx2word' an object; "
+                               f"expected {VOCAB_LAYOUT}")
+        gap = next((i for i in range(size) if not isinstance(idx2word.get(str(i)), str)), None)
+        if gap is not None:
+            raise HarnessError(f"{path}: idx2word has no word for index {gap} ('idx' is {size}); "
+                               f"expected {VOCAB_LAYOUT}")
         try:
-            data = read_json(path)
-            words = [data["idx2word"][str(i)] for i in range(int(data["idx"]))]
-        except FileNotFoundError:
-            raise HarnessError(f"vocabulary file not found: {path}") from None
-        except (KeyError, ValueError, TypeError) as exc:
-            raise HarnessError(f"{path}: not a vocabulary JSON (word2idx/idx2word/idx): {exc}") from None
-        vocab = cls(words)
+            vocab = cls([idx2word[str(i)] for i in range(size)])
+        except HarnessError as exc:
+            raise HarnessError(f"{path}: {exc}") from None
         if data["word2idx"] != vocab.word2idx:
             raise HarnessError(f"{path}: word2idx and idx2word disagree")
         return vocab

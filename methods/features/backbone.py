@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from methods.errors import HarnessError
+from methods.data.input_cache import cached_verdict
+from methods.errors import HarnessError, first_line
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -63,6 +64,65 @@ class ResNetBackbone(nn.Module):
     def pooled(self, images: torch.Tensor) -> torch.Tensor:
         """Global average of conv5_x: the 'fc input' feature VSE++ uses."""
         return self.forward(images, ("conv5",))["conv5"].mean(dim=(2, 3))
+
+
+def weights_mismatch(arch: str, state) -> str | None:
+    """Why ``state`` (a loaded weights file) would not load into torchvision's ``arch`` as
+    ``ResNetBackbone`` loads it (strictly), or hold NaN/inf; None when it fits."""
+    import torchvision  # see the module doc: only checks of a configured weights file pay its import
+
+    if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
+        inner = next((k for k in ("state_dict", "model") if isinstance(state, dict) and isinstance(state.get(k), dict)), None)
+        hint = f": a checkpoint with a '{inner}' entry; save that state dict alone" if inner else ""
+        return f"is not a state dict of tensors{hint}"
+    with torch.device("meta"):  # shapes only: no memory, no initialisation
+        expected = getattr(torchvision.models, arch)(weights=None).state_dict()
+    # load_state_dict fills in a missing BatchNorm batch counter (weights saved by PyTorch < 0.4.1)
+    missing = [k for k in expected if k not in state and not k.endswith("num_batches_tracked")]
+    unexpected = [k for k in state if k not in expected]
+    reshaped = [k for k in expected if k in state and tuple(state[k].shape) != tuple(expected[k].shape)]
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} of its keys are missing (e.g. {missing[0]})")
+    if unexpected:
+        problems.append(f"{len(unexpected)} keys are not {arch}'s (e.g. {unexpected[0]})")
+    if reshaped:
+        k = reshaped[0]
+        problems.append(f"{len(reshaped)} tensors have another shape (e.g. {k}: {tuple(state[k].shape)}, "
+                        f"expected {tuple(expected[k].shape)})")
+    if problems:
+        return f"does not fit torchvision {arch}: " + "; ".join(problems)
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        return f"holds NaN or inf values in {len(bad)} tensors (e.g. {bad[0]})"
+    return None
+
+
+def _weights_problem(arch: str, path: Path) -> dict:
+    if path.stat().st_size == 0:
+        return {"problem": f"is an empty file; expected a {arch} state dict (an interrupted download?)"}
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated, not a PyTorch file, or pickled objects weights_only refuses
+        reason = first_line(exc)
+        reason = type(exc).__name__ if reason == type(exc).__name__ else f"{type(exc).__name__}: {reason}"
+        return {"problem": f"cannot be read as a PyTorch state dict ({reason})"}
+    return {"problem": weights_mismatch(arch, state)}
+
+
+def check_weights_fit(cfg: dict, backbone: str) -> None:
+    """When the DAG is built: a configured weights file of ``backbones.<backbone>`` loads into its
+    architecture (the feature or training job would find out only when it builds the CNN). The
+    verdict is cached by file size and mtime (``methods.data.input_cache``): a ResNet-152 file is
+    230 MB. Weights the DAG pre-trains, and 'none', are not checked."""
+    bb = cfg["backbones"][backbone]
+    if bb["weights"] in (None, "none") or "pretrain" in bb:
+        return
+    path = Path(bb["weights"]).expanduser()
+    verdict = cached_verdict(cfg["results_dir"], f"weights:{bb['arch']}", path,
+                             lambda p: _weights_problem(bb["arch"], p))
+    if verdict["problem"]:
+        raise HarnessError(f"backbones.{backbone}.weights: {path} {verdict['problem']}")
 
 
 def eval_transform(resize: int, crop: int):

@@ -53,6 +53,24 @@ def get_protocol(name: str) -> Protocol:
     return PROTOCOLS.get(name)
 
 
+def check_split_sizes(dataset: str, protocols: list[str], split_sizes: dict[str, int], where: str) -> None:
+    """Each protocol's split has the image count the protocol is defined on (and splits into its
+    folds), checked when the DAG is built: evaluation would find out only after training.
+    ``split_sizes``: harness split -> images; ``where``: the file the splits come from."""
+    for name in protocols:
+        protocol = get_protocol(name)
+        n = split_sizes.get(protocol.split)
+        if n is None:
+            continue  # a protocol whose split is not defined is named by methods.plan.test_splits
+        if protocol.n_images is not None and n != protocol.n_images:
+            raise HarnessError(f"datasets.{dataset}.splits.{protocol.split}: {n} images in {where}, but protocol "
+                               f"{name} (datasets.{dataset}.protocols) needs {protocol.n_images} "
+                               f"({protocol.description})")
+        if n % protocol.n_folds:
+            raise HarnessError(f"datasets.{dataset}.splits.{protocol.split}: {n} images in {where} do not split "
+                               f"into the {protocol.n_folds} folds of protocol {name}")
+
+
 def evaluate_split(scores: torch.Tensor | np.ndarray, protocols: list[str], split: str,
                    relevances: dict | None = None) -> list[dict]:
     """Results of every protocol (of ``protocols``, a dataset's list) that evaluates ``split``;

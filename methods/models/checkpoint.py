@@ -12,6 +12,7 @@ from methods.io import torch_save
 from methods.models.base import BuildContext, RetrievalModel, build_model
 
 MODEL_FILE_FORMAT = 1
+MODEL_FILE_KEYS = ("config", "vocab_size", "best", "state_dict")  # what loading a model reads
 
 
 def save_trained_model(path: str | Path, config: dict, config_hash: str, seed: int, vocab_size: int,
@@ -21,12 +22,20 @@ def save_trained_model(path: str | Path, config: dict, config_hash: str, seed: i
 
 
 def read_model_file(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise HarnessError(f"model file not found: {path} (written by a training job: model.pt of a run folder)")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        ckpt["config"]  # noqa: B018 - presence check
     except Exception as exc:
         raise HarnessError(f"model file {path} is corrupt or unreadable ({type(exc).__name__}: {first_line(exc)}); "
                            f"delete it and re-run its training job") from None
+    missing = [k for k in MODEL_FILE_KEYS if not isinstance(ckpt, dict) or k not in ckpt]
+    if not missing and not (isinstance(ckpt["best"], dict) and "finetuned" in ckpt["best"]):
+        missing = ["best.finetuned"]
+    if missing:
+        raise HarnessError(f"model file {path} has no {', '.join(missing)}; it was not written by this harness's "
+                           f"training (format {MODEL_FILE_FORMAT}): delete it and re-run its training job")
     if "image_shape" not in ckpt:  # files written before the image shape was stored whole
         ckpt["image_shape"] = {k: v for k, v in (("dim", ckpt.get("image_dim")), ("regions", ckpt.get("n_regions")))
                                if v is not None}
@@ -40,7 +49,10 @@ def load_trained_model(path: str | Path, backbones: dict, device: torch.device) 
     # The trained weights overwrite whatever the backbone is built with; never load ImageNet here.
     backbones = {k: {**v, "weights": "none"} for k, v in backbones.items()}
     model = build_model(ckpt["config"]["model"], BuildContext(ckpt["vocab_size"], ckpt["image_shape"], backbones))
-    missing, unexpected = model.load_state_dict(ckpt["state_dict"], strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(ckpt["state_dict"], strict=False)
+    except RuntimeError as exc:  # shape mismatches: torch lists every one, over many lines
+        raise HarnessError(f"{path}: weights do not fit the model its config builds ({exc})") from None
     if unexpected or any(not k.startswith("backbone.") or finetuned for k in missing):
         raise HarnessError(f"{path}: weights do not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
     return model.to(device).eval(), ckpt, finetuned

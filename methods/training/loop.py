@@ -102,6 +102,8 @@ PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 class Preempted(HarnessError):
     """Training stopped on a signal after writing a checkpoint; re-running resumes it."""
 
+    transient = True  # a Snakemake retry resumes it (methods.retries)
+
 
 @contextmanager
 def preemption_signals():

@@ -1,16 +1,61 @@
 import json
+import logging
+import os
+import sys
+from collections import Counter
+
+import torch
+from snakemake.logging import logger as snakemake_logger
 
 from methods.config import validate
-from methods.data.checks import check_backbone_weights, check_dataset_inputs
+from methods.data.checks import check_backbone_weights, check_dataset_inputs, check_word_vectors
 from methods.data.datasets import dataset_paths, dataset_payload, features_dir as backbone_features_dir
 from methods.errors import HarnessError
-from methods.metrics.protocols import get_protocol
+from methods.features.backbone import check_weights_fit
+from methods.metrics.protocols import check_split_sizes, get_protocol
 from methods.plan import Plan, test_splits
 from methods.report.paper_figures import FIGURE_KINDS
+from methods.runtime import check_gpu_for_local_run, runs_jobs_here
+from methods.retries import FAILED_JOBS_ENV, failed_jobs_dir
+
+
+class HarnessErrorsInOneLine(logging.Filter):
+    """Snakemake reports an exception raised while the DAG is built (here, or in an input function,
+    wrapped in an InputFunctionException) as a block with a traceback. A HarnessError is the
+    user's mistake and its message already names the file or key: show `error: <message>` alone.
+    Snakemake logs the exception while handling it, so it is the one sys.exc_info() sees."""
+
+    def filter(self, record):
+        if record.levelno >= logging.ERROR:
+            harness_error = harness_error_in(sys.exc_info()[1])
+            if harness_error is not None:
+                record.msg, record.args = f"error: {harness_error}", ()
+        return True
+
+
+def harness_error_in(exc):
+    """The HarnessError ``exc`` is, or was raised while handling (its __cause__/__context__ chain)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, HarnessError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+for _old in [f for f in snakemake_logger.filters if type(f).__name__ == HarnessErrorsInOneLine.__name__]:
+    snakemake_logger.removeFilter(_old)  # the Snakefile parsed again in one process (the API, tests)
+snakemake_logger.addFilter(HarnessErrorsInOneLine())
 
 HARNESS = validate(dict(config), "config", "config/config.yaml (with --config/--configfile overrides)")
 PLAN = Plan(HARNESS)
 R = HARNESS["results_dir"]
+# This run's folder of failure records: a retry of a job that stopped on a bad config or input
+# stops at once (methods/retries.py). Jobs inherit the variable, SLURM ones through sbatch.
+if workflow.is_main_process:
+    os.environ[FAILED_JOBS_ENV] = failed_jobs_dir(R)
+
 DEVICE = HARNESS["device"]
 CONDA_ENV = "../../envs/harness.yaml"  # relative to workflow/rules/; for --software-deployment-method conda
 SYNTHETIC = [n for n, d in HARNESS["datasets"].items() if d["kind"] == "synthetic"]
@@ -28,6 +73,14 @@ wildcard_constraints:
     backbone="[A-Za-z0-9_]+",
 
 
+# Every job writes its output to its log; when it fails, the log's last lines (its one-line
+# `error:`, or a bug's traceback end) go to the job's stderr too, so a plain `snakemake` shows
+# them on the console (no workflow profile needed; the SLURM profile's --show-failed-logs shows
+# the log of a remote job). tr: a progress bar's \r updates are one line for tail. Keeps the
+# exit status (2 = bad config or input: methods/retries.py does not retry it).
+TO_LOG = "> {log} 2>&1 || {{ status=$?; tail -n 5 {log} | tr '\\r' '\\n' | tail -n 5 >&2; exit $status; }}"
+
+
 def res(rule_name, key):
     return HARNESS["resources"][rule_name][key]
 
@@ -37,6 +90,13 @@ def dataset_res(rule_name, key):
     (datasets.<name>.resources), else the rule's."""
     return lambda w: HARNESS["datasets"][w.dataset].get("resources", {}).get(rule_name, {}).get(
         key, HARNESS["resources"][rule_name][key])
+
+
+def cpu_partition(gpus):
+    """For a job's resources: a job that uses no GPU goes to the SLURM partition config names for
+    them (slurm_cpu_partition), not to the profile's default (GPU) one; local runs ignore it."""
+    partition = HARNESS.get("slurm_cpu_partition")
+    return {"slurm_partition": partition} if gpus == 0 and partition else {}
 
 
 # Every rule that computes something writes a Snakemake benchmark (wall and CPU seconds, max RSS)
@@ -57,13 +117,42 @@ def dataset_json(w):
     return f"{R}/{w.dataset}/dataset.json"
 
 
+def check_device_before_jobs():
+    """``device: cuda`` where no GPU is visible stops a local run once its DAG is built, before the
+    first job (methods/runtime.py); a cluster run, a dry run and a job on a node are not checked."""
+    if DEVICE != "cuda":
+        return
+    runs_here = runs_jobs_here(main_process=workflow.is_main_process, local_executor=workflow.local_exec,
+                               dry_run=workflow.dryrun, touch=workflow.touch)
+    device_jobs = Counter(job.rule.name for job in workflow.dag.needrun_jobs() if "device" in job.rule.params.keys())
+    check_gpu_for_local_run(DEVICE, runs_here=runs_here, device_jobs=dict(device_jobs),
+                            gpu_visible=runs_here and bool(device_jobs) and torch.cuda.is_available())
+
+
+onstart:  # after the DAG is built (it holds the jobs to run), before any job starts
+    check_device_before_jobs()
+
+
 _CHECKED_DATASETS = set()  # the check stats every image: once per dataset per DAG build
 
 
 def checked_dataset(dataset):
     if dataset not in _CHECKED_DATASETS:
-        check_dataset_inputs(HARNESS, dataset)
+        splits = check_dataset_inputs(HARNESS, dataset)
+        check_split_sizes(dataset, HARNESS["datasets"][dataset]["protocols"], {n: len(s) for n, s in splits.items()},
+                          str(dataset_paths(HARNESS, dataset)["karpathy_json"]))
         _CHECKED_DATASETS.add(dataset)
+
+
+_CHECKED_BACKBONES = set()  # loading a weights file is slow: once per backbone per DAG build (and cached)
+
+
+def checked_backbone(backbone):
+    """The backbone's weights are configured, present, and fit its architecture."""
+    if backbone not in _CHECKED_BACKBONES:
+        check_backbone_weights(HARNESS, backbone)
+        check_weights_fit(HARNESS, backbone)
+        _CHECKED_BACKBONES.add(backbone)
 
 
 def data_inputs_of(dataset):
@@ -90,7 +179,7 @@ SYNTHETIC_PRECOMP = [
 
 
 def backbone_weights(w):
-    check_backbone_weights(HARNESS, w.backbone)
+    checked_backbone(w.backbone)
     return PLAN.weights_input(w.backbone)
 
 
@@ -116,8 +205,9 @@ def train_inputs(w):
     exp = PLAN.experiment(w.dataset, w.exp)
     weights = []
     if exp.backbone is not None:
-        check_backbone_weights(HARNESS, exp.backbone)
+        checked_backbone(exp.backbone)
         weights = PLAN.weights_input(exp.backbone)
+    check_word_vectors(HARNESS, w.dataset, exp.config["model"], w.exp)
     return {
         **data_inputs(w),
         "cfg": dataset_json(w),

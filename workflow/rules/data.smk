@@ -10,7 +10,7 @@ rule dataset_config:
     log:
         f"{R}/logs/dataset_config/{{dataset}}.log",
     shell:
-        "python -m methods.io --out {output} --json {params.payload:q} > {log} 2>&1"
+        "python -m methods.io --out {output} --json {params.payload:q} " + TO_LOG
 
 
 rule generate_synthetic:
@@ -31,6 +31,7 @@ rule generate_synthetic:
     resources:
         mem_mb=res("generate", "mem_mb"),
         runtime=res("generate", "runtime"),
+        **cpu_partition(res("generate", "gpus")),
     conda:
         CONDA_ENV
     log:
@@ -38,7 +39,7 @@ rule generate_synthetic:
     benchmark:
         benchmark_file("generate_synthetic", "{dataset}")
     shell:
-        "python -m methods.data.synthetic --dataset-config {input} --out {params.out_dir} > {log} 2>&1"
+        "python -m methods.data.synthetic --dataset-config {input} --out {params.out_dir} " + TO_LOG
 
 
 rule vocab:
@@ -53,6 +54,7 @@ rule vocab:
     resources:
         mem_mb=res("vocab", "mem_mb"),
         runtime=res("vocab", "runtime"),
+        **cpu_partition(res("vocab", "gpus")),
     conda:
         CONDA_ENV
     log:
@@ -60,4 +62,4 @@ rule vocab:
     benchmark:
         benchmark_file("vocab", "{dataset}")
     shell:
-        "python -m methods.data.vocab --dataset-config {input.cfg} --out {output} > {log} 2>&1"
+        "python -m methods.data.vocab --dataset-config {input.cfg} --out {output} " + TO_LOG

@@ -12,6 +12,7 @@ rule pretrain_backbone:
         mem_mb=res("train", "mem_mb"),
         runtime=res("train", "runtime"),
         gpu=res("train", "gpus"),
+        **cpu_partition(res("train", "gpus")),
     conda:
         CONDA_ENV
     log:
@@ -20,7 +21,7 @@ rule pretrain_backbone:
         benchmark_file("pretrain_backbone", "{dataset}/{backbone}")
     shell:
         "python -m methods.features.pretrain --dataset-config {input.cfg} --backbone {wildcards.backbone} "
-        "--out {output} --device {params.device} --threads {threads} > {log} 2>&1"
+        "--out {output} --device {params.device} --threads {threads} " + TO_LOG
 
 
 # One feature rule per dataset: which grid maps are cached is a per-dataset setting.
@@ -49,6 +50,7 @@ for _name, _ds in HARNESS["datasets"].items():
             mem_mb=res("features", "mem_mb"),
             runtime=res("features", "runtime"),
             gpu=res("features", "gpus"),
+            **cpu_partition(res("features", "gpus")),
         conda:
             CONDA_ENV
         log:
@@ -58,7 +60,7 @@ for _name, _ds in HARNESS["datasets"].items():
         shell:
             "python -m methods.features.extract --dataset-config {input.cfg} --backbone {wildcards.backbone} "
             "--split {wildcards.split} --out-dir {params.out_dir} "
-            "--device {params.device} --threads {threads} > {log} 2>&1"
+            "--device {params.device} --threads {threads} " + TO_LOG
 
 
 rule region_features:
@@ -80,6 +82,7 @@ rule region_features:
     resources:
         mem_mb=res("regions", "mem_mb"),
         runtime=res("regions", "runtime"),
+        **cpu_partition(res("regions", "gpus")),
     conda:
         CONDA_ENV
     log:
@@ -88,4 +91,4 @@ rule region_features:
         benchmark_file("region_features", "{dataset}_{split}")
     shell:
         "python -m methods.features.regions --dataset-config {input.cfg} --split {wildcards.split} "
-        "--grid {input.grid} --out-dir {params.out_dir} > {log} 2>&1"
+        "--grid {input.grid} --out-dir {params.out_dir} " + TO_LOG

@@ -12,7 +12,7 @@ rule aggregate_row:
     benchmark:
         benchmark_file("aggregate_row", "{dataset}/{table}/{row}")
     shell:
-        "python -m methods.report.aggregate --out {output} {input} > {log} 2>&1"
+        "python -m methods.report.aggregate --out {output} {input} " + TO_LOG
 
 
 rule table_spec:
@@ -27,7 +27,7 @@ rule table_spec:
     log:
         f"{R}/logs/table_spec/{{dataset}}/{{table}}.log",
     shell:
-        "python -m methods.io --out {output} --json {params.spec:q} > {log} 2>&1"
+        "python -m methods.io --out {output} --json {params.spec:q} " + TO_LOG
 
 
 rule table:
@@ -48,13 +48,15 @@ rule table:
         benchmark_file("table", "{table}_{dataset}")
     shell:
         "python -m methods.report.table --spec {input.spec} --out-csv {output.csv} --out-md {output.md} "
-        "{input.rows} > {log} 2>&1"
+        "{input.rows} " + TO_LOG
 
 
 rule figure_reproduced_vs_reported:
     """Scatter of reproduced vs reported R@K over every table of a dataset."""
     input:
-        lambda w: [f"tables/{t}_{w.dataset}.csv" for t, d in PLAN.tables if d == w.dataset],
+        # an unknown dataset, or one with no table, fails here (the job would plot nothing)
+        lambda w: [f"tables/{t}_{w.dataset}.csv"
+                   for t in PLAN.dataset_tables(w.dataset, f"figures/reproduced_vs_reported_{w.dataset}.png")],
     output:
         report("figures/reproduced_vs_reported_{dataset}.png", category="Figures", caption="../report/figure.rst"),
     localrule: True
@@ -65,7 +67,7 @@ rule figure_reproduced_vs_reported:
     benchmark:
         benchmark_file("figure_reproduced_vs_reported", "{dataset}")
     shell:
-        "python -m methods.report.figure --dataset {wildcards.dataset} --out {output} {input} > {log} 2>&1"
+        "python -m methods.report.figure --dataset {wildcards.dataset} --out {output} {input} " + TO_LOG
 
 
 rule figure_spec:
@@ -80,7 +82,7 @@ rule figure_spec:
     log:
         f"{R}/logs/figure_spec/{{dataset}}/{{figure}}.log",
     shell:
-        "python -m methods.io --out {output} --json {params.spec:q} > {log} 2>&1"
+        "python -m methods.io --out {output} --json {params.spec:q} " + TO_LOG
 
 
 rule paper_figure:
@@ -99,4 +101,4 @@ rule paper_figure:
     benchmark:
         benchmark_file("paper_figure", "{figure}_{dataset}")
     shell:
-        "python -m methods.report.paper_figures --spec {input.spec} --out {output} {params.extra} {input.rows} > {log} 2>&1"
+        "python -m methods.report.paper_figures --spec {input.spec} --out {output} {params.extra} {input.rows} " + TO_LOG

@@ -15,6 +15,7 @@ def runtime_jobs(dataset):
     paper: they are shared."""
     if dataset in _RUNTIME_JOBS:
         return _RUNTIME_JOBS[dataset]
+    PLAN.check_target_dataset(dataset, f"tables/runtime_{dataset}")
     ds = HARNESS["datasets"][dataset]
     jobs = {}
 
@@ -115,7 +116,7 @@ rule runtime_spec:
     log:
         f"{R}/logs/runtime_spec/{{dataset}}.log",
     shell:
-        "python -m methods.io --out {output} --json {params.spec:q} > {log} 2>&1"
+        "python -m methods.io --out {output} --json {params.spec:q} " + TO_LOG
 
 
 rule runtime:
@@ -134,4 +135,4 @@ rule runtime:
     benchmark:
         benchmark_file("runtime", "{dataset}")
     shell:
-        "python -m methods.report.runtime --spec {input.spec} --out-csv {output.csv} --out-md {output.md} > {log} 2>&1"
+        "python -m methods.report.runtime --spec {input.spec} --out-csv {output.csv} --out-md {output.md} " + TO_LOG

@@ -10,7 +10,7 @@ rule experiment_config:
     log:
         f"{R}/logs/experiment_config/{{dataset}}/{{exp}}.log",
     shell:
-        "python -m methods.io --out {output} --json {params.config:q} > {log} 2>&1"
+        "python -m methods.io --out {output} --json {params.config:q} " + TO_LOG
 
 
 rule train:
@@ -29,6 +29,7 @@ rule train:
         mem_mb=res("train", "mem_mb"),
         runtime=res("train", "runtime"),
         gpu=res("train", "gpus"),
+        **cpu_partition(res("train", "gpus")),
     conda:
         CONDA_ENV
     log:
@@ -38,7 +39,7 @@ rule train:
     shell:
         "python -m methods.train --dataset-config {input.cfg} --experiment {input.exp} --seed {wildcards.seed} "
         "--run-dir {params.run_dir} --features-dir {params.features} --vocab {input.vocab} "
-        "--device {params.device} --threads {threads} > {log} 2>&1"
+        "--device {params.device} --threads {threads} " + TO_LOG
 
 
 rule evaluate:
@@ -57,6 +58,7 @@ rule evaluate:
         mem_mb=res("evaluate", "mem_mb"),
         runtime=res("evaluate", "runtime"),
         gpu=res("evaluate", "gpus"),
+        **cpu_partition(res("evaluate", "gpus")),
     conda:
         CONDA_ENV
     log:
@@ -65,7 +67,7 @@ rule evaluate:
         benchmark_file("evaluate", "{dataset}/{exp}/seed{seed}_{split}")
     shell:
         "python -m methods.evaluate --dataset-config {input.cfg} --run-dir {params.run_dir} --split {wildcards.split} "
-        "--features-dir {params.features} --vocab {input.vocab} --device {params.device} --threads {threads} > {log} 2>&1"
+        "--features-dir {params.features} --vocab {input.vocab} --device {params.device} --threads {threads} " + TO_LOG
 
 
 rule ensemble:
@@ -83,6 +85,7 @@ rule ensemble:
     resources:
         mem_mb=res("evaluate", "mem_mb"),
         runtime=res("evaluate", "runtime"),
+        **cpu_partition(0),  # averages score matrices: no GPU
     conda:
         CONDA_ENV
     log:
@@ -91,4 +94,4 @@ rule ensemble:
         benchmark_file("ensemble", "{dataset}/{ens}/seed{seed}_{split}")
     shell:
         "python -m methods.ensemble --dataset-config {input.cfg} --split {wildcards.split} "
-        "--members {params.members} --out {output} > {log} 2>&1"
+        "--members {params.members} --out {output} " + TO_LOG

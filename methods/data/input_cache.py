@@ -1,0 +1,46 @@
+"""Verdicts of slow DAG-build-time input checks (a 33 GB feature file scanned for NaN, a state
+dict loaded and compared with its architecture), cached in ``<results_dir>/.input_checks.json``
+by (resolved path, size, mtime_ns): each version of a file is checked once, not at every
+``snakemake`` call; a replaced or edited file is checked again."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from methods.errors import HarnessError
+from methods.io import write_json
+
+CACHE_NAME = ".input_checks.json"
+
+
+def cache_file(results_dir: str | Path) -> Path:
+    return Path(results_dir) / CACHE_NAME
+
+
+def _read(path: Path) -> dict:
+    try:
+        cache = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}  # none yet, or damaged: the cache only saves time, so start afresh
+    return cache if isinstance(cache, dict) else {}
+
+
+def cached_verdict(results_dir: str | Path, kind: str, path: str | Path, check: Callable[[Path], dict]) -> dict:
+    """``check(path)``'s verdict (a JSON-serialisable dict), from the cache while the file's size and
+    mtime are those it was checked at. ``kind`` names the check (one file may get several)."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    key, stamp = f"{kind}:{path}", [stat.st_size, stat.st_mtime_ns]
+    where = cache_file(results_dir)
+    entry = _read(where).get(key)
+    if isinstance(entry, dict) and entry.get("stamp") == stamp and isinstance(entry.get("verdict"), dict):
+        return entry["verdict"]
+    verdict = check(path)
+    cache = _read(where)  # re-read: another snakemake call may have added verdicts meanwhile
+    cache[key] = {"stamp": stamp, "verdict": verdict}
+    try:
+        write_json(where, cache)
+    except (OSError, HarnessError):
+        pass  # a read-only results folder (a collaborator's dry run): check again next time
+    return verdict
