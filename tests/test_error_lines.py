@@ -130,11 +130,16 @@ def test_model_file_errors(tmp_path):
                      error_line(read_model_file, path))
 
 
+def random_init_backbones() -> dict:
+    """The config's backbones at random weights: a clean clone has no pre-trained synthetic ResNet."""
+    return {name: {**bb, "weights": "none"} for name, bb in api.harness_config()["backbones"].items()}
+
+
 @pytest.fixture(scope="module")
 def tiny_model_file(tmp_path_factory):
     """A model file of the synthetic VSE++ (frozen CNN: no backbone weights), as training writes it."""
     cfg = api.experiment_config("vsepp", "synthetic")
-    model = api.build_model(cfg, vocab_size=20, image_shape={"dim": 512})
+    model = api.build_model(cfg, vocab_size=20, image_shape={"dim": 512}, backbones=random_init_backbones())
     state = {k: v for k, v in model.state_dict().items() if not k.startswith("backbone.")}
     path = tmp_path_factory.mktemp("model") / "model.pt"
     save_trained_model(path, cfg, "0123456789", 0, 20, {"dim": 512}, {"finetuned": False}, state)
@@ -142,7 +147,7 @@ def tiny_model_file(tmp_path_factory):
 
 
 def test_model_weights_of_another_shape(tiny_model_file, tmp_path):
-    backbones = api.harness_config()["backbones"]
+    backbones = random_init_backbones()
     load_trained_model(tiny_model_file, backbones, torch.device("cpu"))  # the control loads
     ckpt = torch.load(tiny_model_file, weights_only=True)
     name = next(k for k, v in ckpt["state_dict"].items() if v.ndim == 2)

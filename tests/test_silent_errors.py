@@ -191,6 +191,9 @@ CONFIG_CASES = {
                       r"config\.yaml: invalid config config: datasets\.synthetic\.seeds: \[0, 0\] has non-unique"),
     "table_seeds": ({"datasets": {"synthetic": {"table_seeds": {"sgraf_t3": [1, 1]}}}},
                     r"datasets\.synthetic\.table_seeds\.sgraf_t3: \[1, 1\] has non-unique elements"),
+    "resources_rule": ({"resources": {"trian": {"threads": 4, "mem_mb": 8000, "runtime": 60, "gpus": 1}}},
+                       r"config\.yaml: invalid config config: resources: Additional properties are not allowed "
+                       r"\('trian' was unexpected\)"),  # the train jobs would keep the defaults
     "default_dataset": ({"default_datasets": ["synthtic"]},  # would build nothing
                         r"^default_datasets\.0: no dataset 'synthtic' is configured"),
     "stand_in_dataset": ({"datasets": {"synthetic": {"stands_in_for": {"dataset": "flikr", "protocol": "f30k_1k"}}}},
