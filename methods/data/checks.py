@@ -78,7 +78,8 @@ def _file_size(path: Path) -> int | None:
 
 def check_word_vectors(cfg: dict, dataset: str, model_cfg: dict, experiment: str) -> None:
     """An experiment whose text encoder starts from GloVe (``model.text.word_init: glove``) has a
-    GloVe file configured for its dataset, of the encoder's word_dim."""
+    GloVe file configured for its dataset, of the encoder's word_dim (that the file exists and
+    parses is ``check_dataset_inputs``'s, run first)."""
     text = model_cfg.get("text") or {}
     if text.get("word_init") != "glove":
         return
@@ -87,8 +88,6 @@ def check_word_vectors(cfg: dict, dataset: str, model_cfg: dict, experiment: str
         raise HarnessError(f"experiment {experiment} sets model.text.word_init: glove, but datasets.{dataset}.glove "
                            f"is not set: give a GloVe text file of {text['word_dim']}-d vectors (e.g. "
                            f"glove.840B.300d.txt), or use word_init: random")
-    if not Path(glove).is_file():
-        raise HarnessError(f"datasets.{dataset}.glove: file not found: {glove}")
     check_glove_head(glove, text["word_dim"])
 
 

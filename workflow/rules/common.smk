@@ -207,9 +207,10 @@ def train_inputs(w):
     if exp.backbone is not None:
         checked_backbone(exp.backbone)
         weights = PLAN.weights_input(exp.backbone)
+    data = data_inputs(w)  # checks the dataset's files first (a configured GloVe file exists, its head parses)
     check_word_vectors(HARNESS, w.dataset, exp.config["model"], w.exp)
     return {
-        **data_inputs(w),
+        **data,
         "cfg": dataset_json(w),
         "exp": f"{R}/{w.dataset}/runs/{w.exp}/config.json",
         "vocab": f"{R}/{w.dataset}/vocab.json",
