@@ -1,15 +1,20 @@
-"""Benchmark (not a test): time SGRAF's full similarity matrix, SGR and SAF, at the paper's size.
+"""Benchmark (not a test): time full similarity matrices of the cross-attention models at the
+papers' sizes: SGRAF's SGR and SAF, and MVSA's SCAN-style scoring (t-i AVG and i-t LSE) of 49
+instance candidates (7x7) and of 98 (14x14 pooled to 7x7, fused with 7x7).
 
     python -m methods.benchmarks.cross_attention                        # 1,000 images x 5,000 captions
     python -m methods.benchmarks.cross_attention --images 100 --captions 500 --device cpu
+    python -m methods.benchmarks.cross_attention --models mvsa_t2i_98 mvsa_i2t_98
 
-Random weights and inputs in the BUTD layout: 36 regions x 2048-d per image, caption lengths
-uniform in 8-30 tokens, the paper's dimensions (1024-d embeddings, 256-d similarity vectors,
-3 SGR steps). The timed part is what evaluation does after encoding: every (image, caption)
-pair scored in length-sorted blocks (``SGRAF.score_matrix``); encoding both sides is timed
-apart. On CUDA it runs under fp16 autocast (the evaluation default, ``training.amp``) and in
-fp32. Prints seconds and pairs/s per module; reference point: the public code's per-caption
-loop needs ~120.8 s (SGR) and ~106.3 s (SAF) for 1K x 5K on an H100 (Paranioar/SGRAF, evaluation.py, run on the same machine).
+Random weights and inputs. SGRAF: the BUTD layout, 36 regions x 2048-d per image, 1024-d
+embeddings, 256-d similarity vectors, 3 SGR steps. MVSA: 1024-d instance features (random unit
+vectors, the scorer's input: the CNN and ASA encoders are not timed). Caption lengths uniform in
+8-30 tokens, bi-GRU 1024. The timed part is what evaluation does after encoding: every (image,
+caption) pair scored in length-sorted blocks (``score_matrix``); encoding the captions (and
+SGRAF's regions) is timed apart. On CUDA it runs under fp16 autocast (the evaluation default,
+``training.amp``) and in fp32. Prints seconds and pairs/s per model; reference point: the
+public code's per-caption loop needs ~120.8 s (SGR) and ~106.3 s (SAF) for 1K x 5K on an H100
+(Paranioar/SGRAF, evaluation.py, run on the same machine).
 """
 from __future__ import annotations
 
@@ -19,16 +24,36 @@ import time
 
 import torch
 
+import torch.nn.functional as F
+
+from methods.features.backbone import ResNetBackbone
+from methods.models.base import CrossAttentionModel
+from methods.models.cross_attention import RegionFeatures
+from methods.models.mvsa import MVSA
 from methods.models.sgraf import SGRAF
 from methods.models.text import GRUTextEncoder
 from methods.runtime import autocast, exact_fp32, resolve_device
 from methods.scoring import stored
 
+# name -> (instance candidates of an MVSA model, similarity) or SGRAF heads
+MODELS = {"sgr": ["sgr"], "saf": ["saf"],
+          "mvsa_t2i_49": (49, ("t2i", "avg", 9.0, None)), "mvsa_i2t_49": (49, ("i2t", "lse", 4.0, 5.0)),
+          "mvsa_t2i_98": (98, ("t2i", "avg", 9.0, None)), "mvsa_i2t_98": (98, ("i2t", "lse", 4.0, 5.0))}
+MVSA_SHAPES = {"conv4": [14, 14, 1024], "conv5": [7, 7, 2048]}
 
-def build(heads: list[str], vocab: int, device: torch.device) -> SGRAF:
+
+def build(name: str, vocab: int, device: torch.device) -> CrossAttentionModel:
     torch.manual_seed(0)
-    text = GRUTextEncoder(vocab, 300, 1024, bidirectional=True, embed_dropout=0.4)
-    return SGRAF(2048, 36, 1024, 256, text, heads).to(device).eval()
+    if name in ("sgr", "saf"):
+        text = GRUTextEncoder(vocab, 300, 1024, bidirectional=True, embed_dropout=0.4)
+        return SGRAF(2048, 36, 1024, 256, text, MODELS[name]).to(device).eval()
+    n_instances, (direction, aggregation, lambda_softmax, lambda_lse) = MODELS[name]
+    scales = ["conv5"] if n_instances == 49 else ["conv4", "conv5"]
+    backbone = ResNetBackbone("resnet152", "none")   # not run: the instance features are given
+    text = GRUTextEncoder(vocab, 300, 1024, bidirectional=True)
+    model = MVSA(backbone, MVSA_SHAPES, scales, None if n_instances == 49 else "max", 2048, 1024, text,
+                 direction=direction, aggregation=aggregation, lambda_softmax=lambda_softmax, lambda_lse=lambda_lse)
+    return model.to(device).eval()
 
 
 def synchronize(device: torch.device) -> None:
@@ -37,19 +62,23 @@ def synchronize(device: torch.device) -> None:
 
 
 @torch.no_grad()
-def run(heads: list[str], n_images: int, n_captions: int, device: torch.device, amp: bool,
+def run(name: str, n_images: int, n_captions: int, device: torch.device, amp: bool,
         block_elements: int | None, repeats: int) -> dict:
-    model = build(heads, 10_000, device)
+    model = build(name, 10_000, device)
     model.block_elements = block_elements
     g = torch.Generator().manual_seed(1)
-    features = torch.randn(n_images, 36, 2048, generator=g)
     lengths = torch.randint(8, 31, (n_captions,), generator=g)
     tokens = torch.randint(4, 10_000, (n_captions, 30), generator=g)
     tokens[torch.arange(30)[None, :] >= lengths[:, None]] = 0
     synchronize(device)
     t0 = time.perf_counter()
     with autocast(device, amp):
-        img = stored(model.encode_images({"features": features.to(device)}))
+        if isinstance(model, MVSA):
+            instances = F.normalize(torch.randn(n_images, model.n_instances, 1024, generator=g), dim=-1).to(device)
+            img = RegionFeatures(instances, instances.new_zeros(n_images, 0))
+        else:
+            features = torch.randn(n_images, 36, 2048, generator=g)
+            img = stored(model.encode_images({"features": features.to(device)}))
         cap = stored(model.encode_texts({"tokens": tokens.to(device), "lengths": lengths}))
     synchronize(device)
     encode = time.perf_counter() - t0
@@ -62,12 +91,12 @@ def run(heads: list[str], n_images: int, n_captions: int, device: torch.device, 
         times.append(time.perf_counter() - t0)
     assert scores.shape == (n_images, n_captions) and torch.isfinite(scores).all()
     best = min(times)
-    return {"heads": "+".join(heads), "amp": amp, "encode_s": encode, "score_s": best, "pairs_per_s": n_images * n_captions / best,
+    return {"model": name, "amp": amp, "encode_s": encode, "score_s": best, "pairs_per_s": n_images * n_captions / best,
             "peak_gib": torch.cuda.max_memory_allocated() / 2 ** 30 if device.type == "cuda" else None,
             "max_abs_diff_vs_cpu": agreement_with_cpu(model, img, cap, scores, device)}
 
 
-def agreement_with_cpu(model: SGRAF, img, cap, scores: torch.Tensor, device: torch.device,
+def agreement_with_cpu(model: CrossAttentionModel, img, cap, scores: torch.Tensor, device: torch.device,
                        n_images: int = 20, n_captions: int = 200) -> float | None:
     """Max |score - CPU fp32 score| on a corner of the matrix (the CPU path equals the per-pair
     reference, tests/test_sgraf.py), so the number checks the device and AMP path."""
@@ -87,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's)")
     parser.add_argument("--repeats", type=int, default=2, help="timed repeats (the best is reported; CUDA warms up on the first)")
     parser.add_argument("--block-elements", type=int, default=None, help="override the per-block element budget")
+    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--precision", choices=["both", "amp", "fp32"], default="both",
                         help="on CUDA: fp16 autocast, fp32, or both (CPU always runs fp32)")
     args = parser.parse_args(argv)
@@ -96,15 +126,15 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"device: {name}; torch {torch.__version__}; {args.images} images x {args.captions} captions, "
-          f"36 regions x 2048-d, lengths 8-30")
+          f"lengths 8-30; SGRAF 36 regions x 2048-d, MVSA 49 or 98 instances x 1024-d")
     precisions = {"both": [True, False], "amp": [True], "fp32": [False]}[args.precision]
     for amp in (precisions if device.type == "cuda" else [False]):
-        for heads in (["sgr"], ["saf"]):
-            r = run(heads, args.images, args.captions, device, amp, args.block_elements, args.repeats)
+        for model_name in args.models:
+            r = run(model_name, args.images, args.captions, device, amp, args.block_elements, args.repeats)
             peak = f", peak {r['peak_gib']:.2f} GiB" if r["peak_gib"] is not None else ""
             diff = (f", max |diff| vs CPU fp32 {r['max_abs_diff_vs_cpu']:.1e}"
                     if r["max_abs_diff_vs_cpu"] is not None else "")
-            print(f"{r['heads']:>4} {'fp16 autocast' if amp else 'fp32':>13}: scores {r['score_s']:.2f} s "
+            print(f"{r['model']:>11} {'fp16 autocast' if amp else 'fp32':>13}: scores {r['score_s']:.2f} s "
                   f"({r['pairs_per_s']:,.0f} pairs/s), encoding {r['encode_s']:.2f} s{peak}{diff}", flush=True)
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats()

@@ -8,6 +8,10 @@ and, for gradient counts, the training logs of every run behind the rows.
   per training epoch; line = mean over seeds, band = min..max over seeds.
 - ``saf_weights``: SGRAF's SAF weights over the words of matched and mismatched captions
   (``methods.report.saf_weights``), from one trained run of the figure's row.
+- ``text_retrieval_examples`` / ``image_retrieval_examples``: the top-5 captions of a few image
+  queries and the top-5 images of a few caption queries of one trained run's test scores, true
+  matches marked (``methods.report.retrieval_examples``); any model whose dataset has image files.
+- ``asa_attention``: MVSA's adaptive self-attention of a few instance candidates, per scale.
 
 A footnote under each says what the rows' runs really ran, per model (the spec rows' ``ran``): on
 synthetic data not the paper's backbone and dimensions that the row labels name.
@@ -31,6 +35,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from PIL import Image  # noqa: E402
 
 from methods.cli import run_command  # noqa: E402
 from methods.data.datasets import load_dataset_payload  # noqa: E402
@@ -41,6 +46,12 @@ from methods.metrics.protocols import get_protocol  # noqa: E402
 from methods.models import image_input_of  # noqa: E402
 from methods.models.checkpoint import load_trained_model  # noqa: E402
 from methods.registry import Registry  # noqa: E402
+from methods.data.datasets import payload_splits  # noqa: E402
+from methods.features.backbone import eval_transform  # noqa: E402
+from methods.features.images import ImageFiles  # noqa: E402
+from methods.models.mvsa import MVSA  # noqa: E402
+from methods.report.retrieval_examples import (asa_attention_figure, image_retrieval_figure,  # noqa: E402
+                                               spread_queries, text_retrieval_figure)
 from methods.report.saf_weights import saf_weights_figure  # noqa: E402
 
 LOSS_ORDER = ("triplet_sum", "triplet_hardest", "nt_xent", "smooth_ap")
@@ -171,6 +182,71 @@ def saf_weights(spec: dict, aggregates: dict, args):
     data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
     sims = np.load(run / f"sims_{spec['split']}.npy", mmap_mode="r")
     return saf_weights_figure(spec, model, data.features, data.captions, Vocabulary.load(args.vocab), sims)
+
+
+def shown_crop(img: Image.Image, resize: int, crop: int) -> np.ndarray:
+    """The shorter side resized to ``resize``, then the centre ``crop`` x ``crop`` (the evaluation crop)."""
+    scale = resize / min(img.size)
+    img = img.resize((max(crop, round(img.width * scale)), max(crop, round(img.height * scale))), Image.BILINEAR)
+    left, top = (img.width - crop) // 2, (img.height - crop) // 2
+    return np.asarray(img.crop((left, top, left + crop, top + crop)))
+
+
+class ShownImages:
+    """Image i of a split as an (H, W, 3) array, resized and centre-cropped as the CNN saw it."""
+
+    def __init__(self, payload: dict, split: str, figure: str):
+        files = payload_splits(payload, [split])[split].filenames
+        images_dir = payload["paths"]["images_dir"]
+        if not files or images_dir is None:
+            raise HarnessError(f"figure {figure}: dataset {payload['name']} has no image files to show "
+                               f"(datasets.{payload['name']}.images_dir)")
+        feats = payload["dataset"]["features"]
+        self.files = ImageFiles(images_dir, files, lambda img: shown_crop(img, feats["resize"], feats["crop"]))
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        return self.files[index]
+
+
+def _test_run(spec: dict, args):
+    """(payload, captions of the test split, the run's test score matrix) of a figure's row."""
+    payload = load_dataset_payload(args.dataset_config)
+    captions = payload_splits(payload, [spec["split"]])[spec["split"]].captions
+    sims = np.load(Path(spec["run"]) / f"sims_{spec['split']}.npy", mmap_mode="r")
+    return payload, captions, sims
+
+
+@register_figure("text_retrieval_examples", needs=("trained_run",))
+def text_retrieval_examples(spec: dict, aggregates: dict, args):
+    payload, captions, sims = _test_run(spec, args)
+    return text_retrieval_figure(spec, sims, captions, ShownImages(payload, spec["split"], spec["figure"]))
+
+
+@register_figure("image_retrieval_examples", needs=("trained_run",))
+def image_retrieval_examples(spec: dict, aggregates: dict, args):
+    payload, captions, sims = _test_run(spec, args)
+    return image_retrieval_figure(spec, sims, captions, ShownImages(payload, spec["split"], spec["figure"]))
+
+
+@register_figure("asa_attention", needs=("trained_run",))
+def asa_attention(spec: dict, aggregates: dict, args, n_images: int = 3):
+    run = Path(spec["run"])
+    payload = load_dataset_payload(args.dataset_config)
+    model, ckpt, finetuned = load_trained_model(run / "model.pt", payload["backbones"], torch.device("cpu"))
+    if not isinstance(model, MVSA):
+        raise HarnessError(f"figure {spec['figure']}: row '{spec['row']}' is not an MVSA model")
+    model_cfg = ckpt["config"]["model"]
+    data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
+    image_ids = spread_queries(len(data), n_images)
+    if finetuned:  # the trained CNN computes the maps from the images
+        feats = payload["dataset"]["features"]
+        files = ImageFiles(payload["paths"]["images_dir"], data.filenames, eval_transform(feats["resize"], feats["crop"]))
+        batch = {"images": torch.stack([files[i] for i in image_ids])}
+    else:
+        batch = {"features": data.features.take(np.array(image_ids))}
+    attention = {s: list(a) for s, a in model.asa_attention(batch).items()}
+    grids = {s: tuple(g.shape[1:3]) for s, g in model.grids(batch).items()}
+    return asa_attention_figure(spec, attention, grids, ShownImages(payload, spec["split"], spec["figure"]), image_ids)
 
 
 def draw_figure(args) -> None:
