@@ -78,14 +78,15 @@ def row_configs(paper: str, table: str, row: str, dataset: str, harness: dict | 
 
 
 def build_model(config: dict, vocab_size: int, image_shape: dict, backbones: dict | None = None,
-                word_vectors: torch.Tensor | None = None) -> RetrievalModel:
+                word_vectors: torch.Tensor | None = None, cnn: bool = True) -> RetrievalModel:
     """A model with random weights from a resolved config (``config["model"]``, or the block itself).
     ``image_shape``: ``{"dim": C}`` (pooled), ``{"dim": C, "regions": R}`` (regions) or
-    ``{"scales": {...}}`` (grid); ``backbones``: config ``backbones`` for models with a CNN."""
+    ``{"scales": {...}}`` (grid); ``backbones``: config ``backbones`` for models with a CNN;
+    ``cnn``: False when the model will only read cached features (no stage fine-tunes)."""
     model_cfg = config.get("model", config)
     if backbones is None:
         backbones = harness_config()["backbones"]
-    return build_from_context(model_cfg, BuildContext(vocab_size, image_shape, backbones, word_vectors))
+    return build_from_context(model_cfg, BuildContext(vocab_size, image_shape, backbones, word_vectors, cnn))
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu",

@@ -18,7 +18,7 @@ from methods.features.images import ImageFiles
 from methods.io import save_npy, write_json
 from methods.metrics.protocols import evaluate_split, split_relevances
 from methods.models import image_input_of
-from methods.runtime import provenance, resolve_device
+from methods.runtime import compute_setup, provenance, resolve_device
 
 
 def _evaluate(args) -> None:
@@ -67,7 +67,7 @@ def _arguments(parser) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_command(__doc__, _arguments, _evaluate, argv, compute=True)
+    run_command(__doc__, _arguments, _evaluate, argv, compute=compute_setup)
 
 
 if __name__ == "__main__":

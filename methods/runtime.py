@@ -136,6 +136,12 @@ def set_threads(n: int) -> None:
     torch.set_num_threads(max(1, n))
 
 
+def compute_setup(args) -> None:
+    """What a compute job does before its work: the threads Snakemake gave it, exact fp32."""
+    set_threads(args.threads)
+    exact_fp32()
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (2**32))

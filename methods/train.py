@@ -19,7 +19,8 @@ from methods.errors import HarnessError
 from methods.io import read_json, write_json
 from methods.models import image_input_of
 from methods.models.checkpoint import save_trained_model
-from methods.runtime import provenance, resolve_device, seed_everything
+from methods.models.description import finetunes
+from methods.runtime import compute_setup, provenance, resolve_device, seed_everything
 from methods.training.loop import TrainInputs, load_checkpoint, train
 
 
@@ -40,7 +41,7 @@ def _train(args) -> None:
         if not paths["glove"]:
             raise HarnessError("word_init: glove needs datasets.<name>.glove (a GloVe text file) in config")
         word_vectors = load_word_vectors(paths["glove"], vocab, cfg["model"]["text"]["word_dim"])
-    model = api.build_model(cfg, len(vocab), image_shape, payload["backbones"], word_vectors)
+    model = api.build_model(cfg, len(vocab), image_shape, payload["backbones"], word_vectors, cnn=finetunes(cfg))
     run_dir = Path(args.run_dir)
     inp = TrainInputs(cfg, config_hash(cfg), args.seed, run_dir, device, vocab, splits["train"], splits["dev"],
                       Path(paths["images_dir"]) if paths["images_dir"] else None,
@@ -71,7 +72,7 @@ def _arguments(parser) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_command(__doc__, _arguments, _train, argv, compute=True)
+    run_command(__doc__, _arguments, _train, argv, compute=compute_setup)
 
 
 if __name__ == "__main__":

@@ -29,12 +29,19 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
     return proc
 
 
+def glove_file(path: Path, dim: int = 300, words: int = 5) -> Path:
+    """A GloVe text file (word and ``dim`` values per line) of a few words."""
+    path.write_text("".join(f"word{i} " + " ".join(["0.1"] * dim) + "\n" for i in range(words)))
+    return path
+
+
 def flickr_layout(data: Path, precomp: Path, dest: Path, test_images: int = 1000, test_split: str = "test") -> dict:
-    """Flickr30K's layout under ``dest`` (dataset_flickr30k.json, flickr30k-images/, f30k_precomp/)
-    filled with a synthetic dataset (``data``: its Karpathy JSON and images; ``precomp``: its
-    BUTD-style region files), its test split grown to ``test_images`` by repeating its images under
-    new names: protocol f30k_1k is defined on 1,000 test images, COCO's on 5,000 (their harness
-    split ``testall``: ``test_split`` names the precomputed test files). Returns the dataset's config block."""
+    """Flickr30K's layout under ``dest`` (dataset_flickr30k.json, flickr30k-images/, f30k_precomp/,
+    a 300-d GloVe file) filled with a synthetic dataset (``data``: its Karpathy JSON and images;
+    ``precomp``: its BUTD-style region files), its test split grown to ``test_images`` by repeating
+    its images under new names: protocol f30k_1k is defined on 1,000 test images, COCO's on 5,000
+    (their harness split ``testall``: ``test_split`` names the precomputed test files). Returns the
+    dataset's config block."""
     dest.mkdir(parents=True)
     images = dest / "flickr30k-images"
     images.mkdir()
@@ -61,7 +68,8 @@ def flickr_layout(data: Path, precomp: Path, dest: Path, test_images: int = 1000
     caps = (precomp / "test_caps.txt").read_text().splitlines()
     (regions / f"{test_split}_caps.txt").write_text("".join(c + "\n" for r in rows for c in caps[5 * r:5 * r + 5]))
     return {"karpathy_json": str(dest / "dataset_flickr30k.json"), "images_dir": str(images),
-            "precomp_dir": str(regions), "precomp": {"n_regions": int(ims.shape[1]), "feature_dim": int(ims.shape[2])}}
+            "precomp_dir": str(regions), "precomp": {"n_regions": int(ims.shape[1]), "feature_dim": int(ims.shape[2])},
+            "glove": str(glove_file(dest / "glove_300d.txt"))}   # MVSA rows (table1) initialise words from GloVe
 
 
 def fitting_weights(path: Path, arch: str) -> Path:

@@ -56,6 +56,28 @@ CASES = {  # model kind -> [(run config, dataset config block, expected descript
          "36×2048 precomputed regions, embed 2048, 4 GCN blocks, 2-layer GRU 2048, word 300; "
          "150 epochs, batch 128 images"),
     ],
+    "scan": [
+        (run({"kind": "scan", "embed_dim": 64, "text": text(32, 64, bidirectional=True),
+              "similarity": {"direction": "i2t", "aggregation": "lse", "lambda_softmax": 4.0, "lambda_lse": 5.0}},
+             [(4, False)]), TOY,
+         "12×256 RoIAlign regions of ResNet-18 (toy pre-trained) conv4, embed 64, i-t LSE (λ1 4, λ2 5), "
+         "bi-GRU 64, word 32; 4 epochs, batch 16"),
+    ],
+    "mvsa": [
+        (run({"kind": "mvsa", "backbone": "r152", "grid_scales": ["conv4", "conv5"], "fusion_pooling": "max",
+              "candidate_dim": 2048, "embed_dim": 1024, "asa": {"blocks": 1, "inter_dim": 1024, "batchnorm": True},
+              "similarity": {"direction": "t2i", "aggregation": "avg", "lambda_softmax": 9.0},
+              "text": text(300, 1024, bidirectional=True, word_init="glove")}, [(20, False), (15, True)],
+             batch_size=128), REAL,
+         "ResNet-152 (weights resnet152-394f9c45.pth) conv4 + conv5 (max-pooled to the coarsest), CNN fine-tuned, "
+         "1 ASA, C 2048, D 1024, t-i AVG (λ1 9), bi-GRU 1024, word 300 (GloVe); 20+15 epochs, batch 128"),
+        (run({"kind": "mvsa", "backbone": "r18_toy", "grid_scales": ["conv5"], "fusion_pooling": None,
+              "candidate_dim": 128, "embed_dim": 64, "asa": {"blocks": 0, "inter_dim": 64, "batchnorm": True},
+              "similarity": {"direction": "t2i", "aggregation": "lse", "lambda_softmax": 9.0, "lambda_lse": 6.0},
+              "text": text(32, 64, bidirectional=True)}, [(3, False)]), TOY,
+         "ResNet-18 (toy pre-trained) conv5, CNN frozen, no ASA, C 128, D 64, t-i LSE (λ1 9, λ2 6), "
+         "bi-GRU 64, word 32; 3 epochs, batch 16"),
+    ],
     "sgraf": [
         (run({"kind": "sgraf", "embed_dim": 32, "sim_dim": 8, "similarity": "vector", "heads": ["sgr", "saf"],
               "text": text(16, 32, bidirectional=True)}, [(3, False)], batch_size=32), TOY,

@@ -23,7 +23,7 @@ def job_counts(proc) -> dict[str, int]:
     return counts
 
 
-def flickr_config(tiny_dag, name: str, backbone: str, with_precomp: bool) -> str:
+def flickr_config(tiny_dag, name: str, backbone: str, with_precomp: bool, with_glove: bool = True) -> str:
     """A config file giving Flickr30K paths (the synthetic files in Flickr30K's layout, its test
     split grown to protocol f30k_1k's 1,000 images) and a weights file that fits ``backbone``;
     returns its name."""
@@ -35,6 +35,8 @@ def flickr_config(tiny_dag, name: str, backbone: str, with_precomp: bool) -> str
     weights = fitting_weights(tiny_dag / f"{backbone}.pth", backbone)
     if not with_precomp:
         flickr = {k: v for k, v in flickr.items() if k not in ("precomp_dir", "precomp")}
+    if not with_glove:
+        flickr = {k: v for k, v in flickr.items() if k != "glove"}
     (tiny_dag / name).write_text(yaml.safe_dump({"backbones": {backbone: {"arch": backbone, "weights": str(weights)}},
                                                  "datasets": {"flickr": flickr}}))
     return name
@@ -101,44 +103,53 @@ def test_dry_run_of_configured_flickr_plans_the_paper_runs(tiny_dag):
     flickr = flickr_config(tiny_dag, "flickr.yaml", "resnet152", with_precomp=True)
     proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", flickr, "-n", "tables/table1_flickr.csv")
     counts = job_counts(proc)
-    # VSE++ 3 rows, SGR + SAF, SCAN t-i AVG + i-t LSE: 3 seeds each
-    assert counts["train"] == 21 and counts["evaluate"] == 21 and counts["features_flickr"] == 3
+    # VSE++ 3 rows, SGR + SAF, SCAN t-i AVG + i-t LSE, MVSA's 4 settings: 3 seeds each
+    assert counts["train"] == 33 and counts["evaluate"] == 33 and counts["features_flickr"] == 3
     assert counts["ensemble"] == 6 and counts["table"] == 1 and "generate_synthetic" not in counts
 
 
 def test_dry_run_of_the_mvsa_supplement_tables_on_configured_flickr(tiny_dag):
-    """MVSA initialises its words with GloVe: without a GloVe file the plan fails naming the key;
+    """Without Flickr30K's images the plan fails naming the keys to set. MVSA initialises its words
+    with GloVe: without a GloVe file the plan fails naming the key;
     with one it holds Table 1's 8 trainings x 3 seeds (two stages each, planned from the images) and
     the three feature jobs that cache conv4 and conv5."""
-    flickr = flickr_config(tiny_dag, "flickr.yaml", "resnet152", with_precomp=True)
-    papers = {"papers": ["methods/papers/mvsa.yaml"]}
-    (tiny_dag / "mvsa_papers.yaml").write_text(yaml.safe_dump(papers))
-    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", flickr, "mvsa_papers.yaml", "-n",
-                     "tables/mvsa_t1_flickr.csv", check=False)
+    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "-n", "tables/mvsa_t1_flickr.csv", check=False)
+    assert proc.returncode != 0 and "dataset 'flickr' is not configured" in proc.stdout + proc.stderr
+    no_glove = flickr_config(tiny_dag, "flickr_no_glove.yaml", "resnet152", with_precomp=True, with_glove=False)
+    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", no_glove, "-n", "tables/mvsa_t1_flickr.csv", check=False)
     assert proc.returncode != 0 and "datasets.flickr.glove" in proc.stdout + proc.stderr
-    glove = tiny_dag / "glove_300d.txt"
-    glove.write_text("".join(f"word{i} " + " ".join(["0.1"] * 300) + "\n" for i in range(5)))
-    (tiny_dag / "mvsa_glove.yaml").write_text(yaml.safe_dump({**papers, "datasets": {"flickr": {"glove": str(glove)}}}))
-    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", flickr, "mvsa_glove.yaml", "-n", "tables/mvsa_t1_flickr.csv")
+    flickr = flickr_config(tiny_dag, "flickr.yaml", "resnet152", with_precomp=True)
+    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", flickr, "-n", "tables/mvsa_t1_flickr.csv")
     counts = job_counts(proc)
     assert counts["train"] == 24 and counts["evaluate"] == 24 and counts["features_flickr"] == 3
     assert "ensemble" not in counts and "generate_synthetic" not in counts
 
 
-def test_mvsa_rows_figures_and_the_scan_ensemble(tiny_dag):
-    rows = read_table(tiny_dag / "tables" / "mvsatiny_synthetic.csv")
-    ran = {r["row"]: r["ran"] for r in rows}
-    assert "conv4 + conv5 (max-pooled to the coarsest)" in ran["fused"] and "t-i AVG (λ1 9)" in ran["fused"]
-    assert " conv5, CNN frozen, 1 ASA" in ran["one_scale_it_lse"] and "i-t LSE (λ1 4, λ2 5)" in ran["one_scale_it_lse"]
-    assert all(float(r["reproduced"]) >= 0 for r in rows)
+def test_mvsa_supplement_tables_figures_and_the_scan_ensemble(tiny_dag):
+    t1 = read_table(tiny_dag / "tables" / "mvsa_t1_synthetic.csv")
+    t2 = read_table(tiny_dag / "tables" / "mvsa_t2_synthetic.csv")
+    assert len({r["row"] for r in t1}) == len({r["row"] for r in t2}) == 8
+    ran = {r["row"]: r["ran"] for r in t1 + t2}
+    assert "conv4 + conv5 (max-pooled to the coarsest)" in ran["ti_avg_max"] and "t-i AVG (λ1 9)" in ran["ti_avg_max"]
+    assert "conv4 + conv5 (avg-pooled to the coarsest)" in ran["ti_avg_avg"]
+    assert " conv5, CNN frozen, 1 ASA" in ran["it_lse_7"] and "i-t LSE (λ1 4, λ2 5)" in ran["it_lse_7"]
+    assert " conv4, CNN frozen" in ran["ti_lse_14"] and "t-i LSE (λ1 9, λ2 6)" in ran["ti_lse_14"]
+    # reported: the supplement's cells as printed, beside the reproduced values
+    cell = next(r for r in t1 if r["row"] == "it_lse_14" and r["metric"] == "t2i_r1")
+    assert float(cell["reported"]) == 16.0 and "supplementary Table 1" in cell["reported_source"]
     import matplotlib.image
 
-    for figure in ("mvsatiny_text_retrieval", "mvsatiny_image_retrieval", "mvsatiny_asa_attention"):
+    for figure in ("mvsa_text_retrieval", "mvsa_image_retrieval", "mvsa_asa_attention"):
         image = matplotlib.image.imread(tiny_dag / "figures" / f"{figure}_synthetic.png")
         assert image.shape[0] > 300 and image.shape[1] > 600 and image[..., :3].std() > 0.05   # drawn, not blank
-    scan = {r["metric"]: r for r in read_table(tiny_dag / "tables" / "table1_synthetic.csv") if r["row"] == "scan_ensemble"}
+    table1 = read_table(tiny_dag / "tables" / "table1_synthetic.csv")
+    scan = {r["metric"]: r for r in table1 if r["row"] == "scan_ensemble"}
     assert scan["rsum"]["ensemble_size"] == "2" and scan["rsum"]["reported_ensemble_size"] == "2"
     assert "2-model ensemble" in scan["rsum"]["label"]
+    mvsa = {r["metric"]: r for r in table1 if r["row"] == "mvsa_ti_avg"}
+    assert mvsa["rsum"]["reported"] == "" and mvsa["rsum"]["reported_source"].startswith("NOT FOUND")
+    # the table1 MVSA row reuses the supplement Table 2 run of the same setting
+    assert mvsa["rsum"]["reproduced"] == next(r["reproduced"] for r in t2 if r["row"] == "ti_avg_max" and r["metric"] == "rsum")
 
 
 def test_ensemble_row_averages_member_similarities(tiny_dag):

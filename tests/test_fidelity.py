@@ -41,6 +41,19 @@ SOURCE_BEHAVIOUR = {
               "training.batch_size": 128, "training.batching": "captions",
               "training.batch_positives": "diagonal", "training.amp": False, "training.grad_clip": 2.0,
               "training.optimizer": "adam"},
+    # kuanghuei/SCAN: README commands (--max_violation --bi_gru, margin 0.2, embed 1024, word 300,
+    # batch 128, grad_clip 2), model.py (ContrastiveLoss on the diagonal), train.py (Adam); no AMP.
+    # (Direction, aggregation and lambdas are the four settings, set per row.)
+    "scan": {"loss.kind": "triplet_hardest", "loss.margin": 0.2, "model.embed_dim": 1024,
+             "model.text.word_dim": 300, "model.text.hidden_dim": 1024, "model.text.bidirectional": True,
+             "training.batch_size": 128, "training.batching": "captions", "training.batch_positives": "diagonal",
+             "training.amp": False, "training.grad_clip": 2.0, "training.optimizer": "adam"},
+    # MVSA: no public code; Zheng, Ben, Yuan, ACML 2019, supplement Section 1: ResNet-152, C = 2048,
+    # D = 1024, BatchNorm in ASA, GloVe 300-d words, bi-GRU 1024, margin 0.2, clip 2.0, Adam, batch 128.
+    "mvsa": {"model.backbone": "resnet152", "model.candidate_dim": 2048, "model.embed_dim": 1024,
+             "model.asa.batchnorm": True, "model.text.word_dim": 300, "model.text.word_init": "glove",
+             "model.text.hidden_dim": 1024, "model.text.bidirectional": True, "loss.margin": 0.2,
+             "training.grad_clip": 2.0, "training.optimizer": "adam", "training.batch_size": 128},
 }
 # VSRN model.py skips the first region l2norm on Flickr30K only
 PER_DATASET = {("vsrn", "flickr"): {"model.l2norm_after_fc": False}, ("vsrn", "coco"): {"model.l2norm_after_fc": True}}

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from methods.errors import HarnessError
 from methods.features.backbone import ResNetBackbone
 from methods.models import BuildContext, build_model
 from methods.models.cross_attention import RegionFeatures, WordFeatures, score_in_blocks
@@ -141,7 +142,7 @@ def test_asa_block_starts_as_the_identity_and_can_learn(batchnorm):
     a = block.attention(x)
     assert a.shape == (4, 10, 10) and torch.allclose(a.sum(-1), torch.ones(4, 10))
     if batchnorm:  # Wang et al.'s initialisation: 1x1 layers Gaussian with std 0.01, BatchNorm scale/shift 0
-        assert abs(float(block.theta.weight.std()) - 0.01) < 0.002
+        assert abs(float(block.theta.weight.detach().std()) - 0.01) < 0.002
         assert torch.equal(block.bn.weight, torch.zeros(32)) and torch.equal(block.bn.bias, torch.zeros(32))
 
 
@@ -255,6 +256,24 @@ def test_finetuning_runs_the_cnn_to_the_same_maps_as_the_cache():
     trainable_bn = build_mvsa(shapes={"conv4": [4, 4, 256], "conv5": [2, 2, 512]}, backbone_bn="train")
     trainable_bn.set_finetune(True)
     assert trainable_bn.train().backbone.training
+
+
+def test_a_run_without_fine_tuning_builds_no_cnn():
+    torch.manual_seed(0)
+    ctx = BuildContext(20, {"scales": PAPER_SHAPES}, {"r18": {"arch": "resnet18", "weights": "none"}}, cnn=False)
+    model = build_model(mvsa_cfg(), ctx).eval()
+    assert model.backbone is None and not any(k.startswith("backbone.") for k in model.state_dict())
+    model.set_finetune(False)
+    assert model.train().training
+    with pytest.raises(HarnessError, match="without its CNN"):
+        model.set_finetune(True)
+    with pytest.raises(HarnessError, match="without its CNN"):
+        model.encode_images({"images": torch.zeros(1, 3, 224, 224)})
+    with torch.no_grad():   # the same heads as a model with its CNN, on cached maps
+        with_cnn = build_mvsa()
+        with_cnn.load_state_dict(model.state_dict(), strict=False)
+        batch = {"features": grids()}
+        assert torch.equal(with_cnn.encode_images(batch).regions, model.encode_images(batch).regions)
 
 
 def test_asa_attention_is_over_each_scales_candidates():

@@ -26,7 +26,6 @@ import torch
 
 import torch.nn.functional as F
 
-from methods.features.backbone import ResNetBackbone
 from methods.models.base import CrossAttentionModel
 from methods.models.cross_attention import RegionFeatures
 from methods.models.mvsa import MVSA
@@ -49,9 +48,8 @@ def build(name: str, vocab: int, device: torch.device) -> CrossAttentionModel:
         return SGRAF(2048, 36, 1024, 256, text, MODELS[name]).to(device).eval()
     n_instances, (direction, aggregation, lambda_softmax, lambda_lse) = MODELS[name]
     scales = ["conv5"] if n_instances == 49 else ["conv4", "conv5"]
-    backbone = ResNetBackbone("resnet152", "none")   # not run: the instance features are given
     text = GRUTextEncoder(vocab, 300, 1024, bidirectional=True)
-    model = MVSA(backbone, MVSA_SHAPES, scales, None if n_instances == 49 else "max", 2048, 1024, text,
+    model = MVSA("resnet152", MVSA_SHAPES, scales, None if n_instances == 49 else "max", 2048, 1024, text,
                  direction=direction, aggregation=aggregation, lambda_softmax=lambda_softmax, lambda_lse=lambda_lse)
     return model.to(device).eval()
 

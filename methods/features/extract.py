@@ -18,7 +18,7 @@ from methods.data.datasets import load_dataset_payload, payload_splits
 from methods.features.backbone import ResNetBackbone, eval_transform, layer_channels
 from methods.features.images import ImageFiles
 from methods.io import open_npy_for_writing
-from methods.runtime import resolve_device
+from methods.runtime import compute_setup, resolve_device
 
 
 @torch.no_grad()
@@ -71,7 +71,7 @@ def _arguments(parser) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_command(__doc__, _arguments, _extract, argv, compute=True)
+    run_command(__doc__, _arguments, _extract, argv, compute=compute_setup)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from methods.errors import HarnessError
 from methods.features.backbone import eval_transform
 from methods.features.images import ImageFiles
 from methods.io import torch_save
-from methods.runtime import resolve_device, seed_everything
+from methods.runtime import compute_setup, resolve_device, seed_everything
 
 
 class _Labelled(torch.utils.data.Dataset):
@@ -89,7 +89,7 @@ def _arguments(parser) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_command(__doc__, _arguments, _pretrain, argv, compute=True)
+    run_command(__doc__, _arguments, _pretrain, argv, compute=compute_setup)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,9 @@ class BuildContext:
     image_shape: dict = field(default_factory=dict)   # from the image input: dim, regions, scales
     backbones: dict = field(default_factory=dict)     # config `backbones`
     word_vectors: torch.Tensor | None = None           # (vocab, word_dim) when configured
+    # whether the model will run its CNN (a run with a fine-tune stage, or a fine-tuned model
+    # file); a model that reads only cached maps may then skip building it (MVSA)
+    cnn: bool = True
 
     def image(self, key: str, model: str) -> Any:
         if key not in self.image_shape:

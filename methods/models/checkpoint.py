@@ -48,7 +48,8 @@ def load_trained_model(path: str | Path, backbones: dict, device: torch.device) 
     finetuned = ckpt["best"]["finetuned"]
     # The trained weights overwrite whatever the backbone is built with; never load ImageNet here.
     backbones = {k: {**v, "weights": "none"} for k, v in backbones.items()}
-    model = build_model(ckpt["config"]["model"], BuildContext(ckpt["vocab_size"], ckpt["image_shape"], backbones))
+    model = build_model(ckpt["config"]["model"], BuildContext(ckpt["vocab_size"], ckpt["image_shape"], backbones,
+                                                              cnn=finetuned))
     try:
         missing, unexpected = model.load_state_dict(ckpt["state_dict"], strict=False)
     except RuntimeError as exc:  # shape mismatches: torch lists every one, over many lines

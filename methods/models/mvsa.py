@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from methods.errors import HarnessError
 from methods.features.backbone import ResNetBackbone, layer_channels
 from methods.models.base import MODELS, BuildContext, CrossAttentionModel
 from methods.models.cross_attention import RegionFeatures, WordFeatures
@@ -91,7 +92,7 @@ class ScaleBranch(nn.Module):
 class MVSA(CrossAttentionModel):
     image_input = "grid"
 
-    def __init__(self, backbone: ResNetBackbone, scale_shapes: dict[str, list[int]], scales: list[str],
+    def __init__(self, backbone: ResNetBackbone | str, scale_shapes: dict[str, list[int]], scales: list[str],
                  fusion_pooling: str | None, candidate_dim: int, embed_dim: int, text: GRUTextEncoder,
                  asa_blocks: int = 1, asa_inter_dim: int = 1024, asa_batchnorm: bool = True,
                  direction: str = "t2i", aggregation: str = "avg", lambda_softmax: float = 9.0,
@@ -111,10 +112,12 @@ class MVSA(CrossAttentionModel):
             raise ValueError(f"backbone_bn must be 'frozen' or 'train', not {backbone_bn!r}")
         self.scales = sorted(scales, key=SCALES.index)           # finest first
         shapes = {s: scale_shapes[s] for s in self.scales}
+        # a frozen-only run reads cached maps: it is built without its CNN (``backbone`` = the arch name)
+        arch = backbone if isinstance(backbone, str) else backbone.arch
         for s in self.scales:
-            if shapes[s][2] != layer_channels(backbone.arch, s):
-                raise ValueError(f"cached {s} maps have {shapes[s][2]} channels, but {backbone.arch}'s {s} has "
-                                 f"{layer_channels(backbone.arch, s)}: features of another backbone?")
+            if shapes[s][2] != layer_channels(arch, s):
+                raise ValueError(f"cached {s} maps have {shapes[s][2]} channels, but {arch}'s {s} has "
+                                 f"{layer_channels(arch, s)}: features of another backbone?")
         self.grid = min(shapes[s][0] for s in self.scales), min(shapes[s][1] for s in self.scales)
         for s in self.scales:
             h, w, _ = shapes[s]
@@ -122,7 +125,8 @@ class MVSA(CrossAttentionModel):
                 raise ValueError(f"{s} maps ({h}x{w}) do not pool evenly to the coarsest grid {self.grid}")
         self.n_instances = (self.grid[0] * self.grid[1] * len(self.scales) if len(self.scales) > 1
                             else shapes[self.scales[0]][0] * shapes[self.scales[0]][1])
-        self.backbone = backbone
+        self.arch = arch
+        self.backbone = None if isinstance(backbone, str) else backbone
         self.backbone_bn = backbone_bn
         self.finetune = False
         self.branches = nn.ModuleDict({s: ScaleBranch(shapes[s][2], candidate_dim, embed_dim, asa_blocks,
@@ -138,7 +142,8 @@ class MVSA(CrossAttentionModel):
         bb = ctx.backbones[cfg["backbone"]]
         text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
         sim, asa = cfg["similarity"], cfg["asa"]
-        return cls(ResNetBackbone(bb["arch"], bb["weights"]), ctx.image("scales", "mvsa"), cfg["grid_scales"],
+        backbone = ResNetBackbone(bb["arch"], bb["weights"]) if ctx.cnn else bb["arch"]
+        return cls(backbone, ctx.image("scales", "mvsa"), cfg["grid_scales"],
                    cfg["fusion_pooling"], cfg["candidate_dim"], cfg["embed_dim"], text, asa["blocks"],
                    asa["inter_dim"], asa["batchnorm"], sim["direction"], sim["aggregation"], sim["lambda_softmax"],
                    sim.get("lambda_lse"), cfg["backbone_bn"])
@@ -156,19 +161,24 @@ class MVSA(CrossAttentionModel):
 
     # -- the CNN -----------------------------------------------------------------------------------
     def set_finetune(self, finetune: bool) -> None:
+        if finetune and self.backbone is None:
+            raise HarnessError("this MVSA model was built without its CNN (its config has no fine-tune stage), "
+                               "so it cannot fine-tune it")
         self.finetune = finetune
-        for p in self.backbone.parameters():
+        for p in self.backbone.parameters() if self.backbone is not None else ():
             p.requires_grad_(finetune)
 
     def train(self, mode: bool = True) -> "MVSA":
         super().train(mode)
-        if not self.finetune or self.backbone_bn == "frozen":   # as VSE++: no BN drift of a frozen CNN
-            self.backbone.eval()
+        if self.backbone is not None and (not self.finetune or self.backbone_bn == "frozen"):
+            self.backbone.eval()   # as VSE++: no BN drift of a frozen CNN
         return self
 
     def grids(self, batch: dict) -> dict[str, torch.Tensor]:
         """(B, H, W, C) maps per scale: cached, or from the CNN on ``batch['images']``."""
         if "images" in batch:
+            if self.backbone is None:
+                raise HarnessError("this MVSA model was built without its CNN: give it cached maps, not images")
             maps = self.backbone(batch["images"], tuple(self.scales))
             return {s: maps[s].permute(0, 2, 3, 1) for s in self.scales}
         dtype = self.branches[self.scales[0]].project.weight.dtype

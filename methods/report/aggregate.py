@@ -1,14 +1,12 @@
 """Aggregate one table row over seeds: mean and (population, ddof=0) std per protocol and metric."""
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 
 from methods.cli import run_command
 from methods.errors import HarnessError
 from methods.io import read_json, write_json
-from methods.metrics.protocols import get_protocol
 
 
 def _mean(values: pd.Series) -> float:
@@ -22,10 +20,18 @@ def _std(values: pd.Series) -> float:
 
 
 def seed_values(evals: list[dict]) -> pd.DataFrame:
-    """One line per run, protocol and metric the protocol reports: ``protocol, metric, seed, value``,
-    in the order of ``evals`` (values keep their JSON type)."""
-    records = [(res["protocol"], metric, ev["seed"], res["metrics"][metric])
-               for ev in evals for res in ev["results"] for metric in get_protocol(res["protocol"]).metrics]
+    """One line per run, protocol and metric its evaluation reports (the protocol's metrics, as the
+    evaluation wrote them): ``protocol, metric, seed, value``, in the order of ``evals`` (values
+    keep their JSON type). Every run must report the same metrics under the same protocols."""
+    reported = {}
+    for ev in evals:
+        got = {res["protocol"]: tuple(res["metrics"]) for res in ev["results"]}
+        first = reported.setdefault("runs", got)
+        if got != first:
+            raise HarnessError(f"the runs of one row report different protocols or metrics ({first} vs {got}, "
+                               f"seed {ev['seed']}): evaluations of different harness versions? re-run them")
+    records = [(res["protocol"], metric, ev["seed"], value)
+               for ev in evals for res in ev["results"] for metric, value in res["metrics"].items()]
     return pd.DataFrame(records, columns=["protocol", "metric", "seed", "value"], dtype=object)
 
 
