@@ -209,10 +209,15 @@ class ShownImages:
 
 
 def _test_run(spec: dict, args):
-    """(payload, captions of the test split, the run's test score matrix) of a figure's row."""
+    """(payload, the test split's captions in the order the run scored them, the run's test score
+    matrix) of a figure's row."""
     payload = load_dataset_payload(args.dataset_config)
-    captions = payload_splits(payload, [spec["split"]])[spec["split"]].captions
-    sims = np.load(Path(spec["run"]) / f"sims_{spec['split']}.npy", mmap_mode="r")
+    run = Path(spec["run"])
+    model_cfg = read_json(run / f"eval_{spec['split']}.json", "an evaluation of the figure's run")["config"]["model"]
+    captions = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg).captions
+    sims = np.load(run / f"sims_{spec['split']}.npy", mmap_mode="r")
+    if sims.shape[1] != len(captions):
+        raise HarnessError(f"{run}/sims_{spec['split']}.npy scores {sims.shape[1]} captions, the split has {len(captions)}")
     return payload, captions, sims
 
 
