@@ -1,4 +1,6 @@
-"""Evaluate one trained run on one test split under every protocol of the dataset.
+"""Evaluate one trained run on one test split under every protocol of the dataset (training jobs
+do it for their test splits when they end: ``methods.train --evaluate``; this command re-evaluates
+a run by hand).
 
 Writes ``eval_<split>.json`` (metrics per protocol, config, hash, commit, seed, device, wall
 times) and ``sims_<split>.npy`` (the score matrix, used by ensembles).
@@ -21,42 +23,50 @@ from methods.models import image_input_of
 from methods.runtime import compute_setup, provenance, resolve_device
 
 
-def _evaluate(args) -> None:
+def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | Path, vocab_path: str | Path,
+                 device, relevances: dict | None = None) -> list[dict]:
+    """Evaluate the trained model ``run_dir/model.pt`` on one test split under every protocol of
+    its dataset; writes ``eval_<split>.json`` and ``sims_<split>.npy`` and returns the results.
+    ``relevances``: ``split_relevances(payload, split)``, read before training when given."""
     t0 = time.time()
-    payload = load_dataset_payload(args.dataset_config)
     ds, paths = payload["dataset"], payload["paths"]
-    relevances = split_relevances(payload, args.split)  # before any encoding: a bad positives file fails fast
-    device = resolve_device(args.device)
-    run_dir = Path(args.run_dir)
+    if relevances is None:
+        relevances = split_relevances(payload, split)  # before any encoding: a bad positives file fails fast
     model, ckpt = api.load_model(run_dir / "model.pt", device, payload["backbones"])
     cfg = ckpt["config"]
-    vocab = Vocabulary.load(args.vocab)
+    vocab = Vocabulary.load(vocab_path)
     if len(vocab) != ckpt["vocab_size"]:
-        raise HarnessError(f"{args.vocab} has {len(vocab)} words but {run_dir / 'model.pt'} was trained with "
+        raise HarnessError(f"{vocab_path} has {len(vocab)} words but {run_dir / 'model.pt'} was trained with "
                            f"{ckpt['vocab_size']}: evaluate with the training vocabulary")
     batch_size, amp = cfg["training"]["eval_batch_size"], cfg["training"]["amp"]
     if ckpt["best"]["finetuned"]:  # the CNN was trained: run it on the images
-        split = payload_splits(payload, [args.split])[args.split]
-        captions, features = split.captions, None
-        images = ImageFiles(paths["images_dir"], split.filenames,
+        data = payload_splits(payload, [split])[split]
+        captions, features = data.captions, None
+        images = ImageFiles(paths["images_dir"], data.filenames,
                             eval_transform(ds["features"]["resize"], ds["features"]["crop"]))
     else:
-        data = image_input_of(cfg["model"]).load(payload, args.split, args.features_dir, cfg["model"])
+        data = image_input_of(cfg["model"]).load(payload, split, features_dir, cfg["model"])
         captions, features, images = data.captions, data.features, None
     t_enc = time.time()
     img = api.encode_images(model, features, images=images, batch_size=batch_size, device=device, amp=amp)
     txt = api.encode_texts(model, captions, vocab, batch_size=batch_size, device=device, amp=amp)
     scores = api.score(model, img, txt, amp=amp)
     t_score = time.time()
-    results = evaluate_split(scores, ds["protocols"], args.split, relevances)
-    save_npy(run_dir / f"sims_{args.split}.npy", scores.numpy())
-    write_json(run_dir / f"eval_{args.split}.json", {
-        "kind": "single", "ensemble_size": 1, "dataset": payload["name"], "split": args.split,
+    results = evaluate_split(scores, ds["protocols"], split, relevances)
+    save_npy(run_dir / f"sims_{split}.npy", scores.numpy())
+    write_json(run_dir / f"eval_{split}.json", {
+        "kind": "single", "ensemble_size": 1, "dataset": payload["name"], "split": split,
         "config": cfg, "config_hash": ckpt["config_hash"], "seed": ckpt["seed"],
         "best_epoch": ckpt["best"], "results": results, "provenance": provenance(device),
         "wall_seconds": {"encode_and_score": t_score - t_enc, "total": time.time() - t0}})
     for r in results:
-        print(f"{r['protocol']}: " + ", ".join(f"{k} {v:.1f}" for k, v in r["metrics"].items()))
+        print(f"{split} {r['protocol']}: " + ", ".join(f"{k} {v:.1f}" for k, v in r["metrics"].items()))
+    return results
+
+
+def _evaluate(args) -> None:
+    payload = load_dataset_payload(args.dataset_config)
+    evaluate_run(Path(args.run_dir), args.split, payload, args.features_dir, args.vocab, resolve_device(args.device))
 
 
 def _arguments(parser) -> None:

@@ -1,8 +1,12 @@
-"""Train one (experiment, seed): ``python -m methods.train ...`` (called by the Snakemake rule ``train``).
+"""Train one (experiment, seed): ``python -m methods.train ...`` (called by the Snakemake rule
+``train_<dataset>``), then evaluate the kept model on the test splits named by ``--evaluate``.
 
 Writes ``<run-dir>/model.pt`` (weights of the best validation epoch) and
-``<run-dir>/train_log.json``; per-epoch checkpoints live in ``<run-dir>/checkpoints/`` so a
-killed job resumes when re-run.
+``<run-dir>/train_log.json``, then per test split ``eval_<split>.json`` and ``sims_<split>.npy``
+(``methods.evaluate``); per-epoch checkpoints live in ``<run-dir>/checkpoints/`` so a killed job
+resumes when re-run (a finished training resumes straight to its evaluation). Evaluating here
+rather than in a job of its own saves a process start per run: torch's import is most of a small
+evaluation's time.
 """
 from __future__ import annotations
 
@@ -16,7 +20,9 @@ from methods.data.datasets import load_dataset_payload
 from methods.data.glove import load_word_vectors
 from methods.data.text import Vocabulary
 from methods.errors import HarnessError
+from methods.evaluate import evaluate_run
 from methods.io import read_json, write_json
+from methods.metrics.protocols import split_relevances
 from methods.models import image_input_of
 from methods.models.checkpoint import save_trained_model
 from methods.models.description import finetunes
@@ -29,6 +35,7 @@ def _train(args) -> None:
     payload = load_dataset_payload(args.dataset_config)
     ds, paths = payload["dataset"], payload["paths"]
     cfg = read_json(args.experiment)
+    relevances = {split: split_relevances(payload, split) for split in args.evaluate}  # a bad positives file fails before training
     device = resolve_device(args.device)
     seed_everything(args.seed)
     kind = image_input_of(cfg["model"])
@@ -60,6 +67,8 @@ def _train(args) -> None:
         "wall_seconds": {"train": result["train_seconds"], "total": time.time() - t0}})
     b = best["best"]
     print(f"best validation {b['metric']} {b['value']:.2f} (rsum {b['rsum']:.2f}) at stage {b['stage']} epoch {b['epoch']}")
+    for split in args.evaluate:
+        evaluate_run(run_dir, split, payload, args.features_dir, args.vocab, device, relevances[split])
 
 
 def _arguments(parser) -> None:
@@ -69,6 +78,8 @@ def _arguments(parser) -> None:
     parser.add_argument("--features-dir", required=True, help="where the model's image input lives")
     parser.add_argument("--vocab", required=True)
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--evaluate", nargs="*", default=[], metavar="SPLIT",
+                        help="test splits to evaluate the kept model on (eval_<split>.json, sims_<split>.npy)")
 
 
 def main(argv: list[str] | None = None) -> None:

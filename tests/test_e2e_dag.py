@@ -104,7 +104,8 @@ def test_dry_run_of_configured_flickr_plans_the_paper_runs(tiny_dag):
     proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", flickr, "-n", "tables/table1_flickr.csv")
     counts = job_counts(proc)
     # VSE++ 3 rows, SGR + SAF, SCAN t-i AVG + i-t LSE, MVSA's 4 settings: 3 seeds each
-    assert counts["train"] == 33 and counts["evaluate"] == 33 and counts["features_flickr"] == 3
+    assert counts["train_flickr"] == 33 and counts["features_flickr"] == 3
+    assert "evaluate" not in counts   # each training job evaluates its model on the test split
     assert counts["ensemble"] == 6 and counts["table"] == 1 and "generate_synthetic" not in counts
 
 
@@ -121,7 +122,7 @@ def test_dry_run_of_the_mvsa_supplement_tables_on_configured_flickr(tiny_dag):
     flickr = flickr_config(tiny_dag, "flickr.yaml", "resnet152", with_precomp=True)
     proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", flickr, "-n", "tables/mvsa_t1_flickr.csv")
     counts = job_counts(proc)
-    assert counts["train"] == 24 and counts["evaluate"] == 24 and counts["features_flickr"] == 3
+    assert counts["train_flickr"] == 24 and counts["features_flickr"] == 3
     assert "ensemble" not in counts and "generate_synthetic" not in counts
 
 
@@ -202,7 +203,7 @@ def test_dry_run_of_the_study_on_configured_flickr(tiny_dag):
     proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", study, "-n",
                      "tables/metric_learning_flickr.csv", "figures/metric_learning_gradients_flickr.png")
     counts = job_counts(proc)
-    assert counts["train"] == 40 and counts["evaluate"] == 40 and counts["aggregate_row"] == 8
+    assert counts["train_flickr"] == 40 and counts["aggregate_row"] == 8
     assert counts["features_flickr"] == 3 and "region_features" not in counts and counts["paper_figure"] == 1
 
 
@@ -216,7 +217,7 @@ def test_dry_run_of_sgraf_table5_on_configured_coco(tiny_dag):
     proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "coco_sgraf.yaml", "-n", "tables/sgraf_t5_coco.csv")
     counts = job_counts(proc)
     # 3 models (SGR, SAF, joint) x 3 seeds, evaluated on testall (COCO 1K 5-fold and 5K from one matrix)
-    assert counts["train"] == 9 and counts["evaluate"] == 9 and counts["ensemble"] == 3
+    assert counts["train_coco"] == 9 and counts["ensemble"] == 3
     assert counts["aggregate_row"] == 4 and counts["table"] == 1
     assert "sgraf" in proc.stdout and "testall" in proc.stdout
 
@@ -281,8 +282,8 @@ def test_deviations_table_pairs_each_switch_with_the_source_row(tiny_dag):
 def test_runtime_table_lists_every_benchmarked_job(tiny_dag):
     rows = read_table(tiny_dag / "tables" / "runtime_synthetic.csv")
     by_rule = {r["name"]: r for r in rows if r["grouping"] == "rule"}
-    assert int(by_rule["train"]["jobs"]) > 0 and float(by_rule["train"]["wall_s"]) > 0
-    assert "| train |" in (tiny_dag / "tables" / "runtime_synthetic.md").read_text()
+    assert int(by_rule["train_synthetic"]["jobs"]) > 0 and float(by_rule["train_synthetic"]["wall_s"]) > 0
+    assert "| train_synthetic |" in (tiny_dag / "tables" / "runtime_synthetic.md").read_text()
     # every job of the default DAG wrote a benchmark, and the table counts each once (runtime's own apart)
     root = tiny_dag / "results" / "benchmarks"
     written = [p for p in root.rglob("*.tsv") if p.relative_to(root).parts[0] != "runtime"]

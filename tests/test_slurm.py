@@ -61,7 +61,7 @@ def test_slurm_profile_runs_a_target_on_a_real_cluster_with_local_results(local_
         raise AssertionError(f"snakemake --executor slurm failed ({local_slurm}):\n{proc.stderr[-5000:]}\n{tails}")
     # the jobs really went through sbatch, the training job among them, with the profile's signal request
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+) \(log: \S*/slurm_logs/rule_(\w+)/", proc.stderr)
-    assert {"train", "evaluate"} <= {rule for _, rule in submitted}, proc.stderr[-3000:]
+    assert "train_synthetic" in {rule for _, rule in submitted}, proc.stderr[-3000:]
     assert "slurm_extra=--signal=USR1@300" in proc.stderr
 
     assert read_rows(work / TARGET) == read_rows(tiny_dag / TARGET)

@@ -85,11 +85,15 @@ def res(rule_name, key):
     return HARNESS["resources"][rule_name][key]
 
 
-def dataset_res(rule_name, key):
-    """A resource of a rule with a {dataset} wildcard: the dataset's override where it sets one
+def dataset_resource(dataset, rule_name, key):
+    """A resource of a rule for one dataset: the dataset's override where it sets one
     (datasets.<name>.resources), else the rule's."""
-    return lambda w: HARNESS["datasets"][w.dataset].get("resources", {}).get(rule_name, {}).get(
-        key, HARNESS["resources"][rule_name][key])
+    return HARNESS["datasets"][dataset].get("resources", {}).get(rule_name, {}).get(key, HARNESS["resources"][rule_name][key])
+
+
+def dataset_res(rule_name, key):
+    """A resource of a rule with a {dataset} wildcard (``dataset_resource`` of that dataset)."""
+    return lambda w: dataset_resource(w.dataset, rule_name, key)
 
 
 def cpu_partition(gpus):
@@ -201,51 +205,47 @@ def image_feature_files(dataset, exp_id, split):
     return PLAN.image_feature_files(dataset, exp_id, split)
 
 
-def train_inputs(w):
-    exp = PLAN.experiment(w.dataset, w.exp)
-    weights = []
-    if exp.backbone is not None:
-        checked_backbone(exp.backbone)
-        weights = PLAN.weights_input(exp.backbone)
-    data = data_inputs(w)  # checks the dataset's files first (a configured GloVe file exists, its head parses)
-    check_word_vectors(HARNESS, w.dataset, exp.config["model"], w.exp)
-    return {
-        **data,
-        "cfg": dataset_json(w),
-        "exp": f"{R}/{w.dataset}/runs/{w.exp}/config.json",
-        "vocab": f"{R}/{w.dataset}/vocab.json",
-        "features": [f for split in ("train", "dev") for f in image_feature_files(w.dataset, w.exp, split)],
-        "weights": weights,
-    }
-
-
-def positives_inputs(w):
+def positives_inputs_of(dataset):
     """The extended-positives file of a dataset that has one, with the Karpathy file its sentids
     and imgids refer to; a protocol that needs extended positives on a dataset without them fails
     here, when the DAG is built."""
-    paths = dataset_paths(HARNESS, w.dataset)
+    paths = dataset_paths(HARNESS, dataset)
     if paths["positives"] is None:
-        needing = [p for p in HARNESS["datasets"][w.dataset]["protocols"]
+        needing = [p for p in HARNESS["datasets"][dataset]["protocols"]
                    if get_protocol(p).relevance == "extended_positives"]
         if needing:
-            raise HarnessError(f"datasets.{w.dataset}.protocols: {', '.join(needing)} need extended positives "
+            raise HarnessError(f"datasets.{dataset}.protocols: {', '.join(needing)} need extended positives "
                                f"(every image each caption describes), which only the synthetic generator writes")
         return {}
     return {"positives": str(paths["positives"]), "karpathy": str(paths["karpathy_json"])}
 
 
-def evaluate_inputs(w):
-    exp = PLAN.experiment(w.dataset, w.exp)
-    inputs = {
-        **data_inputs(w),
-        **positives_inputs(w),
-        "cfg": dataset_json(w),
-        "model": f"{run_dir(w.dataset, w.exp, w.seed)}/model.pt",
-        "vocab": f"{R}/{w.dataset}/vocab.json",
+def positives_inputs(w):
+    return positives_inputs_of(w.dataset)
+
+
+def train_inputs_of(dataset, exp_id):
+    """What a training job reads: the dataset's files, the experiment's config, the vocabulary, the
+    train and dev image input and backbone weights, and what the evaluation of the kept model on
+    the test splits reads (extended positives; the cached test features when the kept epoch may
+    be one with a frozen CNN, or the model reads regions)."""
+    exp = PLAN.experiment(dataset, exp_id)
+    weights = []
+    if exp.backbone is not None:
+        checked_backbone(exp.backbone)
+        weights = PLAN.weights_input(exp.backbone)
+    data = data_inputs_of(dataset)  # checks the dataset's files first (a configured GloVe file exists, its head parses)
+    check_word_vectors(HARNESS, dataset, exp.config["model"], exp_id)
+    splits = ["train", "dev"] + (test_splits(HARNESS, dataset) if exp.may_evaluate_on_cached_features else [])
+    return {
+        **data,
+        **positives_inputs_of(dataset),
+        "cfg": f"{R}/{dataset}/dataset.json",
+        "exp": f"{R}/{dataset}/runs/{exp_id}/config.json",
+        "vocab": f"{R}/{dataset}/vocab.json",
+        "features": [f for split in splits for f in image_feature_files(dataset, exp_id, split)],
+        "weights": weights,
     }
-    if exp.may_evaluate_on_cached_features:  # best epoch with a frozen CNN, or regions: cached test features
-        inputs["features"] = image_feature_files(w.dataset, w.exp, w.split)
-    return inputs
 
 
 def ensemble_members(w):

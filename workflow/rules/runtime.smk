@@ -60,9 +60,7 @@ def runtime_jobs(dataset):
             for seed in row.seeds:
                 for i, exp_id in enumerate(row.members):
                     run_seed = row.member_seed(seed, i)
-                    add("train", {row.paper}, dataset=dataset, exp=exp_id, seed=run_seed)
-                    for split in splits:
-                        add("evaluate", {row.paper}, dataset=dataset, exp=exp_id, seed=run_seed, split=split)
+                    add(f"train_{dataset}", {row.paper}, exp=exp_id, seed=run_seed)  # training and test evaluation
                 if row.ensemble_id is not None:
                     for split in splits:
                         add("ensemble", {row.paper}, dataset=dataset, ens=row.ensemble_id, seed=seed, split=split)
@@ -84,7 +82,7 @@ def runtime_jobs(dataset):
             add_weights(exp.backbone)
         for split in ("train", "dev"):  # what train reads
             add_image_input(exp_id, split)
-        if exp.may_evaluate_on_cached_features:  # what evaluate reads
+        if exp.may_evaluate_on_cached_features:  # what the test evaluation reads
             for split in splits:
                 add_image_input(exp_id, split)
     if ds["kind"] == "synthetic" and "region" in ds["features"] and dataset in HARNESS["default_datasets"]:

@@ -13,61 +13,46 @@ rule experiment_config:
         "python -m methods.io --out {output} --json {params.config:q} " + TO_LOG
 
 
-rule train:
-    """Train one experiment with one seed; resumes from results/.../checkpoints/last.pt if killed."""
-    input:
-        unpack(train_inputs),
-    output:
-        model=f"{R}/{{dataset}}/runs/{{exp}}/seed{{seed}}/model.pt",
-        log=f"{R}/{{dataset}}/runs/{{exp}}/seed{{seed}}/train_log.json",
-    params:
-        features=lambda w: image_features_dir(w.dataset, w.exp),
-        run_dir=lambda w: run_dir(w.dataset, w.exp, w.seed),
-        device=DEVICE,
-    threads: dataset_res("train", "threads")
-    resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpus"),
-        **cpu_partition(res("train", "gpus")),
-    conda:
-        CONDA_ENV
-    log:
-        f"{R}/logs/train/{{dataset}}/{{exp}}/seed{{seed}}.log",
-    benchmark:
-        benchmark_file("train", "{dataset}/{exp}/seed{seed}")
-    shell:
-        "python -m methods.train --dataset-config {input.cfg} --experiment {input.exp} --seed {wildcards.seed} "
-        "--run-dir {params.run_dir} --features-dir {params.features} --vocab {input.vocab} "
-        "--device {params.device} --threads {threads} " + TO_LOG
+# One training rule per dataset: a training job ends by evaluating the kept model on the
+# dataset's test splits (eval_<split>.json, sims_<split>.npy), whose names are per-dataset
+# config; evaluating in the training job saves a process start (torch's import) per run.
+for _name in HARNESS["datasets"]:
+    _tests = test_splits(HARNESS, _name)
 
-
-rule evaluate:
-    """Metrics of one run on one test split under every protocol of the dataset (+ its score matrix)."""
-    input:
-        unpack(evaluate_inputs),
-    output:
-        metrics=f"{R}/{{dataset}}/runs/{{exp}}/seed{{seed}}/eval_{{split}}.json",
-        sims=f"{R}/{{dataset}}/runs/{{exp}}/seed{{seed}}/sims_{{split}}.npy",
-    params:
-        features=lambda w: image_features_dir(w.dataset, w.exp),
-        run_dir=lambda w: run_dir(w.dataset, w.exp, w.seed),
-        device=DEVICE,
-    threads: dataset_res("evaluate", "threads")
-    resources:
-        mem_mb=res("evaluate", "mem_mb"),
-        runtime=res("evaluate", "runtime"),
-        gpu=res("evaluate", "gpus"),
-        **cpu_partition(res("evaluate", "gpus")),
-    conda:
-        CONDA_ENV
-    log:
-        f"{R}/logs/evaluate/{{dataset}}/{{exp}}/seed{{seed}}_{{split}}.log",
-    benchmark:
-        benchmark_file("evaluate", "{dataset}/{exp}/seed{seed}_{split}")
-    shell:
-        "python -m methods.evaluate --dataset-config {input.cfg} --run-dir {params.run_dir} --split {wildcards.split} "
-        "--features-dir {params.features} --vocab {input.vocab} --device {params.device} --threads {threads} " + TO_LOG
+    rule:
+        name:
+            f"train_{_name}"
+        input:
+            unpack(lambda w, name=_name: train_inputs_of(name, w.exp)),
+        output:
+            model=f"{R}/{_name}/runs/{{exp}}/seed{{seed}}/model.pt",
+            log=f"{R}/{_name}/runs/{{exp}}/seed{{seed}}/train_log.json",
+            **{f"eval_{s}": f"{R}/{_name}/runs/{{exp}}/seed{{seed}}/eval_{s}.json" for s in _tests},
+            **{f"sims_{s}": f"{R}/{_name}/runs/{{exp}}/seed{{seed}}/sims_{s}.npy" for s in _tests},
+        params:
+            features=lambda w, name=_name: image_features_dir(name, w.exp),
+            run_dir=lambda w, name=_name: run_dir(name, w.exp, w.seed),
+            splits=" ".join(_tests),
+            device=DEVICE,
+        threads: dataset_resource(_name, "train", "threads")
+        resources:
+            mem_mb=res("train", "mem_mb"),
+            runtime=res("train", "runtime"),
+            gpu=res("train", "gpus"),
+            **cpu_partition(res("train", "gpus")),
+            # on SLURM, SIGUSR1 five minutes before the time limit: training writes a checkpoint
+            # and stops, and the retry resumes from it (SIGTERM at the limit is handled the same way)
+            slurm_extra="'--signal=USR1@300'",
+        conda:
+            CONDA_ENV
+        log:
+            f"{R}/logs/train/{_name}/{{exp}}/seed{{seed}}.log",
+        benchmark:
+            benchmark_file(f"train_{_name}", f"{_name}/{{exp}}/seed{{seed}}")
+        shell:
+            "python -m methods.train --dataset-config {input.cfg} --experiment {input.exp} --seed {wildcards.seed} "
+            "--run-dir {params.run_dir} --features-dir {params.features} --vocab {input.vocab} "
+            "--evaluate {params.splits} --device {params.device} --threads {threads} " + TO_LOG
 
 
 rule ensemble:
