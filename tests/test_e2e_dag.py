@@ -50,7 +50,8 @@ def read_table(path):
 def test_table_values_come_from_the_run(tiny_dag):
     rows = read_table(tiny_dag / "tables" / "table1_synthetic.csv")
     assert {r["row"] for r in rows} == {"vsepp_resnet152_ft", "vsepp_resnet152_frozen", "vse0_resnet152_ft",
-                                        "sgraf_sgr", "sgraf_saf", "sgraf_sgraf"}
+                                        "sgraf_sgr", "sgraf_saf", "sgraf_sgraf", "scan_ensemble",
+                                        "mvsa_ti_avg", "mvsa_ti_lse", "mvsa_it_avg", "mvsa_it_lse"}
     assert (tiny_dag / "tables" / "table1_synthetic.md").exists()
     assert (tiny_dag / "figures" / "reproduced_vs_reported_synthetic.png").stat().st_size > 1000
     spec = json.loads((tiny_dag / "results/synthetic/tables/table1.spec.json").read_text())

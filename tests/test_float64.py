@@ -14,11 +14,14 @@ import torch
 
 from methods.features.backbone import ResNetBackbone
 from methods.models import MODELS
+from methods.models.mvsa import MVSA
+from methods.models.scan import SCAN
 from methods.models.sgraf import SGRAF
 from methods.models.text import GRUTextEncoder
 from methods.models.vsepp import VSEPP
 from methods.models.vsrn import VSRN
 from tests.test_sgraf import l2, linear
+from tests.test_mvsa_scan import reference_pair as scan_reference_pair
 from tests.test_sgraf import reference_matrix as sgraf_reference_matrix
 
 VOCAB, WORD_DIM, EMBED, SIM = 30, 8, 10, 6
@@ -145,7 +148,88 @@ def sgraf_cases():
                {"features": features(N_IMAGES, REGIONS, REGION_DIM)}, sgraf_reference)
 
 
-CASES = {"vsepp": vsepp_cases, "vsrn": vsrn_cases, "sgraf": sgraf_cases}
+# -- SCAN and MVSA: SCAN's per-pair similarity (tests/test_mvsa_scan.py, kuanghuei/SCAN model.py) --
+
+def caption_words(model, tokens):
+    """(L, D) words of one unpadded caption: bi-GRU, directions averaged, l2 (SCAN's l2norm)."""
+    out, _ = model.text.gru(model.text.embed(tokens[None]))
+    half = out.shape[-1] // 2
+    return l2((out[0, :, :half] + out[0, :, half:]) / 2)
+
+
+def scan_matrix(model, instances, text_batch):
+    """Scores of every image's (N, D) instances with every caption, one pair at a time."""
+    words = [caption_words(model, text_batch["tokens"][c, :n]) for c, n in enumerate(LENGTHS)]
+    return torch.tensor([[scan_reference_pair(inst, w, model.direction, model.aggregation, model.lambda_softmax,
+                                              model.lambda_lse) for w in words] for inst in instances],
+                        dtype=torch.float64)
+
+
+def scan_reference(model, images, text_batch):
+    return scan_matrix(model, [l2(linear(model.fc, f)) for f in images["features"]], text_batch)
+
+
+def scan_cases():
+    for direction, aggregation, lambda_softmax, lambda_lse in (("t2i", "avg", 9.0, None), ("t2i", "lse", 9.0, 6.0),
+                                                               ("i2t", "avg", 4.0, None), ("i2t", "lse", 4.0, 20.0)):
+        yield (f"scan {direction} {aggregation}",
+               build(SCAN, REGION_DIM, REGIONS, EMBED, direction=direction, aggregation=aggregation,
+                     lambda_softmax=lambda_softmax, lambda_lse=lambda_lse, bidirectional_text=True),
+               {"features": features(N_IMAGES, REGIONS, REGION_DIM)}, scan_reference)
+
+
+MVSA_SHAPES = {"conv4": [4, 4, 256], "conv5": [2, 2, 512]}   # ResNet-18 channels
+
+
+def mvsa_instances(model, grids):
+    """(N, D) instances of one image from its (H, W, C) maps: per scale a projection, ASA blocks
+    (softmax(theta phi^T) g, W_z, eval-mode BatchNorm, residual), the instance map; finer maps
+    pooled over k x k cells to the coarsest grid, scales concatenated finest first; l2."""
+    gh, gw = model.grid
+    parts = []
+    for scale in model.scales:
+        h, w, c = grids[scale].shape
+        branch = model.branches[scale]
+        x = linear(branch.project, grids[scale].reshape(h * w, c))
+        for block in branch.asa:
+            attention = torch.softmax(linear(block.theta, x) @ linear(block.phi, x).t(), dim=1)
+            y = linear(block.out, attention @ linear(block.g, x))
+            if block.bn is not None:
+                bn = block.bn
+                y = (y - bn.running_mean) / torch.sqrt(bn.running_var + bn.eps) * bn.weight + bn.bias
+            x = x + y
+        inst = linear(branch.instance, x).reshape(h, w, -1)
+        if len(model.scales) > 1 and (h, w) != (gh, gw):
+            cells = inst.reshape(gh, h // gh, gw, w // gw, -1)
+            inst = cells.amax(dim=(1, 3)) if model.fusion_pooling == "max" else cells.mean(dim=(1, 3))
+        parts.append(inst.reshape(-1, inst.shape[-1]))
+    return l2(torch.cat(parts))
+
+
+def mvsa_reference(model, images, text_batch):
+    grids = images["features"]
+    return scan_matrix(model, [mvsa_instances(model, {s: g[i] for s, g in grids.items()}) for i in range(N_IMAGES)],
+                       text_batch)
+
+
+def mvsa_cases():
+    grids = {s: features(N_IMAGES, *shape) for s, shape in MVSA_SHAPES.items()}
+    for scales, pooling, options in ((["conv4", "conv5"], "max", dict(asa_blocks=2)),
+                                     (["conv4", "conv5"], "avg", dict(direction="i2t", aggregation="lse",
+                                                                      lambda_softmax=4.0, lambda_lse=5.0)),
+                                     (["conv5"], None, dict(asa_batchnorm=False, aggregation="lse", lambda_lse=6.0))):
+        yield (f"mvsa {scales} {pooling} {options}",
+               build(MVSA, "resnet18", MVSA_SHAPES, scales, pooling, 16, EMBED, asa_inter_dim=7,
+                     bidirectional_text=True, **options),
+               {"features": {s: grids[s] for s in scales}}, mvsa_reference)
+
+
+CASES = {"vsepp": vsepp_cases, "vsrn": vsrn_cases, "sgraf": sgraf_cases, "scan": scan_cases, "mvsa": mvsa_cases}
+
+
+def as_dtype(feats, dtype):
+    """Cached features (a tensor, or a dict of grid maps per scale) in another dtype."""
+    return {k: v.to(dtype) for k, v in feats.items()} if isinstance(feats, dict) else feats.to(dtype)
 
 
 @pytest.mark.parametrize("kind", MODELS.names())
@@ -163,8 +247,9 @@ def test_float64_scores_equal_the_per_pair_reference(kind):
             matrix = model.score_matrix(img, txt)
             want = reference(model, images, text_batch)
             # cached float32 features are cast to the model's dtype (exactly: float32 -> float64)
-            from_float32 = model.score(model.encode_images({"features": images["features"].float()}), txt)
-            from_float64 = model.score(model.encode_images({"features": images["features"].float().double()}), txt)
+            single = as_dtype(images["features"], torch.float32)
+            from_float32 = model.score(model.encode_images({"features": single}), txt)
+            from_float64 = model.score(model.encode_images({"features": as_dtype(single, torch.float64)}), txt)
         assert block.dtype == matrix.dtype == want.dtype == torch.float64, label
         assert matrix.device.type == "cpu" and matrix.shape == (N_IMAGES, len(LENGTHS)), label
         torch.testing.assert_close(block, want, rtol=1e-10, atol=1e-10, msg=lambda m: f"{label}: {m}")

@@ -121,4 +121,6 @@ def test_l2norm_divides_by_norm_plus_the_sources_eps_and_maps_zero_vectors_to_ze
 def test_cross_attention_benchmark_runs_on_a_few_pairs(capsys):
     cross_attention_benchmark.main(["--images", "3", "--captions", "4", "--device", "cpu", "--repeats", "1"])
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines[1:]] == ["sgr", "saf"] and all("pairs/s" in line for line in lines[1:])
+    assert [line.split()[0] for line in lines[1:]] == ["sgr", "saf", "mvsa_t2i_49", "mvsa_i2t_49", "mvsa_t2i_98",
+                                                       "mvsa_i2t_98"]
+    assert all("pairs/s" in line for line in lines[1:])

@@ -15,8 +15,9 @@ Aggregation: ``avg`` (the mean) or ``lse``, (1/lambda_lse) log sum exp(lambda_ls
 code computes LSE as a plain exp/log, which overflows in fp16 (e^20 > 65504); here it is
 ``logsumexp`` (the maximum subtracted) in at least fp32, equal in exact arithmetic.
 
-The attended vectors are never formed: R needs only a . q / |a|, and a . q = sum alpha s (the
-cosines already computed), |a|^2 = alpha^T G alpha with G the Gram matrix of the attended side.
+The attended vectors are never formed: R = a . q / max(|q| |a|, 1e-8) (SCAN's cosine_similarity)
+needs only a . q = sum alpha s (the cosines already computed) and |a|^2 = alpha^T G alpha with G
+the Gram matrix of the attended side.
 That makes a block cost O(pairs x instances x words), not x the embedding dimension.
 """
 from __future__ import annotations
@@ -24,10 +25,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from methods.models.cross_attention import attended_norm
 from methods.models.layers import SCAN_L2NORM_EPS, at_least_float32, l2norm
 
 DIRECTIONS = ("t2i", "i2t")
+SCAN_COSINE_EPS = 1e-8   # kuanghuei/SCAN model.py cosine_similarity: the product of norms clamped below
 AGGREGATIONS = ("avg", "lse")
 
 
@@ -41,6 +42,11 @@ def aggregate_alignments(alignments: torch.Tensor, mask: torch.Tensor, aggregati
     if aggregation == "lse":
         return torch.logsumexp((lambda_lse * r).masked_fill(~mask, float("-inf")), dim=-1) / lambda_lse
     raise ValueError(f"aggregation must be one of {AGGREGATIONS}, not {aggregation!r}")
+
+
+def cosine(dots: torch.Tensor, query_norm: torch.Tensor, attended_sq_norm: torch.Tensor) -> torch.Tensor:
+    """SCAN's ``cosine_similarity``: q . a / max(|q| |a|, 1e-8), from the dot products and norms."""
+    return dots / (query_norm * attended_sq_norm.clamp(min=0).sqrt()).clamp(min=SCAN_COSINE_EPS)
 
 
 def scan_alignments(instances: torch.Tensor, words: torch.Tensor, mask: torch.Tensor, direction: str,
@@ -62,14 +68,14 @@ def scan_alignments(instances: torch.Tensor, words: torch.Tensor, mask: torch.Te
         gram = inst @ inst.transpose(1, 2)                                  # (I, R, R)
         sq_norm = torch.einsum("icrl,irs,icsl->icl", alpha, gram, alpha)
         dots = (alpha * raw).sum(2)                                         # t_j . a_j
-        return dots / attended_norm(sq_norm), mask
+        return cosine(dots, wrd.norm(dim=-1)[None], sq_norm), mask
     if direction == "i2t":
         s = l2norm(s, dim=2, eps=SCAN_L2NORM_EPS)                           # over instances
         alpha = torch.softmax((lambda_softmax * s).masked_fill(~word_mask, float("-inf")), dim=3)  # over words
         gram = wrd @ wrd.transpose(1, 2)                                    # (C, L, L)
         sq_norm = torch.einsum("icrl,clm,icrm->icr", alpha, gram, alpha)
         dots = (alpha * raw).sum(3)                                         # v_r . a_r
-        return dots / attended_norm(sq_norm), mask.new_ones(1, r)
+        return cosine(dots, inst.norm(dim=-1)[:, None], sq_norm), mask.new_ones(1, r)
     raise ValueError(f"direction must be one of {DIRECTIONS}, not {direction!r}")
 
 
