@@ -35,7 +35,8 @@ def _train(args) -> None:
     payload = load_dataset_payload(args.dataset_config)
     ds, paths = payload["dataset"], payload["paths"]
     cfg = read_json(args.experiment)
-    relevances = {split: split_relevances(payload, split) for split in args.evaluate}  # a bad positives file fails before training
+    # the test relevances first: a bad positives file fails before training, not after it
+    relevances = {split: split_relevances(payload, split) for split in args.evaluate}
     device = resolve_device(args.device)
     seed_everything(args.seed)
     kind = image_input_of(cfg["model"])
