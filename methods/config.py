@@ -71,10 +71,16 @@ def validate(obj: Any, schema_name: str, where: str) -> Any:
 
 
 def deep_merge(base: Mapping, override: Mapping) -> dict:
-    """Recursive dict merge; override wins; lists are replaced, not concatenated."""
+    """Recursive dict merge; override wins; lists are replaced, not concatenated. A block naming
+    another ``kind`` than the one it overrides replaces it whole: a different kind takes different
+    keys (``similarity: {kind: mil}`` over ``{kind: smooth_chamfer, alpha: 16}`` keeps no alpha)."""
     out = copy.deepcopy(dict(base))
     for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+        inherited = out.get(key)
+        if (isinstance(value, Mapping) and isinstance(inherited, Mapping)
+                and "kind" in value and "kind" in inherited and value["kind"] != inherited["kind"]):
+            out[key] = copy.deepcopy(dict(value))
+        elif isinstance(value, Mapping) and isinstance(inherited, Mapping):
             out[key] = deep_merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)

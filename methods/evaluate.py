@@ -3,7 +3,10 @@ do it for their test splits when they end: ``methods.train --evaluate``; this co
 a run by hand).
 
 Writes ``eval_<split>.json`` (metrics per protocol, config, hash, commit, seed, device, wall
-times) and ``sims_<split>.npy`` (the score matrix, used by ensembles).
+times) and ``sims_<split>.npy`` (the score matrix, used by ensembles). A model that reports
+embedding statistics (set models: within-set circular variance) adds them under the protocol
+``set_statistics``. ``--view`` evaluates the run's model with only some elements of its sets
+(``methods.models.element_views``): ``eval_<split>@<view>.json``, no score matrix.
 """
 from __future__ import annotations
 
@@ -13,27 +16,37 @@ from pathlib import Path
 from methods import api
 from methods.cli import run_command
 from methods.data.datasets import load_dataset_payload, payload_splits
+from methods.data.karpathy import CAPTIONS_PER_IMAGE
 from methods.data.text import Vocabulary
 from methods.errors import HarnessError
 from methods.features.backbone import eval_transform
 from methods.features.images import ImageFiles
 from methods.io import save_npy, write_json
-from methods.metrics.protocols import evaluate_split, split_relevances
+from methods.metrics.protocols import evaluate_split, split_relevances, statistics_result
 from methods.models import image_input_of
+from methods.models.element_views import check_elements, parse_view
 from methods.runtime import compute_setup, provenance, resolve_device
 
 
 def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | Path, vocab_path: str | Path,
-                 device, relevances: dict | None = None) -> list[dict]:
+                 device, relevances: dict | None = None, view: str | None = None) -> list[dict]:
     """Evaluate the trained model ``run_dir/model.pt`` on one test split under every protocol of
     its dataset; writes ``eval_<split>.json`` and ``sims_<split>.npy`` and returns the results.
-    ``relevances``: ``split_relevances(payload, split)``, read before training when given."""
+    ``relevances``: ``split_relevances(payload, split)``, read before training when given.
+    ``view``: an evaluation view's name (``eval_<split>@<view>.json``, no score matrix)."""
     t0 = time.time()
     ds, paths = payload["dataset"], payload["paths"]
     if relevances is None:
         relevances = split_relevances(payload, split)  # before any encoding: a bad positives file fails fast
+    elements = parse_view(view) if view is not None else None
     model, ckpt = api.load_model(run_dir / "model.pt", device, payload["backbones"])
     cfg = ckpt["config"]
+    if elements is not None:
+        sizes = type(model).set_sizes(cfg["model"])
+        if sizes is None:
+            raise HarnessError(f"{run_dir / 'model.pt'}: evaluation view '{view}' selects set elements, but a "
+                               f"{cfg['model']['kind']} model does not embed items as sets")
+        check_elements(elements, sizes, f"evaluation view '{view}' of {run_dir}")
     vocab = Vocabulary.load(vocab_path)
     if len(vocab) != ckpt["vocab_size"]:
         raise HarnessError(f"{vocab_path} has {len(vocab)} words but {run_dir / 'model.pt'} was trained with "
@@ -50,12 +63,19 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
     t_enc = time.time()
     img = api.encode_images(model, features, images=images, batch_size=batch_size, device=device, amp=amp)
     txt = api.encode_texts(model, captions, vocab, batch_size=batch_size, device=device, amp=amp)
+    if elements is not None:
+        img, txt = model.select_elements(img, txt, elements["image_elements"], elements["text_elements"])
     scores = api.score(model, img, txt, amp=amp)
     t_score = time.time()
     results = evaluate_split(scores, ds["protocols"], split, relevances)
-    save_npy(run_dir / f"sims_{split}.npy", scores.numpy())
-    write_json(run_dir / f"eval_{split}.json", {
-        "kind": "single", "ensemble_size": 1, "dataset": payload["name"], "split": split,
+    statistics = model.evaluation_statistics(img, txt)
+    if statistics:
+        results.append(statistics_result(statistics, split, len(data.captions) // CAPTIONS_PER_IMAGE))
+    suffix = split if view is None else f"{split}@{view}"
+    if view is None:
+        save_npy(run_dir / f"sims_{split}.npy", scores.numpy())
+    write_json(run_dir / f"eval_{suffix}.json", {
+        "kind": "single", "ensemble_size": 1, "dataset": payload["name"], "split": split, "view": view,
         "config": cfg, "config_hash": ckpt["config_hash"], "seed": ckpt["seed"],
         "best_epoch": ckpt["best"], "results": results, "provenance": provenance(device),
         "wall_seconds": {"encode_and_score": t_score - t_enc, "total": time.time() - t0}})
@@ -66,7 +86,8 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
 
 def _evaluate(args) -> None:
     payload = load_dataset_payload(args.dataset_config)
-    evaluate_run(Path(args.run_dir), args.split, payload, args.features_dir, args.vocab, resolve_device(args.device))
+    evaluate_run(Path(args.run_dir), args.split, payload, args.features_dir, args.vocab, resolve_device(args.device),
+                 view=args.view)
 
 
 def _arguments(parser) -> None:
@@ -74,6 +95,7 @@ def _arguments(parser) -> None:
     parser.add_argument("--split", required=True)
     parser.add_argument("--features-dir", required=True)
     parser.add_argument("--vocab", required=True)
+    parser.add_argument("--view", help="evaluation view of a set model, e.g. i0_tall (methods.models.element_views)")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -89,8 +89,11 @@ def stand_in_deviation(dataset: str, ds_cfg: dict, image_input: str, model_cfg: 
 
 def config_value(cfg: dict, dotted: str, where: str) -> object:
     node: object = cfg
-    for part in dotted.split("."):
-        node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+    for part in dotted.split("."):   # a numeric part indexes a list (loss.terms.0.margin)
+        if isinstance(node, list) and part.isdigit():
+            node = node[int(part)] if int(part) < len(node) else _MISSING
+        else:
+            node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
         if node is _MISSING:
             raise HarnessError(f"{where}: source switch key '{dotted}' is not in the resolved config")
     return node

@@ -12,10 +12,12 @@ from pathlib import Path
 from methods.config import REPO_ROOT, config_hash, deep_merge, dotted_to_nested, load_yaml, validate, validate_layer
 from methods.data.inputs import ImageInput
 from methods.errors import HarnessError
-from methods.fidelity import load_method_file, merge_ledgers, row_ledger, source_ledger, stand_in_deviation
+from methods.fidelity import (config_value, load_method_file, merge_ledgers, row_ledger, source_ledger,
+                              stand_in_deviation)
 from methods.losses import rebase_term, term_configs
-from methods.metrics.protocols import get_protocol
-from methods.models import image_input_of
+from methods.metrics.protocols import STATISTICS_PROTOCOL, get_protocol
+from methods.models import image_input_of, model_class
+from methods.models.element_views import check_elements, view_name
 from methods.models.description import DescribeContext, describe_run, finetunes
 
 ENSEMBLE_SEED_STRIDE = 1000  # a repeated ensemble member trains with seed s + 1000 * (earlier repeats)
@@ -183,6 +185,8 @@ class Row:
     ledger: list[dict] = field(default_factory=list)  # per distinct member: source code, switches off source, deviations
     compare_to: str | None = None  # a row of the same table: paired differences over seeds
     ran: str = ""                  # what its runs really run (backbone / image input, dimensions, schedule)
+    view: str | None = None        # an evaluation view of a set model (methods.models.element_views)
+    overrides: dict = field(default_factory=dict)  # a single-model row's dotted overrides (figures of settings)
 
     @property
     def ensemble_size(self) -> int:
@@ -204,6 +208,7 @@ class Table:
     dataset: str
     titles: list[str]
     rows: list[Row]
+    statistics: bool = False      # also shows the set models' embedding statistics (protocol set_statistics)
 
 
 @dataclass
@@ -214,6 +219,7 @@ class Figure:
     table: str
     title: str
     row: str | None = None        # saf_weights: the row whose first run is inspected
+    rows: list[str] | None = None  # the rows a figure compares (set_element_projection)
     paper: str | None = None      # the key of the paper file that declares it
 
 
@@ -297,6 +303,7 @@ class Plan:
                 key = (table_name, dataset)
                 tbl = self.tables.setdefault(key, Table(table_name, dataset, [], []))
                 tbl.titles.append(f"{paper['paper']}: {table['title']}")
+                tbl.statistics = tbl.statistics or table.get("embedding_statistics", False)
                 for row in table["rows"]:
                     if any(r.id == row["id"] for r in tbl.rows):
                         raise HarnessError(f"{path}: row id '{row['id']}' appears twice in table {table_name}")
@@ -315,11 +322,13 @@ class Plan:
                         stand_in = (() if "stands_in_for" not in ds_cfg else
                                     (stand_in_deviation(dataset, ds_cfg, exp.image_input.name, exp.config["model"]),))
                         ledgers.append(row_ledger(exp.config, source, f"{path}: row '{row['id']}'", stand_in))
+                    view = self._row_view(path, table_name, row, dataset, exp_ids)
                     reported = self._reported_for(row.get("reported", {}).get(reported_key, {}), ds_cfg)
                     seeds = ds_cfg.get("table_seeds", {}).get(table_name, ds_cfg.get("seeds", row["seeds"]))
                     tbl.rows.append(Row(table_name, row["id"], row["label"], paper["key"], seeds, exp_ids,
                                         reported, row.get("not_reported"), merge_ledgers(ledgers),
-                                        row.get("compare_to"), " + ".join(dict.fromkeys(ran))))
+                                        row.get("compare_to"), " + ".join(dict.fromkeys(ran)), view,
+                                        dict(row.get("overrides") or {})))
                     self._check_distinct_runs(path, tbl.rows[-1], dataset)
                 self._check_comparisons(path, tbl)
         for fig_name, fig in (paper.get("figures") or {}).items():
@@ -333,8 +342,14 @@ class Plan:
                     if fig.get("row") and fig["row"] not in {r["id"] for r in paper["tables"][fig["table"]]["rows"]}:
                         raise HarnessError(f"{path}: figure '{fig_name}' names row '{fig['row']}', which table "
                                            f"'{fig['table']}' does not have")
+                    table_rows = {r["id"] for r in paper["tables"][fig["table"]]["rows"]}
+                    for name in fig.get("rows") or []:
+                        if name not in table_rows:
+                            raise HarnessError(f"{path}: figure '{fig_name}' names row '{name}', which table "
+                                               f"'{fig['table']}' does not have")
                     self.figures[(fig_name, dataset)] = Figure(fig_name, dataset, fig["kind"], fig["table"],
-                                                               fig["title"], fig.get("row"), paper["key"])
+                                                               fig["title"], row=fig.get("row"), rows=fig.get("rows"),
+                                                               paper=paper["key"])
 
     def _check_row(self, path: Path, table_name: str, table_datasets: list[str], row: dict, paper: dict) -> None:
         """What a row names that no resolved config shows: its overrides (each key one of the method
@@ -350,12 +365,29 @@ class Plan:
             if dataset not in table_datasets:
                 raise HarnessError(f"{where}: reported numbers under dataset '{dataset}', which the table is not "
                                    f"built for (tables.{table_name}.datasets: {', '.join(table_datasets)})")
-            evaluated = self.cfg["datasets"][dataset]["protocols"]
+            evaluated = self.cfg["datasets"][dataset]["protocols"] + (
+                [STATISTICS_PROTOCOL] if paper["tables"][table_name].get("embedding_statistics") else [])
             for protocol in by_protocol:
                 if protocol not in evaluated:
                     raise HarnessError(f"{where}: reported numbers under protocol '{protocol}' for {dataset}, which "
                                        f"datasets.{dataset}.protocols does not evaluate ({', '.join(evaluated)})")
             check_reported(by_protocol, where)
+
+    def _row_view(self, path: Path, table_name: str, row: dict, dataset: str, exp_ids: list[str]) -> str | None:
+        """The evaluation view a row declares (``evaluation``), checked against its model's sets."""
+        evaluation = row.get("evaluation")
+        if not evaluation:
+            return None
+        where = f"{path}: table {table_name} row '{row['id']}'"
+        if "ensemble" in row:
+            raise HarnessError(f"{where}: an evaluation view selects elements of one model's sets, not of an ensemble")
+        model = self.experiment(dataset, exp_ids[0]).config["model"]
+        sizes = model_class(model["kind"]).set_sizes(model)
+        if sizes is None:
+            raise HarnessError(f"{where}: evaluation views need a model that embeds items as sets; "
+                               f"'{model['kind']}' does not")
+        check_elements(evaluation, sizes, where)
+        return view_name(evaluation)
 
     def _check_distinct_runs(self, path: Path, row: Row, dataset: str) -> None:
         """Each seed of a row is its own run (for each member): a run counted twice makes a mean
@@ -389,10 +421,12 @@ class Plan:
         protocols that reports one of those metrics (not under extended-positive ones)."""
         if "stands_in_for" not in ds_cfg:
             return by_protocol
+        statistics = {p: v for p, v in by_protocol.items() if p == STATISTICS_PROTOCOL}  # not tied to a dataset
         source = by_protocol.get(ds_cfg["stands_in_for"]["protocol"])
         if not source:
-            return {}
-        return {p: source for p in ds_cfg["protocols"] if set(source["metrics"]) & set(get_protocol(p).metrics)}
+            return statistics
+        return {**{p: source for p in ds_cfg["protocols"] if set(source["metrics"]) & set(get_protocol(p).metrics)},
+                **statistics}
 
     # -- queries --------------------------------------------------------------------------
     def check_target_dataset(self, dataset: str, target: str) -> None:
@@ -468,11 +502,23 @@ class Plan:
         spec = {"figure": name, "kind": fig.kind, "title": fig.title, "dataset": dataset, "table": fig.table,
                 "dataset_kind": self.cfg["datasets"][dataset]["kind"],
                 "protocols": self.cfg["datasets"][dataset]["protocols"], "rows": rows}
-        if fig.row is not None:  # one trained model: the row's first member, first seed, first test split
-            row = self.row(fig.table, dataset, fig.row)
-            spec.update(row=fig.row, run=self.run_dir(dataset, row.members[0], row.member_seed(row.seeds[0], 0)),
+        if fig.kind == "rsum_by_setting":  # each row's value of every key some row of the table overrides
+            keys = list(dict.fromkeys(k for row in self.table(fig.table, dataset).rows for k in row.overrides))
+            for row, out in zip(self.table(fig.table, dataset).rows, rows):
+                cfg = self.experiment(dataset, row.members[0]).config
+                out.update(overrides=sorted(row.overrides), reported=row.reported,
+                           setting={k: config_value(cfg, k, f"figure {name}") for k in keys})
+        if fig.rows is not None:  # several trained models: each row's first run
+            spec.update(trained={r: self.first_run(fig.table, dataset, r) for r in fig.rows},
                         split=test_splits(self.cfg, dataset)[0])
+        if fig.row is not None:  # one trained model: the row's first member, first seed, first test split
+            spec.update(row=fig.row, run=self.first_run(fig.table, dataset, fig.row), split=test_splits(self.cfg, dataset)[0])
         return spec
+
+    def first_run(self, table: str, dataset: str, row_id: str) -> str:
+        """The run a figure inspects for a row: its first member's run of its first seed."""
+        row = self.row(table, dataset, row_id)
+        return self.run_dir(dataset, row.members[0], row.member_seed(row.seeds[0], 0))
 
     def row(self, table: str, dataset: str, row_id: str) -> Row:
         for row in self.table(table, dataset).rows:
@@ -484,7 +530,7 @@ class Plan:
         tbl = self.table(table, dataset)
         return {"table": table, "dataset": dataset, "dataset_kind": self.cfg["datasets"][dataset]["kind"],
                 "titles": tbl.titles, "tolerance": self.cfg["tolerance"],
-                "protocols": self.cfg["datasets"][dataset]["protocols"],
+                "protocols": self.cfg["datasets"][dataset]["protocols"] + ([STATISTICS_PROTOCOL] if tbl.statistics else []),
                 "rows": [{"id": r.id, "label": r.label, "paper": r.paper, "seeds": r.seeds,
                           "ensemble_size": r.ensemble_size, "members": r.members, "reported": r.reported,
                           "not_reported": r.not_reported, "ledger": r.ledger, "compare_to": r.compare_to,

@@ -78,6 +78,21 @@ CASES = {  # model kind -> [(run config, dataset config block, expected descript
          "ResNet-18 (toy pre-trained) conv5, CNN frozen, no ASA, C 128, D 64, t-i LSE (λ1 9, λ2 6), "
          "bi-GRU 64, word 32; 3 epochs, batch 16"),
     ],
+    "set_embedding": [
+        (run({"kind": "set_embedding", "embed_dim": 1024, "set_size": 4,
+              "set_module": {"kind": "slot", "iterations": 4, "heads": 4, "head_dim": 512, "ff_mult": 4,
+                             "competition": "slots", "padding": "leak"},
+              "similarity": {"kind": "smooth_chamfer", "alpha": 16.0},
+              "text": text(300, 1024, bidirectional=True, word_init="glove")}, [(80, False)], batch_size=200,
+             batching="images"), REAL,
+         "36×2048 precomputed regions, D 1024, K 4, slot set module (T 4, padding leak), smooth_chamfer (alpha 16), "
+         "bi-GRU 1024, word 300 (GloVe); 80 epochs, batch 200 images"),
+        (run({"kind": "set_embedding", "embed_dim": 64, "set_size": 2, "set_module": {"kind": "pie"},
+              "similarity": {"kind": "mp", "scale": 1.0, "shift": 0.0}, "text": text(32, 64, bidirectional=True)},
+             [(3, False)], batch_size=16, batching="images"), TOY,
+         "12×256 RoIAlign regions of ResNet-18 (toy pre-trained) conv4, D 64, K 2, PIE-Net set module, "
+         "mp (scale 1, shift 0), bi-GRU 64, word 32; 3 epochs, batch 16 images"),
+    ],
     "sgraf": [
         (run({"kind": "sgraf", "embed_dim": 32, "sim_dim": 8, "similarity": "vector", "heads": ["sgr", "saf"],
               "text": text(16, 32, bidirectional=True)}, [(3, False)], batch_size=32), TOY,

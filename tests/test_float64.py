@@ -7,6 +7,7 @@ masks, blocks or the vectorised tricks of the models (Gram-matrix norms, fused p
 they write linear maps, norms, attention, graph steps and eval-mode BatchNorm out as plain
 tensor ops and call only the model's own ``nn.GRU`` modules (a library primitive) on one
 unpadded sequence. A model registered without a reference here fails the test."""
+import math
 from functools import partial
 
 import pytest
@@ -16,6 +17,7 @@ from methods.features.backbone import ResNetBackbone
 from methods.models import MODELS
 from methods.models.mvsa import MVSA
 from methods.models.scan import SCAN
+from methods.models.set_embedding import SetEmbedding
 from methods.models.sgraf import SGRAF
 from methods.models.text import GRUTextEncoder
 from methods.models.vsepp import VSEPP
@@ -224,7 +226,120 @@ def mvsa_cases():
                {"features": {s: grids[s] for s in scales}}, mvsa_reference)
 
 
-CASES = {"vsepp": vsepp_cases, "vsrn": vsrn_cases, "sgraf": sgraf_cases, "scan": scan_cases, "mvsa": mvsa_cases}
+# -- set embeddings: regions -> fc + MLP -> slots or PIE-Net -> sets; set similarities ------------
+# (kdwonn/DivE model_spm.py, agg_block/attention.py, similarity.py; yalesong/pvse model.py PIENet)
+
+def layer_norm(ln, x):
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + ln.eps) * ln.weight + ln.bias
+
+
+def plain_gelu(x):
+    return 0.5 * x * (1 + torch.erf(x / 2 ** 0.5))
+
+
+def sine(n_positions, dim, total):
+    """DivE PositionEmbeddingSine1D(normalize=True): t / total * 2 pi, (sin, cos) pairs of t / 10000^(2i/dim)."""
+    angles = [[t / (total + 1e-6) * 2 * math.pi / 10000 ** (2 * (i // 2) / dim) for i in range(dim)]
+              for t in range(1, n_positions + 1)]
+    out = torch.tensor(angles, dtype=torch.float64)
+    out[:, 0::2], out[:, 1::2] = out[:, 0::2].sin(), out[:, 1::2].cos()
+    return out
+
+
+def slot_reference(agg, inputs, n_valid, positional):
+    """K slots over one input's (N, C) features, N - n_valid of them padding: per head the logits
+    of each slot with each input, softmax over the slots (padded columns at -max, as the public
+    code: uniform), each slot's weights renormalised over the inputs, the weighted values; then the
+    output projection, the GELU FFN, T times with the same weights; the final LayerNorm."""
+    n = inputs.shape[0]
+    context = layer_norm(agg.norm_inputs, inputs)
+    keyed = context + sine(n, inputs.shape[1], n if agg.padding == "leak" else n_valid) if positional else context
+    k, v = keyed @ agg.to_k.weight.t(), context @ agg.to_v.weight.t()
+    slots = agg.slots.clone()
+    for _ in range(agg.iterations):
+        q = layer_norm(agg.norm_slots, slots) @ agg.to_q.weight.t()
+        heads = []
+        for h in range(agg.heads):
+            cols = slice(h * agg.head_dim, (h + 1) * agg.head_dim)
+            logits = (q[:, cols] @ k[:, cols].t()) * agg.head_dim ** -0.5          # (K, N)
+            if agg.competition == "inputs":
+                logits[:, n_valid:] = -torch.inf
+                weights = torch.softmax(logits, dim=1)
+            else:
+                if agg.padding == "leak":
+                    logits[:, n_valid:] = -torch.finfo(torch.float64).max
+                weights = torch.softmax(logits, dim=0)
+                if agg.padding == "masked":
+                    weights[:, n_valid:] = 0
+                weights = weights / (weights.sum(dim=1, keepdim=True) + 1e-7)
+            heads.append(weights @ v[:, cols])
+        slots = slots + linear(agg.to_out[0], torch.cat(heads, dim=1))
+        ff = agg.ff
+        slots = slots + linear(ff[3], plain_gelu(linear(ff[0], layer_norm(agg.norm_ff, slots))))
+    return layer_norm(agg.norm_out, slots)
+
+
+def pie_reference(pie, local, glob):
+    logits = torch.tanh(local @ pie.w1.weight.t()) @ pie.w2.weight.t()              # (N, K)
+    pooled = torch.softmax(logits, dim=0).t() @ local
+    return layer_norm(pie.norm, glob + torch.sigmoid(linear(pie.fc, pooled)))
+
+
+def set_elements(model, local, glob, module, n_valid, positional):
+    if hasattr(module, "aggregation"):
+        return plain_l2(layer_norm(module.norm_global, glob) + slot_reference(module.aggregation, local, n_valid,
+                                                                              positional))
+    return plain_l2(pie_reference(module, local[:n_valid], glob))
+
+
+def set_pair(x, y, kind, alpha=None, scale=None, shift=None):
+    """One pair of sets, element pair by element pair."""
+    c = torch.tensor([[float((a * b).sum()) for b in y] for a in x], dtype=torch.float64)
+    if kind == "smooth_chamfer":
+        x_side = sum(torch.log(sum(torch.exp(alpha * c[i, j]) for j in range(len(y)))) for i in range(len(x)))
+        y_side = sum(torch.log(sum(torch.exp(alpha * c[i, j]) for i in range(len(x)))) for j in range(len(y)))
+        return float((x_side / (alpha * len(x)) + y_side / (alpha * len(y))) / 2)
+    if kind == "chamfer":
+        return float((c.max(dim=1).values.mean() + c.max(dim=0).values.mean()) / 2)
+    if kind == "mil":
+        return float(c.max())
+    return float(torch.sigmoid(scale * c + shift).mean())
+
+
+def set_reference(model, images, text_batch, similarity):
+    image_sets = []
+    for regions in images["features"]:
+        base = linear(model.region.fc, regions)
+        hidden = batch_norm_eval(model.region.bn, linear(model.region.mlp_in, base))
+        local = base + linear(model.region.mlp_out, torch.relu(hidden))
+        image_sets.append(set_elements(model, local, local.max(dim=0).values, model.image_set, len(local), False))
+    text_sets, longest = [], max(LENGTHS)
+    for tokens, n in zip(text_batch["tokens"], LENGTHS):
+        _, hidden = model.text.gru(model.text.embed(tokens[:n])[None])
+        glob = (hidden[-2, 0] + hidden[-1, 0]) / 2
+        words = model.text.embed(tokens[:longest])   # padded to the batch's longest, as the model sees it
+        text_sets.append(set_elements(model, words, glob, model.text_set, int(n), True))
+    params = {k: v for k, v in similarity.items() if k != "kind"}
+    return torch.tensor([[set_pair(x, y, similarity["kind"], **params) for y in text_sets] for x in image_sets],
+                        dtype=torch.float64)
+
+
+def set_cases():
+    slot = {"kind": "slot", "iterations": 2, "heads": 2, "head_dim": 3, "ff_mult": 2, "competition": "slots"}
+    for module, similarity in (({**slot, "padding": "leak"}, {"kind": "smooth_chamfer", "alpha": 16.0}),
+                               ({**slot, "padding": "masked"}, {"kind": "chamfer"}),
+                               ({**slot, "competition": "inputs", "padding": "leak"}, {"kind": "mil"}),
+                               ({"kind": "pie"}, {"kind": "mp", "scale": 2.0, "shift": -0.5})):
+        yield (f"set {module} {similarity}",
+               build(SetEmbedding, REGION_DIM, EMBED, 3, set_module=module, similarity=similarity, dropout=0.1,
+                     region_drop=0.2, bidirectional_text=True),
+               {"features": features(N_IMAGES, REGIONS, REGION_DIM)}, partial(set_reference, similarity=similarity))
+
+
+CASES = {"vsepp": vsepp_cases, "vsrn": vsrn_cases, "sgraf": sgraf_cases, "scan": scan_cases, "mvsa": mvsa_cases,
+         "set_embedding": set_cases}
 
 
 def as_dtype(feats, dtype):

@@ -12,7 +12,7 @@ import yaml
 from methods import api
 from methods.config import REPO_ROOT
 from methods.data.inputs import IMAGE_INPUTS
-from methods.losses import LOSS_TERMS, Loss
+from methods.losses import LOSS_TERMS, LOSSES, Loss
 from methods.metrics.registry import METRICS, evaluate
 from methods.metrics.relevance import CaptionsOfImage, ExtendedPositives, SharedLabels
 from methods.models import MODELS
@@ -120,7 +120,13 @@ def bf_shared_labels(name: str, scores: np.ndarray, image_labels: np.ndarray, te
     return 100 * float(np.mean([ndcg_score(r[None], q[None], k=k) for r, q in zip(rel[keep], s[keep])]))
 
 
-@pytest.mark.parametrize("name", METRICS.names())
+# metrics computed elsewhere than from a small score matrix have their own oracles: ECCV Caption /
+# CxC need the COCO 5K ids (tests/test_eccv_caption.py), embedding statistics the embeddings
+# (tests/test_set_embeddings.py)
+OWN_ORACLES = {"coco_ids": "tests/test_eccv_caption.py", "embeddings": "tests/test_set_embeddings.py"}
+
+
+@pytest.mark.parametrize("name", [n for n in METRICS.names() if METRICS.get(n).relevance not in OWN_ORACLES])
 @pytest.mark.parametrize("seed", range(3))
 def test_metric_against_brute_force(name, seed):
     metric = METRICS.get(name)
@@ -164,14 +170,16 @@ def loop_ranking_loss(kind: str, cfg: dict, s: torch.Tensor, pos: torch.Tensor) 
     def one_direction(s, pos):
         q_idx = range(s.shape[0])
         if kind in ("triplet_sum", "triplet_hardest"):
-            total = s.new_zeros(())
+            terms = []   # per positive pair: its hinges (sum) or its largest hinge (hardest)
             for q in q_idx:
                 for p in pos[q].nonzero().flatten().tolist():
                     hinges = [torch.clamp(cfg["margin"] - s[q, p] + s[q, n], min=0)
                               for n in range(s.shape[1]) if not pos[q, n]]
                     if hinges:
-                        total = total + (sum(hinges) if kind == "triplet_sum" else torch.stack(hinges).max())
-            return total
+                        terms.append(hinges if kind == "triplet_sum" else [torch.stack(hinges).max()])
+            if cfg.get("reduction", "sum") == "sum":
+                return sum(sum(t) for t in terms)
+            return sum(sum(t) for t in terms) / sum(len(t) for t in terms)   # mean over the hinges kept
         if kind == "nt_xent":
             terms = []
             for q in q_idx:
@@ -202,7 +210,14 @@ def loop_ranking_loss(kind: str, cfg: dict, s: torch.Tensor, pos: torch.Tensor) 
 
 
 TERM_CONFIGS = {"triplet_sum": {"margin": 0.2}, "triplet_hardest": {"margin": 0.2}, "nt_xent": {"tau": 0.1},
-                "smooth_ap": {"tau": 0.05}}
+                "smooth_ap": {"tau": 0.05}, "triplet_sum_mean": {"margin": 0.2, "reduction": "mean"},
+                "triplet_hardest_mean": {"margin": 0.2, "reduction": "mean"}}
+# terms on element sets, not on score matrices: loop references in tests/test_set_embeddings.py
+SET_TERMS = ("mmd", "uniformity", "diversity")
+
+
+def test_every_loss_term_has_a_loop_reference():
+    assert set(LOSS_TERMS.names()) == set(LOSSES) | set(SET_TERMS)
 
 
 def random_scores(seed: int, n_img=5, n_cap=12):
@@ -212,11 +227,12 @@ def random_scores(seed: int, n_img=5, n_cap=12):
     return scores, owner[None, :] == torch.arange(n_img)[:, None]
 
 
-@pytest.mark.parametrize("kind", LOSS_TERMS.names())
+@pytest.mark.parametrize("case", [*LOSSES, "triplet_sum_mean", "triplet_hardest_mean"])
 @pytest.mark.parametrize("seed", range(2))
-def test_loss_term_value_and_gradient_match_loops(kind, seed):
-    assert kind in TERM_CONFIGS, f"loss term '{kind}' has no test config here"
-    cfg = {"kind": kind, **TERM_CONFIGS[kind]}
+def test_loss_term_value_and_gradient_match_loops(case, seed):
+    assert case in TERM_CONFIGS, f"loss term '{case}' has no test config here"
+    kind = case.removesuffix("_mean")
+    cfg = {"kind": kind, **TERM_CONFIGS[case]}
     heads = [random_scores(seed)[0].requires_grad_(True), random_scores(seed + 10)[0].requires_grad_(True)]
     positives = random_scores(seed)[1]
     ours = Loss(cfg)({"scores": heads}, {"positives": positives}, epoch=0)

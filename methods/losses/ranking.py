@@ -30,12 +30,14 @@ class LossSpec:
     params: tuple[str, ...]                      # config keys passed as keyword arguments
     combine: str                                 # how the two directions join: "sum" or "mean"
     options: tuple[str, ...] = ()                # further config keys the term reads
+    optional_params: tuple[str, ...] = ()        # keyword arguments passed when configured
     family: str = ""                             # kinds whose shared parameters mean the same (default: its own)
 
 
 LOSSES: dict[str, LossSpec] = {
-    "triplet_sum": LossSpec(triplet_sum, ("margin",), "sum", family="triplet"),
-    "triplet_hardest": LossSpec(triplet_hardest, ("margin",), "sum", options=("warmup_sum_epochs",), family="triplet"),
+    "triplet_sum": LossSpec(triplet_sum, ("margin",), "sum", optional_params=("reduction",), family="triplet"),
+    "triplet_hardest": LossSpec(triplet_hardest, ("margin",), "sum", options=("warmup_sum_epochs",),
+                                optional_params=("reduction",), family="triplet"),
     "nt_xent": LossSpec(nt_xent, ("tau",), "mean"),
     "smooth_ap": LossSpec(smooth_ap, ("tau",), "mean"),
 }
@@ -55,7 +57,7 @@ def loss_kwargs(spec: LossSpec, cfg: dict) -> dict:
     missing = [p for p in spec.params if p not in cfg]
     if missing:
         raise HarnessError(f"loss '{cfg['kind']}' needs {', '.join(missing)} in the loss config")
-    return {p: cfg[p] for p in spec.params}
+    return {p: cfg[p] for p in spec.params + spec.optional_params if p in cfg}
 
 
 def one_direction(kind: str, cfg: dict) -> OneDirection:
@@ -89,7 +91,7 @@ class RankingTerm(LossTerm):
 
     @classmethod
     def parameters(cls, kind: str) -> frozenset[str]:
-        return frozenset(LOSSES[kind].params + LOSSES[kind].options)
+        return frozenset(LOSSES[kind].params + LOSSES[kind].options + LOSSES[kind].optional_params)
 
     @classmethod
     def family(cls, kind: str) -> str:

@@ -6,7 +6,9 @@ mask instead of assuming a diagonal). For every positive pair (q, p) the hinges 
 ``[m - s(q, p) + s(q, n)]_+`` over the negatives n of q.
 
 ``triplet_sum`` adds every hinge; ``triplet_hardest`` keeps the largest hinge of each positive
-pair (VSE++ "max violation"). Summed over the batch, as in VSE++. Image->text is this function
+pair (VSE++ "max violation"). Summed over the batch, as in VSE++ (``reduction: sum``), or averaged
+(``reduction: mean``, as PVSE and DivE: the mean over positive pairs of the hardest hinge, or
+over every (positive pair, negative) hinge for ``triplet_sum``). Image->text is this function
 on the (images x captions) matrix, text->image the same on its transpose; with one caption per
 image (a diagonal mask) the two directions together are exactly the VSE++ losses.
 """
@@ -22,10 +24,26 @@ def triplet_hinges(scores: torch.Tensor, positives: torch.Tensor, margin: float)
     return hinges.masked_fill(positives[q, :], 0.0)
 
 
-def triplet_sum(scores: torch.Tensor, positives: torch.Tensor, margin: float = 0.2) -> torch.Tensor:
-    return triplet_hinges(scores, positives, margin).sum()
+REDUCTIONS = ("sum", "mean")
 
 
-def triplet_hardest(scores: torch.Tensor, positives: torch.Tensor, margin: float = 0.2) -> torch.Tensor:
+def triplet_sum(scores: torch.Tensor, positives: torch.Tensor, margin: float = 0.2,
+                reduction: str = "sum") -> torch.Tensor:
     hinges = triplet_hinges(scores, positives, margin)
-    return hinges.max(dim=1).values.sum() if hinges.numel() else hinges.sum()
+    if reduction == "sum":
+        return hinges.sum()
+    q, _ = positives.nonzero(as_tuple=True)
+    return hinges.sum() / (~positives[q, :]).sum().clamp(min=1)   # mean over (positive pair, negative)
+
+
+def triplet_hardest(scores: torch.Tensor, positives: torch.Tensor, margin: float = 0.2,
+                    reduction: str = "sum") -> torch.Tensor:
+    hinges = triplet_hinges(scores, positives, margin)
+    if not hinges.numel():
+        return hinges.sum()
+    hardest = hinges.max(dim=1).values
+    if reduction == "sum":
+        return hardest.sum()
+    q, _ = positives.nonzero(as_tuple=True)
+    with_negative = (~positives[q, :]).any(dim=1)   # a pair with no negative has no hinge to average
+    return hardest[with_negative].sum() / with_negative.sum().clamp(min=1)

@@ -12,9 +12,11 @@ from methods.data.karpathy import CAPTIONS_PER_IMAGE
 from methods.data.positives import split_positives
 from methods.errors import HarnessError
 from methods.metrics.eccv import ECCV_METRICS
+from methods.metrics.eccv_caption import ECCV_CAPTION_METRICS, split_coco_ids
 from methods.metrics.registry import METRICS, evaluate
 from methods.metrics.relevance import CaptionsOfImage, ExtendedPositives
 from methods.metrics.retrieval import RETRIEVAL_METRICS
+from methods.metrics.statistics import STATISTICS
 from methods.registry import Registry
 
 
@@ -40,13 +42,27 @@ for _p in (
     Protocol("coco_1k_5fold", "testall", 5, 5000,
              "COCO 5K testall in 5 consecutive folds of 1,000 images; every metric averaged over folds"),
     Protocol("coco_5k", "testall", 1, 5000, "COCO Karpathy test, all 5,000 images / 25,000 captions"),
+    Protocol("coco_5k_eccv", "testall", 1, 5000,
+             "COCO 5K testall against ECCV Caption's and CxC's verified associations (the eccv_caption "
+             "package: mAP@R, R-Precision, R@1; CxC R@K)", relevance="coco_ids", metrics=ECCV_CAPTION_METRICS),
     Protocol("synthetic_test", "test", 1, None, "synthetic test split, all images at once"),
     Protocol("synthetic_eccv", "test", 1, None,
              "synthetic test split, all images at once, against every image a caption truly describes "
              "(extended positives; ECCV Caption's mAP@R, R-Precision and R@1)",
              relevance="extended_positives", metrics=ECCV_METRICS),
+    Protocol("set_statistics", "each test split", 1, None,
+             "statistics of the test embeddings of set models (within-set circular variance); not a protocol a "
+             "dataset lists: evaluation adds it for models that report statistics",
+             relevance="embeddings", metrics=tuple(STATISTICS)),
 ):
     PROTOCOLS.register(_p.name, _p)
+STATISTICS_PROTOCOL = "set_statistics"
+
+
+def statistics_result(statistics: dict[str, float], split: str, n_images: int) -> dict:
+    """The result entry of a model's embedding statistics on one split (``evaluate_run``)."""
+    return {"protocol": STATISTICS_PROTOCOL, "split": split, "n_images": n_images, "n_folds": 1,
+            "metrics": {k: statistics[k] for k in STATISTICS}, "folds": None}
 
 
 def get_protocol(name: str) -> Protocol:
@@ -102,6 +118,10 @@ def split_relevances(payload: dict, split: str) -> dict:
             karpathy = payload["dataset"]["splits"][split]
             relevances[kind] = ExtendedPositives(
                 split_positives(path, loaded, payload["paths"]["karpathy_json"], karpathy), CAPTIONS_PER_IMAGE)
+        elif kind == "coco_ids":
+            loaded = payload_splits(payload, [split])[split]
+            relevances[kind] = split_coco_ids(payload["paths"]["karpathy_json"], loaded,
+                                              payload["dataset"]["splits"][split])
         else:
             raise HarnessError(f"dataset {payload['name']}: protocol {name} needs {kind} relevance, which "
                                f"evaluation cannot build from a dataset")

@@ -50,6 +50,12 @@ class RetrievalModel(nn.Module):
     finetune: bool = False   # True while the CNN backbone is trained (models with a backbone)
 
     @classmethod
+    def set_sizes(cls, cfg: dict) -> tuple[int, int] | None:
+        """(image, text) elements per set of a ``model`` config block, for models that embed each
+        item as a set (evaluation views select among them); None for the others."""
+        return None
+
+    @classmethod
     def from_config(cls, cfg: dict, ctx: BuildContext) -> "RetrievalModel":
         raise NotImplementedError
 
@@ -69,6 +75,11 @@ class RetrievalModel(nn.Module):
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
 
+    def parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
+        """The trainable parameters as (parameters, learning-rate scale) groups: one group at the
+        stage's rate unless a model's source trains parts of it at a scaled rate."""
+        return [(self.trainable_parameters(), 1.0)]
+
     def encode_images(self, batch: dict) -> Any:
         raise NotImplementedError
 
@@ -82,6 +93,16 @@ class RetrievalModel(nn.Module):
     def score_matrix(self, img: Any, txt: Any, amp: bool = False) -> torch.Tensor:
         """(N_img, N_txt) scores of a whole split, on the CPU: float32 (float64 for a float64 model)."""
         raise NotImplementedError
+
+    def select_elements(self, img: Any, txt: Any, image_elements: list[int] | None,
+                        text_elements: list[int] | None) -> tuple[Any, Any]:
+        """Encodings restricted to some set elements (``methods.models.element_views``)."""
+        raise HarnessError(f"{type(self).__name__} does not embed items as sets: it has no elements to select")
+
+    def evaluation_statistics(self, img: Any, txt: Any) -> dict[str, float]:
+        """Statistics of a split's encodings that a paper reports beside its metrics (set models:
+        within-set circular variance); none for most models."""
+        return {}
 
     def training_outputs(self, img: Any, txt: Any) -> dict[str, Any]:
         """Named outputs of a training batch for the loss terms (one score matrix per head)."""

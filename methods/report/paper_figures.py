@@ -12,14 +12,19 @@ and, for gradient counts, the training logs of every run behind the rows.
   queries and the top-5 images of a few caption queries of one trained run's test scores, true
   matches marked (``methods.report.retrieval_examples``); any model whose dataset has image files.
 - ``asa_attention``: MVSA's adaptive self-attention of a few instance candidates, per scale.
+- ``rsum_by_setting``: RSUM against each setting the table's rows vary (one panel per overridden
+  key), the paper's values beside (``methods.report.set_figures``).
+- ``set_element_projection``: a 2-D PCA of the test set elements of the first run of each of the
+  figure's ``rows``, coloured by slot (``methods.report.set_figures``).
 
 A footnote under each says what the rows' runs really ran, per model (the spec rows' ``ran``): on
 synthetic data not the paper's backbone and dimensions that the row labels name.
 
 Each kind is registered in ``FIGURE_KINDS`` with what it draws from and what the DAG must give
 it beyond the figure spec and the table's row aggregates (``needs``): ``train_logs`` (every
-run's ``train_log.json``) or ``trained_run`` (the first run of the figure's row: its model,
-score matrix, image input, vocabulary and dataset config).
+run's ``train_log.json``), ``trained_run`` (the first run of the figure's row: its model,
+score matrix, image input, vocabulary and dataset config) or ``trained_runs`` (the first run's
+model of each of the figure's rows, with their image input, vocabulary and dataset config).
 """
 from __future__ import annotations
 
@@ -53,10 +58,13 @@ from methods.models.mvsa import MVSA  # noqa: E402
 from methods.report.retrieval_examples import (asa_attention_figure, image_retrieval_figure,  # noqa: E402
                                                spread_queries, text_retrieval_figure)
 from methods.report.saf_weights import saf_weights_figure  # noqa: E402
+from methods.report.set_figures import element_projection, setting_panels  # noqa: E402
+from methods.scoring import encode_texts  # noqa: E402
+from methods.data.karpathy import CAPTIONS_PER_IMAGE  # noqa: E402
 
 LOSS_ORDER = ("triplet_sum", "triplet_hardest", "nt_xent", "smooth_ap")
 DIRECTIONS = {"i2t": "image → text (image queries)", "t2i": "text → image (caption queries)"}
-NEEDS = ("train_logs", "trained_run")
+NEEDS = ("train_logs", "trained_run", "trained_runs")
 
 
 @dataclass(frozen=True)
@@ -252,6 +260,49 @@ def asa_attention(spec: dict, aggregates: dict, args, n_images: int = 3):
     attention = {s: list(a) for s, a in model.asa_attention(batch).items()}
     grids = {s: tuple(g.shape[1:3]) for s, g in model.grids(batch).items()}
     return asa_attention_figure(spec, attention, grids, ShownImages(payload, spec["split"], spec["figure"]), image_ids)
+
+
+SETTING_LABELS = {"model.set_size": "set size K", "model.set_module.iterations": "iterations T",
+                  "model.similarity.alpha": "smooth-Chamfer temperature α"}
+
+
+@register_figure("rsum_by_setting")
+def rsum_by_setting(spec: dict, aggregates: dict, args=None):
+    keys = list(dict.fromkeys(k for r in spec["rows"] for k in r["overrides"]))
+    if not keys:
+        raise HarnessError(f"figure {spec['figure']}: no row of table {spec['table']} overrides a setting to plot")
+    protocol = next(p for p in spec["protocols"] if "rsum" in get_protocol(p).metrics)
+    fig = setting_panels(keys, spec["rows"], aggregates, protocol, SETTING_LABELS)
+    fig.suptitle(_title(spec, int(10 * fig.get_figwidth())), fontsize=10)
+    _ran_footnote(fig, spec, int(15 * fig.get_figwidth()))
+    return fig
+
+
+@register_figure("set_element_projection", needs=("trained_runs",))
+def set_element_projection(spec: dict, aggregates: dict, args, n_images: int = 100):
+    """The first ``n_images`` test images (spread over the split) and their captions, per row."""
+    payload = load_dataset_payload(args.dataset_config)
+    vocab = Vocabulary.load(args.vocab)
+    labels = {r["id"]: r["label"] for r in spec["rows"]}
+    models = {}
+    for row_id, run in spec["trained"].items():
+        model, ckpt, _ = load_trained_model(Path(run) / "model.pt", payload["backbones"], torch.device("cpu"))
+        model_cfg = ckpt["config"]["model"]
+        if type(model).set_sizes(model_cfg) is None:
+            raise HarnessError(f"figure {spec['figure']}: row '{row_id}' is not a set-embedding model")
+        data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
+        images = np.array(spread_queries(len(data), min(n_images, len(data))))
+        tokens = [vocab.encode(data.captions[CAPTIONS_PER_IMAGE * i + j]) for i in images
+                  for j in range(CAPTIONS_PER_IMAGE)]
+        model.eval()
+        with torch.no_grad():
+            img = model.encode_images({"features": data.features.take(images)})
+        txt = encode_texts(model, tokens, torch.device("cpu"), batch_size=100)
+        models[labels[row_id]] = (img.numpy(), txt.numpy())
+    fig = element_projection(models)
+    fig.suptitle(_title(spec, int(10 * fig.get_figwidth())), fontsize=10)
+    _ran_footnote(fig, spec, int(15 * fig.get_figwidth()))
+    return fig
 
 
 def draw_figure(args) -> None:

@@ -121,9 +121,24 @@ def preemption_signals():
             signal.signal(sig, handler)
 
 
-def _make_optimizer(name: str, params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+def _make_optimizer(name: str, groups: list, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """``groups``: (parameters, lr scale) pairs (``model.parameter_groups()``); each group keeps its
+    scale and gets lr x scale whenever the rate is set (``_set_lr``)."""
     cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
-    return cls(params, lr=lr, weight_decay=weight_decay)
+    return cls([{"params": params, "lr": lr * scale, "lr_scale": scale} for params, scale in groups if params],
+               lr=lr, weight_decay=weight_decay)
+
+
+def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)
+
+
+def selection_metric(training: dict):
+    """The metric validation computes for model selection; 'last' (keep the final epoch, what
+    DivE's eval.py loads) logs RSUM."""
+    name = training["selection_metric"]
+    return METRICS.get("rsum" if name == "last" else name)
 
 
 def selection_value(metrics: dict, name: str) -> float:
@@ -138,7 +153,7 @@ def validate(model: RetrievalModel, inp: TrainInputs, amp: bool) -> dict:
               if model.finetune else None)
     img, cap = encode_split(model, pairs.tokens, n, inp.device, inp.config["training"]["eval_batch_size"],
                             features=inp.dev.features, images=images, amp=amp)
-    selection = METRICS.get(inp.config["training"]["selection_metric"])
+    selection = selection_metric(inp.config["training"])
     computable = selection.name in RETRIEVAL_METRICS or set(selection.components) <= set(RETRIEVAL_METRICS)
     names = RETRIEVAL_METRICS + (() if computable else (selection.name,))
     return evaluate(score_matrix(model, img, cap, amp=amp), CaptionsOfImage(), names)
@@ -236,7 +251,8 @@ class Trainer:
         self.loss = Loss(inp.config["loss"])
         self.step_fn = TrainingStep(model, self.loss, self.device, self.amp)
         self.checkpoints = Checkpoints(inp)
-        self.selection = METRICS.get(self.tr["selection_metric"])
+        self.keep_last = self.tr["selection_metric"] == "last"
+        self.selection = selection_metric(self.tr)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp)
 
     def stop(self, where: str) -> Preempted:
@@ -266,7 +282,7 @@ class Trainer:
     def run_stage(self, stage_idx: int, stage: dict, state: dict | None) -> None:
         tr, model, inp = self.tr, self.model, self.inp
         model.set_finetune(stage["finetune_backbone"])
-        optimizer = _make_optimizer(tr["optimizer"], model.trainable_parameters(), stage["lr"], tr["weight_decay"])
+        optimizer = _make_optimizer(tr["optimizer"], model.parameter_groups(), stage["lr"], tr["weight_decay"])
         first_epoch, first_step, partial = 0, 0, None
         if state is not None:
             model.load_state_dict(state["model"])
@@ -288,8 +304,8 @@ class Trainer:
                   partial: dict | None) -> None:
         tr, model, inp, device = self.tr, self.model, self.inp, self.device
         lr = lr_at(stage, epoch)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        _set_lr(optimizer, lr)
+        per_step = stage["schedule"].get("per_step", False)   # DivE: the cosine advances every iteration
         shuffle = torch.Generator().manual_seed(inp.seed * 1_000_003 + stage_idx * 10_007 + epoch)
         order = torch.randperm(len(dataset), generator=shuffle).tolist()
         # generator=shuffle: the loader draws its worker base seed from it, not from the global RNG,
@@ -313,6 +329,8 @@ class Trainer:
             if batch["positives"].shape[0] < 2:  # one image: no negatives to rank against (and BN needs 2)
                 skipped += 1
                 continue
+            if per_step:
+                _set_lr(optimizer, lr_at(stage, epoch + step / (skip + len(loader))))
             batch = to_device(batch, device)
             loss, outputs = self.step_fn(batch, self.global_epoch)
             if count_every and count_loss is not None and step % count_every == 0:
@@ -346,8 +364,8 @@ class Trainer:
         print(f"[{stage['name']} {epoch + 1}/{stage['epochs']}] loss {record['train_loss']:.4f} "
               f"val rsum {val['rsum']:.2f} ({record['seconds']:.1f}s)", flush=True)
         value = selection_value(val, self.selection.name)
-        if self.best["value"] is None or self.selection.better(value, self.best["value"]):
-            self.best = {"metric": self.selection.name, "value": value, "rsum": val["rsum"], "stage": stage_idx,
+        if self.keep_last or self.best["value"] is None or self.selection.better(value, self.best["value"]):
+            self.best = {"metric": "last" if self.keep_last else self.selection.name, "value": value, "rsum": val["rsum"], "stage": stage_idx,
                          "epoch": epoch + 1, "finetuned": stage["finetune_backbone"]}
             self.checkpoints.save_best(model, self.best)
         self.global_epoch += 1

@@ -4,8 +4,9 @@ from __future__ import annotations
 import math
 
 
-def lr_at(stage: dict, epoch: int) -> float:
-    """lr for 0-based ``epoch`` of ``stage`` (step: x gamma at each decay epoch; cosine: to 0 over the stage)."""
+def lr_at(stage: dict, epoch: float) -> float:
+    """lr for 0-based ``epoch`` of ``stage`` (step: x gamma at each decay epoch; cosine: to 0 over the
+    stage; a fractional epoch, ``epoch + step / steps``, for a cosine advanced every step)."""
     sched, base = stage["schedule"], stage["lr"]
     warmup = sched.get("warmup_epochs", 0)
     if epoch < warmup:

@@ -248,6 +248,18 @@ def train_inputs_of(dataset, exp_id):
     }
 
 
+def view_inputs(w):
+    """What evaluating a view of a trained run reads: its model, the test split's image input, the
+    vocabulary and the dataset's relevance files."""
+    return {
+        **positives_inputs_of(w.dataset),
+        "cfg": f"{R}/{w.dataset}/dataset.json",
+        "vocab": f"{R}/{w.dataset}/vocab.json",
+        "model": f"{run_dir(w.dataset, w.exp, w.seed)}/model.pt",
+        "features": image_feature_files(w.dataset, w.exp, w.split),
+    }
+
+
 def ensemble_members(w):
     row = PLAN.rows_using(w.dataset, w.ens)
     return [run_dir(w.dataset, exp, row.member_seed(int(w.seed), i)) for i, exp in enumerate(row.members)]
@@ -257,7 +269,8 @@ def row_evals(w):
     row = PLAN.row(w.table, w.dataset, w.row)
     splits = test_splits(HARNESS, w.dataset)
     if row.ensemble_id is None:
-        return [f"{run_dir(w.dataset, row.members[0], s)}/eval_{sp}.json" for s in row.seeds for sp in splits]
+        suffix = "" if row.view is None else f"@{row.view}"   # an evaluation view of the run's model
+        return [f"{run_dir(w.dataset, row.members[0], s)}/eval_{sp}{suffix}.json" for s in row.seeds for sp in splits]
     return [f"{R}/{w.dataset}/ensembles/{row.ensemble_id}/seed{s}/eval_{sp}.json" for s in row.seeds for sp in splits]
 
 
@@ -281,6 +294,12 @@ def figure_inputs(w):
     }
     if "train_logs" in needs:
         inputs["logs"] = [f"{run}/train_log.json" for r in spec["rows"] for run in r["runs"]]
+    if "trained_runs" in needs:  # the trained models of several rows and their test inputs
+        inputs.update(cfg=dataset_json(w), vocab=f"{R}/{w.dataset}/vocab.json",
+                      models=[f"{run}/model.pt" for run in spec["trained"].values()],
+                      features=sorted({f for r in fig.rows
+                                       for f in image_feature_files(w.dataset, PLAN.row(fig.table, w.dataset, r).members[0],
+                                                                    spec["split"])}))
     if "trained_run" in needs:  # one trained model, its test scores and its inputs
         exp = PLAN.row(fig.table, w.dataset, fig.row).members[0]
         inputs.update(cfg=dataset_json(w), vocab=f"{R}/{w.dataset}/vocab.json",
@@ -292,8 +311,9 @@ def figure_inputs(w):
 def figure_extra_args(w):
     """Command-line arguments a figure kind needs beyond its spec and row aggregates."""
     fig = PLAN.figure(w.figure, w.dataset)
-    if "trained_run" not in FIGURE_KINDS.get(fig.kind).needs:
+    needs = FIGURE_KINDS.get(fig.kind).needs
+    if "trained_run" not in needs and "trained_runs" not in needs:
         return ""
-    exp = PLAN.row(fig.table, w.dataset, fig.row).members[0]
+    exp = PLAN.row(fig.table, w.dataset, fig.row or fig.rows[0]).members[0]
     return (f"--dataset-config {R}/{w.dataset}/dataset.json --vocab {R}/{w.dataset}/vocab.json "
             f"--features-dir {image_features_dir(w.dataset, exp)}")

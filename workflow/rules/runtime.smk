@@ -64,6 +64,10 @@ def runtime_jobs(dataset):
                 if row.ensemble_id is not None:
                     for split in splits:
                         add("ensemble", {row.paper}, dataset=dataset, ens=row.ensemble_id, seed=seed, split=split)
+                if row.view is not None:
+                    for split in splits:
+                        add("evaluate_view", {row.paper}, dataset=dataset, exp=row.members[0], seed=seed, split=split,
+                            view=row.view)
     for tbl in tables:
         for row in tbl.rows:
             add("aggregate_row", {row.paper}, dataset=dataset, table=tbl.name, row=row.id)
@@ -74,15 +78,18 @@ def runtime_jobs(dataset):
     for (name, d), fig in PLAN.figures.items():
         if d == dataset:
             add("paper_figure", {fig.paper}, figure=name, dataset=dataset)
-            if "trained_run" in FIGURE_KINDS.get(fig.kind).needs:
-                add_image_input(PLAN.row(fig.table, dataset, fig.row).members[0], PLAN.figure_spec(name, dataset)["split"])
+            needs = FIGURE_KINDS.get(fig.kind).needs
+            if "trained_run" in needs or "trained_runs" in needs:
+                for row_id in [fig.row] if fig.row else fig.rows:
+                    add_image_input(PLAN.row(fig.table, dataset, row_id).members[0], PLAN.figure_spec(name, dataset)["split"])
     for exp_id in dict.fromkeys(exp_id for tbl in tables for row in tbl.rows for exp_id in row.members):
         exp = PLAN.experiment(dataset, exp_id)
         if exp.backbone is not None:
             add_weights(exp.backbone)
         for split in ("train", "dev"):  # what train reads
             add_image_input(exp_id, split)
-        if exp.may_evaluate_on_cached_features:  # what the test evaluation reads
+        if exp.may_evaluate_on_cached_features or any(r.view for t in tables for r in t.rows if exp_id in r.members):
+            # what the test evaluation reads (and evaluation views)
             for split in splits:
                 add_image_input(exp_id, split)
     if ds["kind"] == "synthetic" and "region" in ds["features"] and dataset in HARNESS["default_datasets"]:

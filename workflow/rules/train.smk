@@ -80,3 +80,33 @@ rule ensemble:
     shell:
         "python -m methods.ensemble --dataset-config {input.cfg} --split {wildcards.split} "
         "--members {params.members} --out {output} " + TO_LOG
+
+
+rule evaluate_view:
+    """A trained set model evaluated with only some elements of its sets (a row's `evaluation`)."""
+    input:
+        unpack(view_inputs),
+    output:
+        f"{R}/{{dataset}}/runs/{{exp}}/seed{{seed}}/eval_{{split}}@{{view}}.json",
+    wildcard_constraints:
+        view=r"i(all|\d+(-\d+)*)_t(all|\d+(-\d+)*)",
+    params:
+        features=lambda w: image_features_dir(w.dataset, w.exp),
+        run_dir=lambda w: run_dir(w.dataset, w.exp, w.seed),
+        device=DEVICE,
+    threads: dataset_res("evaluate", "threads")
+    resources:
+        mem_mb=res("evaluate", "mem_mb"),
+        runtime=res("evaluate", "runtime"),
+        gpu=res("evaluate", "gpus"),
+        **cpu_partition(res("evaluate", "gpus")),
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/evaluate_view/{{dataset}}/{{exp}}/seed{{seed}}_{{split}}@{{view}}.log",
+    benchmark:
+        benchmark_file("evaluate_view", "{dataset}/{exp}/seed{seed}_{split}@{view}")
+    shell:
+        "python -m methods.evaluate --dataset-config {input.cfg} --run-dir {params.run_dir} --split {wildcards.split} "
+        "--view {wildcards.view} --features-dir {params.features} --vocab {input.vocab} --device {params.device} "
+        "--threads {threads} " + TO_LOG
