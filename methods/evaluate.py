@@ -6,7 +6,7 @@ Writes ``eval_<split>.json`` (metrics per protocol, config, hash, commit, seed, 
 times) and ``sims_<split>.npy`` (the score matrix, used by ensembles). A model that reports
 embedding statistics (set models: within-set circular variance) adds them under the protocol
 ``set_statistics``. ``--view`` evaluates the run's model with only some elements of its sets
-(``methods.models.element_views``): ``eval_<split>@<view>.json``, no score matrix.
+(``methods.models.element_views``): ``eval_<split>@<view>.json``, no score matrix and no statistics.
 """
 from __future__ import annotations
 
@@ -68,7 +68,8 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
     scores = api.score(model, img, txt, amp=amp)
     t_score = time.time()
     results = evaluate_split(scores, ds["protocols"], split, relevances)
-    statistics = model.evaluation_statistics(img, txt)
+    # statistics describe the model's whole sets: a view of some elements reports its metrics only
+    statistics = model.evaluation_statistics(img, txt) if view is None else {}
     if statistics:
         results.append(statistics_result(statistics, split, len(data.captions) // CAPTIONS_PER_IMAGE))
     suffix = split if view is None else f"{split}@{view}"

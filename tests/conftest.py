@@ -9,6 +9,8 @@ import pytest
 import torch
 import torchvision
 
+from methods.metrics.eccv_caption import package_caption_ids, package_caption_images
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -51,9 +53,14 @@ def flickr_layout(data: Path, precomp: Path, dest: Path, test_images: int = 1000
     for e in entries:
         (images / e["filename"]).symlink_to(data / "images" / e["filename"])
     next_id = 1 + max(e["imgid"] for e in karpathy["images"])
+    # COCO: the test images carry the COCO ids of the 5K test set in eccv_caption's order (the
+    # ECCV Caption / CxC protocol checks them when the DAG is built)
+    cocoids = coco_test_image_ids() if test_split == "testall" else None
     for i in range(test_images):
         source = test[i % len(test)]
         entry = {**source, "filename": f"test{i:04d}_{source['filename']}", "imgid": next_id + i}
+        if cocoids is not None:
+            entry["cocoid"] = cocoids[i]
         (images / entry["filename"]).symlink_to(data / "images" / source["filename"])
         entries.append(entry)
     (dest / "dataset_flickr30k.json").write_text(json.dumps({**karpathy, "images": entries}))
@@ -70,6 +77,12 @@ def flickr_layout(data: Path, precomp: Path, dest: Path, test_images: int = 1000
     return {"karpathy_json": str(dest / "dataset_flickr30k.json"), "images_dir": str(images),
             "precomp_dir": str(regions), "precomp": {"n_regions": int(ims.shape[1]), "feature_dim": int(ims.shape[2])},
             "glove": str(glove_file(dest / "glove_300d.txt"))}   # MVSA rows (table1) initialise words from GloVe
+
+
+def coco_test_image_ids() -> list[int]:
+    """The COCO ids of the 5,000 COCO 5K test images in eccv_caption's row order."""
+    image_of = package_caption_images()
+    return [image_of[int(c)] for c in package_caption_ids()[::5]]
 
 
 def fitting_weights(path: Path, arch: str) -> Path:

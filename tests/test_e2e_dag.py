@@ -302,3 +302,61 @@ def test_synthetic_rows_say_what_ran_beside_the_paper_setting(tiny_dag):
     assert re.match(r"\d+×\d+ RoIAlign regions of ResNet-18 \(synthetic pre-trained\) conv4", rows["sgraf_sgr"]["ran"])
     md = (tiny_dag / "tables" / "table1_synthetic.md").read_text()
     assert f"| {rows['vsepp_resnet152_ft']['label']} · ran: {rows['vsepp_resnet152_ft']['ran']} |" in md
+
+
+def test_set_embedding_statistics_views_ensembles_and_figures(tiny_dag):
+    rows = read_table(tiny_dag / "tables" / "settest_synthetic.csv")
+    cells = {(r["row"], r["protocol"], r["metric"]): r for r in rows}
+    # the statistics of each single model's sets sit beside its metrics; a view and an ensemble have none
+    for row in ("slots", "pie"):
+        value = float(cells[(row, "set_statistics", "log_circular_variance")]["reproduced"])
+        assert -20 < value < 0
+    assert cells[("slots_element_1", "set_statistics", "log_circular_variance")]["reproduced"] == ""
+    spec = json.loads((tiny_dag / "results/synthetic/tables/settest.spec.json").read_text())
+    members = {r["id"]: r["members"] for r in spec["rows"]}
+    runs = tiny_dag / "results/synthetic/runs"
+    # the view re-scores the slots row's own trained model with image element 1 only
+    assert members["slots_element_1"] == members["slots"]
+    view = json.loads((runs / members["slots"][0] / "seed0/eval_test@i0_tall.json").read_text())
+    full = json.loads((runs / members["slots"][0] / "seed0/eval_test.json").read_text())
+    assert view["view"] == "i0_tall" and view["config_hash"] == full["config_hash"]
+    assert not (runs / members["slots"][0] / "seed0/sims_test@i0_tall.npy").exists()
+    rsum = {r: float(cells[(r, "synthetic_test", "rsum")]["reproduced"]) for r in ("slots", "slots_element_1")}
+    assert rsum["slots_element_1"] != rsum["slots"]
+    # the two-seed ensemble averages seeds 0 and 1000 of the same config
+    sims = (np.load(runs / members["slots"][0] / "seed0/sims_test.npy")
+            + np.load(runs / members["slots"][0] / "seed1000/sims_test.npy")) / 2
+    assert float(cells[("slots_ensemble", "synthetic_test", "rsum")]["reproduced"]) == pytest.approx(
+        retrieval_metrics(sims)["rsum"], abs=0.006)
+    import matplotlib.image
+
+    for figure in ("settest_settings", "settest_elements"):
+        image = matplotlib.image.imread(tiny_dag / "figures" / f"{figure}_synthetic.png")
+        assert image.shape[1] > 600 and image[..., :3].std() > 0.05   # drawn, not blank
+
+
+def test_dry_run_of_set_embeddings_table1_on_configured_coco(tiny_dag):
+    """Our rows (3 seeds, and the two-seed ensemble's second members) beside the VSE++, SCAN and
+    SGRAF baselines; the COCO ids of the 5K test images are checked when the DAG is built."""
+    src = tiny_dag / "results/synthetic"
+    coco = flickr_layout(src / "data", src / "precomp", tiny_dag / "coco_set_layout", 5000, test_split="testall")
+    coco["splits"] = {"train": ["train"], "dev": ["val"], "testall": ["test"]}
+    weights = fitting_weights(tiny_dag / "resnet152.pth", "resnet152")
+    papers = yaml.safe_load((tiny_dag / "tiny.yaml").read_text())["papers"] + ["methods/papers/set_embeddings.yaml"]
+    config = {"datasets": {"coco": coco}, "papers": papers,
+              "backbones": {"resnet152": {"arch": "resnet152", "weights": str(weights)}}}
+    (tiny_dag / "coco_set.yaml").write_text(yaml.safe_dump(config))
+    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "coco_set.yaml", "-n", "tables/set_embeddings_t1_coco.csv")
+    counts = job_counts(proc)
+    assert counts["train_coco"] == 3 + 6 + 6 + 3 + 3 and counts["ensemble"] == 9 and counts["aggregate_row"] == 5
+    # an image out of the COCO 5K order is named by its row before any job
+    karpathy = json.loads(open(coco["karpathy_json"]).read())
+    test = [e for e in karpathy["images"] if e["split"] == "test"]
+    test[3]["cocoid"], test[4]["cocoid"] = test[4]["cocoid"], test[3]["cocoid"]
+    swapped = tiny_dag / "coco_set_layout" / "swapped.json"
+    swapped.write_text(json.dumps(karpathy))
+    config["datasets"]["coco"]["karpathy_json"] = str(swapped)
+    (tiny_dag / "coco_set_swapped.yaml").write_text(yaml.safe_dump(config))
+    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "coco_set_swapped.yaml", "-n",
+                     "tables/set_embeddings_t1_coco.csv", check=False)
+    assert proc.returncode != 0 and "row 3 is COCO image" in proc.stdout + proc.stderr

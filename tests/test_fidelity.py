@@ -174,7 +174,7 @@ def test_source_values_follow_the_dataset_and_the_variant():
 
 def test_a_comparison_needs_another_row_of_the_table_with_the_same_seeds(tmp_path):
     paper = yaml.safe_load((REPO_ROOT / "methods" / "papers" / "deviations.yaml").read_text())
-    paper["methods"] = {"vsrn": str(REPO_ROOT / "config" / "methods" / "vsrn.yaml")}
+    paper["methods"] = {name: str(REPO_ROOT / file) for name, file in paper["methods"].items()}
     cfg = load_harness_config(REPO_ROOT / "config" / "config.yaml")
     path = tmp_path / "paper.yaml"
     cfg["papers"] = [str(path)]

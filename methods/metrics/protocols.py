@@ -87,6 +87,16 @@ def check_split_sizes(dataset: str, protocols: list[str], split_sizes: dict[str,
                                f"into the {protocol.n_folds} folds of protocol {name}")
 
 
+def check_coco_ids(protocols: list[str], splits: dict, karpathy_json, karpathy_splits: dict) -> None:
+    """Protocols scored by COCO ids (ECCV Caption / CxC): the split's images are the COCO 5K test
+    images in eccv_caption's order, checked when the DAG is built (the first differing row is
+    named); evaluation would find out only after training. ``splits``: harness split -> Split."""
+    for name in protocols:
+        protocol = get_protocol(name)
+        if protocol.relevance == "coco_ids" and protocol.split in splits:
+            split_coco_ids(karpathy_json, splits[protocol.split], karpathy_splits[protocol.split])
+
+
 def evaluate_split(scores: torch.Tensor | np.ndarray, protocols: list[str], split: str,
                    relevances: dict | None = None) -> list[dict]:
     """Results of every protocol (of ``protocols``, a dataset's list) that evaluates ``split``;

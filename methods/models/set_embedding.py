@@ -17,7 +17,7 @@ Each element is l2-normalised; a pair of sets is scored by a registered set simi
 
 ``evaluation_statistics`` gives the within-set circular variance of the test sets (the paper's
 Table 3): per set 1 - |mean of its unit elements|, averaged over the sets, reported as its
-natural log for images, texts and both.
+natural log for images, texts and both (none for one-element sets).
 """
 from __future__ import annotations
 
@@ -197,6 +197,8 @@ class SetEmbedding(EmbeddingModel):
                 "residuals": (img["residuals"], txt["residuals"])}
 
     def evaluation_statistics(self, img: torch.Tensor, txt: torch.Tensor) -> dict[str, float]:
+        if self.set_size == 1:
+            return {}   # a one-element set has no within-set variance (its log would be -inf)
         image_cv, text_cv = circular_variance(img.double()), circular_variance(txt.double())
         both = torch.cat([image_cv, text_cv])
         return {"image_log_circular_variance": math.log(float(image_cv.mean())),

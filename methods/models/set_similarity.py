@@ -46,8 +46,9 @@ def smooth_chamfer_similarity(x: torch.Tensor, y: torch.Tensor, alpha: float = 1
         x_to_y = torch.log(e.sum(dim=3)).sum(dim=1)          # (N, M): each x softly matched in Y
         y_to_x = torch.log(e.sum(dim=1)).sum(dim=2)
     else:
-        x_to_y = torch.logsumexp(alpha * c, dim=3).sum(dim=1)
-        y_to_x = torch.logsumexp(alpha * c, dim=1).sum(dim=2)
+        scaled = alpha * c
+        x_to_y = torch.logsumexp(scaled, dim=3).sum(dim=1)
+        y_to_x = torch.logsumexp(scaled, dim=1).sum(dim=2)
     return (x_to_y / (alpha * k) + y_to_x / (alpha * l)) / 2
 
 
@@ -80,6 +81,8 @@ def set_score_matrix(similarity: Callable[[torch.Tensor, torch.Tensor], torch.Te
     element cosines (blocks of text sets too when one image set alone exceeds it)."""
     n, k = img.shape[:2]
     m, l = txt.shape[:2]
+    if n == 0 or m == 0:
+        return torch.zeros(n, m, dtype=torch.promote_types(img.dtype, torch.float32))
     per_image = k * m * l
     if per_image <= block_elements:
         step = max(1, block_elements // per_image)

@@ -12,7 +12,7 @@ from methods.data.checks import check_backbone_weights, check_dataset_inputs, ch
 from methods.data.datasets import dataset_paths, dataset_payload, features_dir as backbone_features_dir
 from methods.errors import HarnessError
 from methods.features.backbone import check_weights_fit
-from methods.metrics.protocols import check_split_sizes, get_protocol
+from methods.metrics.protocols import check_coco_ids, check_split_sizes, get_protocol
 from methods.plan import Plan, test_splits
 from methods.report.paper_figures import FIGURE_KINDS
 from methods.runtime import check_gpu_for_local_run, runs_jobs_here
@@ -143,8 +143,9 @@ _CHECKED_DATASETS = set()  # the check stats every image: once per dataset per D
 def checked_dataset(dataset):
     if dataset not in _CHECKED_DATASETS:
         splits = check_dataset_inputs(HARNESS, dataset)
-        check_split_sizes(dataset, HARNESS["datasets"][dataset]["protocols"], {n: len(s) for n, s in splits.items()},
-                          str(dataset_paths(HARNESS, dataset)["karpathy_json"]))
+        protocols, karpathy = HARNESS["datasets"][dataset]["protocols"], dataset_paths(HARNESS, dataset)["karpathy_json"]
+        check_split_sizes(dataset, protocols, {n: len(s) for n, s in splits.items()}, str(karpathy))
+        check_coco_ids(protocols, splits, karpathy, HARNESS["datasets"][dataset]["splits"])
         _CHECKED_DATASETS.add(dataset)
 
 
