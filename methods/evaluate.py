@@ -5,8 +5,9 @@ a run by hand).
 Writes ``eval_<split>.json`` (metrics per protocol, config, hash, commit, seed, device, wall
 times) and ``sims_<split>.npy`` (the score matrix, used by ensembles). A model that reports
 embedding statistics (set models: within-set circular variance) adds them under the protocol
-``set_statistics``. ``--view`` evaluates the run's model with only some elements of its sets
-(``methods.models.element_views``): ``eval_<split>@<view>.json``, no score matrix and no statistics.
+``set_statistics``. ``--views`` evaluates the run's model with only some elements of its sets
+(``methods.models.element_views``): ``eval_<split>@<view>.json`` per view, no score matrix and no
+statistics; the split is encoded once for all of them.
 """
 from __future__ import annotations
 
@@ -29,24 +30,26 @@ from methods.runtime import compute_setup, provenance, resolve_device
 
 
 def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | Path, vocab_path: str | Path,
-                 device, relevances: dict | None = None, view: str | None = None) -> list[dict]:
+                 device, relevances: dict | None = None, views: list[str] | None = None) -> list[dict]:
     """Evaluate the trained model ``run_dir/model.pt`` on one test split under every protocol of
     its dataset; writes ``eval_<split>.json`` and ``sims_<split>.npy`` and returns the results.
     ``relevances``: ``split_relevances(payload, split)``, read before training when given.
-    ``view``: an evaluation view's name (``eval_<split>@<view>.json``, no score matrix)."""
+    ``views``: evaluation views instead (``eval_<split>@<view>.json`` each, no score matrix): the
+    split is encoded once and scored once per view."""
     t0 = time.time()
     ds, paths = payload["dataset"], payload["paths"]
     if relevances is None:
         relevances = split_relevances(payload, split)  # before any encoding: a bad positives file fails fast
-    elements = parse_view(view) if view is not None else None
     model, ckpt = api.load_model(run_dir / "model.pt", device, payload["backbones"])
     cfg = ckpt["config"]
-    if elements is not None:
+    elements = {view: parse_view(view) for view in views or []}
+    if elements:
         sizes = type(model).set_sizes(cfg["model"])
         if sizes is None:
-            raise HarnessError(f"{run_dir / 'model.pt'}: evaluation view '{view}' selects set elements, but a "
+            raise HarnessError(f"{run_dir / 'model.pt'}: evaluation views select set elements, but a "
                                f"{cfg['model']['kind']} model does not embed items as sets")
-        check_elements(elements, sizes, f"evaluation view '{view}' of {run_dir}")
+        for view, chosen in elements.items():
+            check_elements(chosen, sizes, f"evaluation view '{view}' of {run_dir}")
     vocab = Vocabulary.load(vocab_path)
     if len(vocab) != ckpt["vocab_size"]:
         raise HarnessError(f"{vocab_path} has {len(vocab)} words but {run_dir / 'model.pt'} was trained with "
@@ -63,32 +66,43 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
     t_enc = time.time()
     img = api.encode_images(model, features, images=images, batch_size=batch_size, device=device, amp=amp)
     txt = api.encode_texts(model, captions, vocab, batch_size=batch_size, device=device, amp=amp)
-    if elements is not None:
-        img, txt = model.select_elements(img, txt, elements["image_elements"], elements["text_elements"])
-    scores = api.score(model, img, txt, amp=amp)
-    t_score = time.time()
-    results = evaluate_split(scores, ds["protocols"], split, relevances)
-    # statistics describe the model's whole sets: a view of some elements reports its metrics only
-    statistics = model.evaluation_statistics(img, txt) if view is None else {}
-    if statistics:
-        results.append(statistics_result(statistics, split, len(data.captions) // CAPTIONS_PER_IMAGE))
-    suffix = split if view is None else f"{split}@{view}"
-    if view is None:
-        save_npy(run_dir / f"sims_{split}.npy", scores.numpy())
-    write_json(run_dir / f"eval_{suffix}.json", {
-        "kind": "single", "ensemble_size": 1, "dataset": payload["name"], "split": split, "view": view,
-        "config": cfg, "config_hash": ckpt["config_hash"], "seed": ckpt["seed"],
-        "best_epoch": ckpt["best"], "results": results, "provenance": provenance(device),
-        "wall_seconds": {"encode_and_score": t_score - t_enc, "total": time.time() - t0}})
-    for r in results:
-        print(f"{split} {r['protocol']}: " + ", ".join(f"{k} {v:.1f}" for k, v in r["metrics"].items()))
-    return results
+    t_encoded = time.time()
+
+    def evaluate_view(view: str | None) -> list[dict]:
+        t_view = time.time()
+        chosen = elements.get(view)
+        sel_img, sel_txt = (img, txt) if chosen is None else model.select_elements(
+            img, txt, chosen["image_elements"], chosen["text_elements"])
+        scores = api.score(model, sel_img, sel_txt, amp=amp)
+        t_score = time.time()
+        results = evaluate_split(scores, ds["protocols"], split, relevances)
+        # statistics describe the model's whole sets: a view of some elements reports its metrics only
+        statistics = model.evaluation_statistics(img, txt) if view is None else {}
+        if statistics:
+            results.append(statistics_result(statistics, split, len(data.captions) // CAPTIONS_PER_IMAGE))
+        if view is None:
+            save_npy(run_dir / f"sims_{split}.npy", scores.numpy())
+        write_json(run_dir / (f"eval_{split}.json" if view is None else f"eval_{split}@{view}.json"), {
+            "kind": "single", "ensemble_size": 1, "dataset": payload["name"], "split": split, "view": view,
+            "config": cfg, "config_hash": ckpt["config_hash"], "seed": ckpt["seed"],
+            "best_epoch": ckpt["best"], "results": results, "provenance": provenance(device),
+            "wall_seconds": {"encode_and_score": (t_encoded - t_enc) + (t_score - t_view),
+                             "total": time.time() - t0}})
+        for r in results:
+            print(f"{split}{'' if view is None else '@' + view} {r['protocol']}: "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in r["metrics"].items()))
+        return results
+
+    if not elements:
+        return evaluate_view(None)
+    return [r for view in elements for r in evaluate_view(view)]
 
 
 def _evaluate(args) -> None:
     payload = load_dataset_payload(args.dataset_config)
+    views = args.views.split(",") if args.views else None
     evaluate_run(Path(args.run_dir), args.split, payload, args.features_dir, args.vocab, resolve_device(args.device),
-                 view=args.view)
+                 views=views)
 
 
 def _arguments(parser) -> None:
@@ -96,7 +110,8 @@ def _arguments(parser) -> None:
     parser.add_argument("--split", required=True)
     parser.add_argument("--features-dir", required=True)
     parser.add_argument("--vocab", required=True)
-    parser.add_argument("--view", help="evaluation view of a set model, e.g. i0_tall (methods.models.element_views)")
+    parser.add_argument("--views", help="evaluation views of a set model, comma-separated, e.g. i0_tall,iall_t1 "
+                                        "(methods.models.element_views)")
 
 
 def main(argv: list[str] | None = None) -> None:

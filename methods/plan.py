@@ -251,9 +251,10 @@ class Plan:
             self._add_paper(REPO_ROOT / paper_file if not Path(paper_file).is_absolute() else Path(paper_file))
         for dataset, ds_cfg in cfg["datasets"].items():
             declared = {name for name, ds in self.tables if ds == dataset}
-            unknown = sorted(set(ds_cfg.get("table_seeds", {})) - declared)
-            # a table of one of the harness's own paper files left out of `papers` is no typo
-            for name in sorted(set(unknown) - repository_tables(dataset) if unknown else ()):
+            unknown = set(ds_cfg.get("table_seeds", {})) - declared
+            if unknown:  # a table of one of the harness's own paper files left out of `papers` is no typo
+                unknown -= repository_tables(dataset)
+            for name in sorted(unknown):
                 raise HarnessError(f"datasets.{dataset}.table_seeds.{name}: no table '{name}' is declared for "
                                    f"{dataset} (declared: {', '.join(sorted(declared)) or 'none'})")
 
@@ -351,11 +352,8 @@ class Plan:
                 if dataset in self.cfg["datasets"]:
                     if (fig_name, dataset) in self.figures:
                         raise HarnessError(f"{path}: figure '{fig_name}' is declared by two paper files")
-                    if fig.get("row") and fig["row"] not in {r["id"] for r in paper["tables"][fig["table"]]["rows"]}:
-                        raise HarnessError(f"{path}: figure '{fig_name}' names row '{fig['row']}', which table "
-                                           f"'{fig['table']}' does not have")
                     table_rows = {r["id"] for r in paper["tables"][fig["table"]]["rows"]}
-                    for name in fig.get("rows") or []:
+                    for name in ([fig["row"]] if fig.get("row") else []) + (fig.get("rows") or []):
                         if name not in table_rows:
                             raise HarnessError(f"{path}: figure '{fig_name}' names row '{name}', which table "
                                                f"'{fig['table']}' does not have")
@@ -491,6 +489,16 @@ class Plan:
 
     def run_dir(self, dataset: str, exp_id: str, seed: int) -> str:
         return f"{self.cfg['results_dir']}/{dataset}/runs/{exp_id}/seed{seed}"
+
+    def experiment_views(self, dataset: str) -> dict[str, list[str]]:
+        """Experiment id -> the evaluation views its rows declare on ``dataset`` (sorted), for the
+        experiments that have any: one job per run evaluates them all."""
+        views: dict[str, set[str]] = {}
+        for (_, d), tbl in sorted(self.tables.items()):
+            for row in tbl.rows:
+                if d == dataset and row.view is not None:
+                    views.setdefault(row.members[0], set()).add(row.view)
+        return {exp: sorted(v) for exp, v in views.items()}
 
     def row_runs(self, row: Row, dataset: str) -> list[str]:
         """Run directories behind a row: every seed of every ensemble member."""

@@ -249,15 +249,15 @@ def train_inputs_of(dataset, exp_id):
     }
 
 
-def view_inputs(w):
-    """What evaluating a view of a trained run reads: its model, the test split's image input, the
-    vocabulary and the dataset's relevance files."""
+def view_inputs_of(dataset, exp, seed, split):
+    """What evaluating the views of a trained run reads: its model, the test split's image input,
+    the vocabulary and the dataset's relevance files."""
     return {
-        **positives_inputs_of(w.dataset),
-        "cfg": f"{R}/{w.dataset}/dataset.json",
-        "vocab": f"{R}/{w.dataset}/vocab.json",
-        "model": f"{run_dir(w.dataset, w.exp, w.seed)}/model.pt",
-        "features": image_feature_files(w.dataset, w.exp, w.split),
+        **positives_inputs_of(dataset),
+        "cfg": f"{R}/{dataset}/dataset.json",
+        "vocab": f"{R}/{dataset}/vocab.json",
+        "model": f"{run_dir(dataset, exp, seed)}/model.pt",
+        "features": image_feature_files(dataset, exp, split),
     }
 
 

@@ -64,10 +64,10 @@ def runtime_jobs(dataset):
                 if row.ensemble_id is not None:
                     for split in splits:
                         add("ensemble", {row.paper}, dataset=dataset, ens=row.ensemble_id, seed=seed, split=split)
-                if row.view is not None:
+                if row.view is not None:   # one job per run evaluates all of its views
                     for split in splits:
-                        add("evaluate_view", {row.paper}, dataset=dataset, exp=row.members[0], seed=seed, split=split,
-                            view=row.view)
+                        add(f"evaluate_views_{dataset}_{row.members[0].replace('-', '_')}", {row.paper},
+                            seed=seed, split=split)
     for tbl in tables:
         for row in tbl.rows:
             add("aggregate_row", {row.paper}, dataset=dataset, table=tbl.name, row=row.id)

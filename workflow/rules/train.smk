@@ -82,31 +82,38 @@ rule ensemble:
         "--members {params.members} --out {output} " + TO_LOG
 
 
-rule evaluate_view:
-    """A trained set model evaluated with only some elements of its sets (a row's `evaluation`)."""
-    input:
-        unpack(view_inputs),
-    output:
-        f"{R}/{{dataset}}/runs/{{exp}}/seed{{seed}}/eval_{{split}}@{{view}}.json",
-    wildcard_constraints:
-        view=r"i(all|\d+(-\d+)*)_t(all|\d+(-\d+)*)",
-    params:
-        features=lambda w: image_features_dir(w.dataset, w.exp),
-        run_dir=lambda w: run_dir(w.dataset, w.exp, w.seed),
-        device=DEVICE,
-    threads: dataset_res("evaluate", "threads")
-    resources:
-        mem_mb=res("evaluate", "mem_mb"),
-        runtime=res("evaluate", "runtime"),
-        gpu=res("evaluate", "gpus"),
-        **cpu_partition(res("evaluate", "gpus")),
-    conda:
-        CONDA_ENV
-    log:
-        f"{R}/logs/evaluate_view/{{dataset}}/{{exp}}/seed{{seed}}_{{split}}@{{view}}.log",
-    benchmark:
-        benchmark_file("evaluate_view", "{dataset}/{exp}/seed{seed}_{split}@{view}")
-    shell:
-        "python -m methods.evaluate --dataset-config {input.cfg} --run-dir {params.run_dir} --split {wildcards.split} "
-        "--view {wildcards.view} --features-dir {params.features} --vocab {input.vocab} --device {params.device} "
-        "--threads {threads} " + TO_LOG
+
+# One view-evaluation rule per dataset and experiment whose rows declare evaluation views (set
+# models, methods/models/element_views.py): a job encodes the run's test split once and scores
+# it once per view, writing every view's eval_<split>@<view>.json.
+for _name in HARNESS["datasets"]:
+    for _exp, _views in PLAN.experiment_views(_name).items():
+
+        rule:
+            name:
+                f"evaluate_views_{_name}_{_exp.replace('-', '_')}"
+            input:
+                unpack(lambda w, name=_name, exp=_exp: view_inputs_of(name, exp, w.seed, w.split)),
+            output:
+                [f"{R}/{_name}/runs/{_exp}/seed{{seed}}/eval_{{split}}@{v}.json" for v in _views],
+            params:
+                features=lambda w, name=_name, exp=_exp: image_features_dir(name, exp),
+                run_dir=lambda w, name=_name, exp=_exp: run_dir(name, exp, w.seed),
+                views=",".join(_views),
+                device=DEVICE,
+            threads: dataset_resource(_name, "evaluate", "threads")
+            resources:
+                mem_mb=res("evaluate", "mem_mb"),
+                runtime=res("evaluate", "runtime"),
+                gpu=res("evaluate", "gpus"),
+                **cpu_partition(res("evaluate", "gpus")),
+            conda:
+                CONDA_ENV
+            log:
+                f"{R}/logs/evaluate_views/{_name}/{_exp}/seed{{seed}}_{{split}}.log",
+            benchmark:
+                benchmark_file(f"evaluate_views_{_name}_{_exp.replace('-', '_')}", f"{_name}/{_exp}/seed{{seed}}_{{split}}")
+            shell:
+                "python -m methods.evaluate --dataset-config {input.cfg} --run-dir {params.run_dir} "
+                "--split {wildcards.split} --views {params.views} --features-dir {params.features} "
+                "--vocab {input.vocab} --device {params.device} --threads {threads} " + TO_LOG
