@@ -554,7 +554,7 @@ class Plan:
                 "rows": [{"id": r.id, "label": r.label, "paper": r.paper, "seeds": r.seeds,
                           "ensemble_size": r.ensemble_size, "members": r.members, "reported": r.reported,
                           "not_reported": r.not_reported, "ledger": r.ledger, "compare_to": r.compare_to,
-                          "ran": r.ran}
+                          "ran": r.ran, "view": r.view}
                          for r in tbl.rows]}
 
     def weights_input(self, backbone: str) -> list[str]:

@@ -235,7 +235,7 @@ def test_snakemake_retries_a_preempted_job_but_not_a_bad_input(tmp_path):
 # partition, `cpu` on config slurm_cpu_partition, `local` on the submit host.
 EXPECTED_PLACEMENT = {
     "generate_synthetic": "cpu", "vocab": "cpu", "region_features": "cpu", "ensemble": "cpu",
-    "pretrain_backbone": "gpu", "features_synthetic": "gpu", "train_synthetic": "gpu",
+    "pretrain_backbone": "gpu", "features_synthetic": "gpu", "train_synthetic": "gpu", "evaluate_views_*": "gpu",
     "dataset_config": "local", "experiment_config": "local", "aggregate_row": "local", "table_spec": "local",
     "table": "local", "figure_spec": "local", "paper_figure": "local", "figure_reproduced_vs_reported": "local",
     "runtime_spec": "local", "runtime": "local",
@@ -267,6 +267,8 @@ def test_slurm_profile_sends_jobs_without_a_gpu_to_the_cpu_partition(tmp_path):
     local_rules = set(re.search(r"^local rules: (.*)$", out, re.M).group(1).split(","))
     assert local_rules == {rule for rule, place in EXPECTED_PLACEMENT.items() if place == "local"}
     jobs = planned_jobs(out)
+    # one view-evaluation rule per experiment with evaluation views (its name holds the experiment)
+    jobs = [("evaluate_views_*" if rule.startswith("evaluate_views_") else rule, r) for rule, r in jobs]
     assert {rule for rule, _ in jobs} == set(EXPECTED_PLACEMENT)
     for rule, resources in jobs:
         if EXPECTED_PLACEMENT[rule] != "local":

@@ -280,7 +280,7 @@ def rsum_by_setting(spec: dict, aggregates: dict, args=None):
 
 @register_figure("set_element_projection", needs=("trained_runs",))
 def set_element_projection(spec: dict, aggregates: dict, args, n_images: int = 100):
-    """The first ``n_images`` test images (spread over the split) and their captions, per row."""
+    """``n_images`` test images spread over the split and their captions, per row."""
     payload = load_dataset_payload(args.dataset_config)
     vocab = Vocabulary.load(args.vocab)
     labels = {r["id"]: r["label"] for r in spec["rows"]}

@@ -29,7 +29,7 @@ from scipy import stats
 from methods.cli import run_command
 from methods.errors import HarnessError
 from methods.io import read_json, write_text
-from methods.metrics.protocols import get_protocol
+from methods.metrics.protocols import STATISTICS_PROTOCOL, get_protocol
 from methods.metrics.registry import METRICS, table_metrics
 
 COLUMNS = ("table", "dataset", "row", "label", "ran", "paper", "protocol", "metric", "reproduced", "reproduced_std",
@@ -190,6 +190,10 @@ def build_rows(spec: dict, aggregates: dict[str, dict]) -> pd.DataFrame:
     """The table, one line per row, protocol and table metric, with ``COLUMNS`` (empty cells are "")."""
     synthetic = spec["dataset_kind"] == "synthetic"
     table = cells(spec)
+    # a set model's embedding statistics describe its whole sets: an evaluation view or an ensemble has none
+    no_statistics = {r["id"] for r in spec["rows"] if r.get("view") or r["ensemble_size"] > 1}
+    table = table[[not (p == STATISTICS_PROTOCOL and r in no_statistics)
+                   for r, p in zip(table["row"], table["protocol"])]].reset_index(drop=True)
     tolerances = _frame(((m, tolerance_for(m, spec["tolerance"])) for m in dict.fromkeys(table["metric"])),
                         ["metric", "tolerance"])
     df = (table
