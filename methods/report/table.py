@@ -265,7 +265,8 @@ def to_markdown(spec: dict, rows: pd.DataFrame | list[dict]) -> str:
         of_protocol = rows[rows["protocol"] == protocol]
         grid = (of_protocol.pivot(index="row", columns="metric", values="cell").reindex(columns=metrics)
                 .apply(" | ".join, axis=1, result_type="reduce"))
-        table = (order[["row", "label", "ran"]]
+        shown = order[order["row"].isin(of_protocol["row"])]   # rows with cells under this protocol
+        table = (shown[["row", "label", "ran"]]
                  .merge(of_protocol.drop_duplicates("row")[["row", "seeds", "ensemble_size"]], on="row", how="left")
                  .merge(grid.rename("cells"), left_on="row", right_index=True, how="left"))
         lines += [f"## Protocol `{protocol}`", "",
@@ -275,7 +276,7 @@ def to_markdown(spec: dict, rows: pd.DataFrame | list[dict]) -> str:
                   + table["ensemble_size"].astype(str) + " | " + table["cells"] + " |").tolist()
         lines.append("")
         lines.append("Sources of reported numbers:")
-        sources = order.merge(reported[reported["protocol"] == protocol], on="row", how="left")
+        sources = shown.merge(reported[reported["protocol"] == protocol], on="row", how="left")
         lines += ("- " + sources["label"] + ": " + _source(sources, "none").astype(str)).tolist()
         lines.append("")
         lines += _paired_lines(spec, of_protocol)
