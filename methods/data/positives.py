@@ -35,14 +35,20 @@ def load_positives(path: str | Path) -> dict[str, dict[str, list[int]]]:
     return {name: split["caption_images"] for name, split in splits.items()}
 
 
+def split_entries(karpathy_json: str | Path, split: Split, karpathy_splits: list[str]) -> list[dict]:
+    """The Karpathy file's entries of a loaded harness split, checked to be its images in its order."""
+    chosen = [e for e in load_karpathy(karpathy_json) if e["split"] in karpathy_splits]
+    if [int(e.get("imgid", i)) for i, e in enumerate(chosen)] != list(split.image_ids):
+        raise HarnessError(f"{karpathy_json}: Karpathy split(s) {karpathy_splits} do not hold the images of the "
+                           f"loaded split '{split.name}' in its order")
+    return chosen
+
+
 def caption_keys(karpathy_json: str | Path, split: Split, karpathy_splits: list[str]) -> list[tuple[str, int, int]]:
     """(Karpathy split, sentid, imgid) of every caption of ``split`` in caption order, from the
     Karpathy file the split was loaded from (the same images and first five sentences)."""
-    chosen = [e for e in load_karpathy(karpathy_json) if e["split"] in karpathy_splits]
-    ids = [int(e.get("imgid", i)) for i, e in enumerate(chosen)]
-    if ids != list(split.image_ids):
-        raise HarnessError(f"{karpathy_json}: Karpathy split(s) {karpathy_splits} do not hold the images of the "
-                           f"loaded split '{split.name}' in its order")
+    chosen = split_entries(karpathy_json, split, karpathy_splits)
+    ids = list(split.image_ids)
     try:
         return [(e["split"], int(s["sentid"]), imgid)
                 for e, imgid in zip(chosen, ids) for s in e["sentences"][:CAPTIONS_PER_IMAGE]]

@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from methods.data.karpathy import CAPTIONS_PER_IMAGE, Split, load_karpathy
+from methods.data.karpathy import CAPTIONS_PER_IMAGE, Split
+from methods.data.positives import split_entries
 from methods.errors import HarnessError
 from methods.metrics.registry import register_metric
 from methods.metrics.relevance import check_finite
@@ -101,10 +102,7 @@ def coco_ids(image_ids: list[int], where: str) -> CocoIds:
 
 def split_coco_ids(karpathy_json: str | Path, split: Split, karpathy_splits: list[str]) -> CocoIds:
     """The COCO ids of a loaded harness split, from the Karpathy file's ``cocoid`` of its images."""
-    chosen = [e for e in load_karpathy(karpathy_json) if e["split"] in karpathy_splits]
-    if [int(e.get("imgid", i)) for i, e in enumerate(chosen)] != list(split.image_ids):
-        raise HarnessError(f"{karpathy_json}: Karpathy split(s) {karpathy_splits} do not hold the images of the "
-                           f"loaded split '{split.name}' in its order")
+    chosen = split_entries(karpathy_json, split, karpathy_splits)
     missing = next((i for i, e in enumerate(chosen) if not isinstance(e.get("cocoid"), int)), None)
     if missing is not None:
         raise HarnessError(f"{karpathy_json}: image {missing} of split '{split.name}' has no integer 'cocoid' "
