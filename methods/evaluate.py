@@ -16,6 +16,7 @@ from pathlib import Path
 
 from methods import api
 from methods.cli import run_command
+from methods.data.caption_augment import extra_tokens
 from methods.data.datasets import load_dataset_payload, payload_splits
 from methods.data.karpathy import CAPTIONS_PER_IMAGE
 from methods.data.text import Vocabulary
@@ -51,9 +52,11 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
         for view, chosen in elements.items():
             check_elements(chosen, sizes, f"evaluation view '{view}' of {run_dir}")
     vocab = Vocabulary.load(vocab_path)
-    if len(vocab) != ckpt["vocab_size"]:
-        raise HarnessError(f"{vocab_path} has {len(vocab)} words but {run_dir / 'model.pt'} was trained with "
-                           f"{ckpt['vocab_size']}: evaluate with the training vocabulary")
+    extra = extra_tokens(cfg["training"])   # <mask> of caption augmentation: an id past the vocabulary
+    if len(vocab) + extra != ckpt["vocab_size"]:
+        raise HarnessError(f"{vocab_path} has {len(vocab)} words{f' (+{extra} training-only token)' if extra else ''} "
+                           f"but {run_dir / 'model.pt'} was trained with {ckpt['vocab_size']}: evaluate with the "
+                           f"training vocabulary")
     batch_size, amp = cfg["training"]["eval_batch_size"], cfg["training"]["amp"]
     if ckpt["best"]["finetuned"]:  # the CNN was trained: run it on the images
         data = payload_splits(payload, [split])[split]

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from methods.config import REPO_ROOT, config_hash, deep_merge, dotted_to_nested, load_yaml, validate, validate_layer
+from methods.data.caption_augment import CaptionAugmentation
 from methods.data.inputs import ImageInput
 from methods.errors import HarnessError
 from methods.fidelity import (config_value, load_method_file, merge_ledgers, row_ledger, source_ledger,
@@ -126,7 +127,12 @@ def resolve_method_config(method_file: str | Path, dataset: str, overrides: dict
         if unknown:
             raise HarnessError(f"{method_file}: run_stages names unknown stages {unknown}; stages: {names}")
         cfg["training"]["stages"] = [s for s in cfg["training"]["stages"] if s["name"] in keep]
-    validate(cfg, "method", f"{method_file} (dataset {dataset}, overrides {overrides or {}})")
+    where = f"{method_file} (dataset {dataset}, overrides {overrides or {}})"
+    validate(cfg, "method", where)
+    try:   # what the schema cannot say: the augmentation's shares sum to at most 1
+        CaptionAugmentation.from_config(cfg["training"], vocab_size=1)
+    except ValueError as err:
+        raise HarnessError(f"{where}: training.caption_augment: {err}") from None
     backbone = cfg["model"].get("backbone")
     if backbones is not None and backbone is not None and backbone not in backbones:
         raise HarnessError(f"{method_file}: backbone '{backbone}' is not in config backbones "

@@ -13,9 +13,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import torch
+
 from methods import api
 from methods.cli import run_command
 from methods.config import config_hash
+from methods.data.caption_augment import extra_tokens
 from methods.data.datasets import load_dataset_payload
 from methods.data.glove import load_word_vectors
 from methods.data.text import Vocabulary
@@ -49,7 +52,11 @@ def _train(args) -> None:
         if not paths["glove"]:
             raise HarnessError("word_init: glove needs datasets.<name>.glove (a GloVe text file) in config")
         word_vectors = load_word_vectors(paths["glove"], vocab, cfg["model"]["text"]["word_dim"])
-    model = api.build_model(cfg, len(vocab), image_shape, payload["backbones"], word_vectors, cnn=finetunes(cfg))
+    # token ids past the vocabulary (``<mask>`` of caption augmentation) start from the random init
+    n_tokens = len(vocab) + extra_tokens(cfg["training"])
+    if word_vectors is not None and n_tokens > len(word_vectors):
+        word_vectors = torch.cat([word_vectors, word_vectors.new_zeros(n_tokens - len(word_vectors), word_vectors.shape[1])])
+    model = api.build_model(cfg, n_tokens, image_shape, payload["backbones"], word_vectors, cnn=finetunes(cfg))
     run_dir = Path(args.run_dir)
     inp = TrainInputs(cfg, config_hash(cfg), args.seed, run_dir, device, vocab, splits["train"], splits["dev"],
                       Path(paths["images_dir"]) if paths["images_dir"] else None,
@@ -60,7 +67,7 @@ def _train(args) -> None:
     state = best["model"]
     if not best["best"]["finetuned"]:  # a frozen CNN is not part of the result (cached features are)
         state = {k: v for k, v in state.items() if not k.startswith("backbone.")}
-    save_trained_model(run_dir / "model.pt", cfg, config_hash(cfg), args.seed, len(vocab), image_shape,
+    save_trained_model(run_dir / "model.pt", cfg, config_hash(cfg), args.seed, n_tokens, image_shape,
                        best["best"], state)
     write_json(run_dir / "train_log.json", {
         "config": cfg, "config_hash": config_hash(cfg), "seed": args.seed, "best": best["best"],

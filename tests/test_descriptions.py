@@ -93,6 +93,18 @@ CASES = {  # model kind -> [(run config, dataset config block, expected descript
          "12×256 RoIAlign regions of ResNet-18 (toy pre-trained) conv4, D 64, K 2, PIE-Net set module, "
          "mp (scale 1, shift 0), bi-GRU 64, word 32; 3 epochs, batch 16 images"),
     ],
+    "set_embedding_grid": [
+        (run({"kind": "set_embedding_grid", "backbone": "r152", "backbone_bn": "train", "grid_scales": ["conv5"],
+              "embed_dim": 1024, "set_size": 4,
+              "set_module": {"kind": "slot", "iterations": 4, "heads": 4, "head_dim": 512, "ff_mult": 4,
+                             "competition": "slots", "padding": "leak"},
+              "similarity": {"kind": "smooth_chamfer", "alpha": 16.0},
+              "text": text(300, 1024, bidirectional=True, word_init="glove")}, [(50, False), (70, True)],
+             batch_size=200, batching="images"), REAL,
+         "ResNet-152 (weights resnet152-394f9c45.pth) conv5 grid, CNN fine-tuned, D 1024, K 4, slot set module "
+         "(T 4, padding leak), smooth_chamfer (alpha 16), bi-GRU 1024, word 300 (GloVe); 50+70 epochs, "
+         "batch 200 images"),
+    ],
     "sgraf": [
         (run({"kind": "sgraf", "embed_dim": 32, "sim_dim": 8, "similarity": "vector", "heads": ["sgr", "saf"],
               "text": text(16, 32, bidirectional=True)}, [(3, False)], batch_size=32), TOY,

@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
 from methods.metrics.retrieval import retrieval_metrics
@@ -321,6 +322,14 @@ def test_set_embedding_statistics_views_ensembles_and_figures(tiny_dag):
     spec = json.loads((tiny_dag / "results/synthetic/tables/settest.spec.json").read_text())
     members = {r["id"]: r["members"] for r in spec["rows"]}
     runs = tiny_dag / "results/synthetic/runs"
+    # the CNN-grid row fine-tunes its CNN after the frozen stage; trained on masked captions, its
+    # model has one token id past the vocabulary (<mask>), and its evaluation loaded it
+    assert "conv5 grid, CNN fine-tuned" in {r["row"]: r for r in rows}["slots_grid"]["ran"]
+    grid_run = runs / members["slots_grid"][0] / "seed0"
+    log = json.loads((grid_run / "train_log.json").read_text())
+    assert [h["stage"] for h in log["history"]] == ["frozen", "frozen", "finetune"] and log["best"]["finetuned"]
+    vocab = json.loads((tiny_dag / "results/synthetic/vocab.json").read_text())
+    assert torch.load(grid_run / "model.pt", weights_only=False)["vocab_size"] == len(vocab["idx2word"]) + 1
     # the view re-scores the slots row's own trained model with image element 1 only
     assert members["slots_element_1"] == members["slots"]
     view = json.loads((runs / members["slots"][0] / "seed0/eval_test@i0_tall.json").read_text())
@@ -342,8 +351,8 @@ def test_set_embedding_statistics_views_ensembles_and_figures(tiny_dag):
 
 
 def test_dry_run_of_set_embeddings_table1_on_configured_coco(tiny_dag):
-    """Our rows (3 seeds, and the two-seed ensemble's second members) beside the VSE++, SCAN and
-    SGRAF baselines; the COCO ids of the 5K test images are checked when the DAG is built."""
+    """Our rows (regions and CNN grid, 3 seeds each, and the two-seed ensemble's second members)
+    beside the VSE++, SCAN and SGRAF baselines; the COCO ids of the 5K test images are checked when the DAG is built."""
     src = tiny_dag / "results/synthetic"
     coco = flickr_layout(src / "data", src / "precomp", tiny_dag / "coco_set_layout", 5000, test_split="testall")
     coco["splits"] = {"train": ["train"], "dev": ["val"], "testall": ["test"]}
@@ -354,7 +363,7 @@ def test_dry_run_of_set_embeddings_table1_on_configured_coco(tiny_dag):
     (tiny_dag / "coco_set.yaml").write_text(yaml.safe_dump(config))
     proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "coco_set.yaml", "-n", "tables/set_embeddings_t1_coco.csv")
     counts = job_counts(proc)
-    assert counts["train_coco"] == 3 + 6 + 6 + 3 + 3 and counts["ensemble"] == 9 and counts["aggregate_row"] == 5
+    assert counts["train_coco"] == 3 + 3 + 6 + 6 + 3 + 3 and counts["ensemble"] == 9 and counts["aggregate_row"] == 6
     # an image out of the COCO 5K order is named by its row before any job
     karpathy = json.loads(open(coco["karpathy_json"]).read())
     test = [e for e in karpathy["images"] if e["split"] == "test"]

@@ -17,7 +17,7 @@ from methods.features.backbone import ResNetBackbone
 from methods.models import MODELS
 from methods.models.mvsa import MVSA
 from methods.models.scan import SCAN
-from methods.models.set_embedding import SetEmbedding
+from methods.models.set_embedding import SetEmbedding, SetEmbeddingGrid
 from methods.models.sgraf import SGRAF
 from methods.models.text import GRUTextEncoder
 from methods.models.vsepp import VSEPP
@@ -26,7 +26,7 @@ from tests.test_sgraf import l2, linear
 from tests.test_mvsa_scan import reference_pair as scan_reference_pair
 from tests.test_sgraf import reference_matrix as sgraf_reference_matrix
 
-VOCAB, WORD_DIM, EMBED, SIM = 30, 8, 10, 6
+VOCAB, WORD_DIM, EMBED, SIM = 30, 8, 12, 6   # EMBED: a multiple of 4 (2-D sine positions)
 N_IMAGES = 3
 LENGTHS = (1, 4, 7, 2, 7)        # a one-word caption, ties, padding up to 7
 REGIONS, REGION_DIM = 5, 12
@@ -248,14 +248,21 @@ def sine(n_positions, dim, total):
     return out
 
 
-def slot_reference(agg, inputs, n_valid, positional):
+def sine_2d(height, width, dim):
+    """DivE PositionEmbeddingSine2D(dim // 2, normalize=True), cell by cell in row-major order:
+    the row's 1-D encoding on the first half of the channels, the column's on the second."""
+    rows, cols = sine(height, dim // 2, height), sine(width, dim // 2, width)
+    return torch.stack([torch.cat([rows[i], cols[j]]) for i in range(height) for j in range(width)])
+
+
+def slot_reference(agg, inputs, n_valid, positions):
     """K slots over one input's (N, C) features, N - n_valid of them padding: per head the logits
     of each slot with each input, softmax over the slots (padded columns at -max, as the public
     code: uniform), each slot's weights renormalised over the inputs, the weighted values; then the
     output projection, the GELU FFN, T times with the same weights; the final LayerNorm."""
     n = inputs.shape[0]
     context = layer_norm(agg.norm_inputs, inputs)
-    keyed = context + sine(n, inputs.shape[1], n if agg.padding == "leak" else n_valid) if positional else context
+    keyed = context if positions is None else context + positions
     k, v = keyed @ agg.to_k.weight.t(), context @ agg.to_v.weight.t()
     slots = agg.slots.clone()
     for _ in range(agg.iterations):
@@ -287,10 +294,10 @@ def pie_reference(pie, local, glob):
     return layer_norm(pie.norm, glob + torch.sigmoid(linear(pie.fc, pooled)))
 
 
-def set_elements(model, local, glob, module, n_valid, positional):
+def set_elements(model, local, glob, module, n_valid, positions):
     if hasattr(module, "aggregation"):
         return plain_l2(layer_norm(module.norm_global, glob) + slot_reference(module.aggregation, local, n_valid,
-                                                                              positional))
+                                                                              positions))
     return plain_l2(pie_reference(module, local[:n_valid], glob))
 
 
@@ -310,17 +317,28 @@ def set_pair(x, y, kind, alpha=None, scale=None, shift=None):
 
 def set_reference(model, images, text_batch, similarity):
     image_sets = []
-    for regions in images["features"]:
-        base = linear(model.region.fc, regions)
+    if isinstance(images["features"], dict):   # a grid: its cells row by row, with 2-D positions on the keys
+        (grid,) = images["features"].values()
+        inputs = [g.reshape(-1, g.shape[-1]) for g in grid]
+        positions = sine_2d(grid.shape[1], grid.shape[2], model.embed_dim)
+    else:
+        inputs, positions = list(images["features"]), None
+    for cells in inputs:
+        base = linear(model.region.fc, cells)
         hidden = batch_norm_eval(model.region.bn, linear(model.region.mlp_in, base))
         local = base + linear(model.region.mlp_out, torch.relu(hidden))
-        image_sets.append(set_elements(model, local, local.max(dim=0).values, model.image_set, len(local), False))
+        image_positions = positions if hasattr(model.image_set, "aggregation") else None
+        image_sets.append(set_elements(model, local, local.max(dim=0).values, model.image_set, len(local),
+                                       image_positions))
     text_sets, longest = [], max(LENGTHS)
     for tokens, n in zip(text_batch["tokens"], LENGTHS):
         _, hidden = model.text.gru(model.text.embed(tokens[:n])[None])
         glob = (hidden[-2, 0] + hidden[-1, 0]) / 2
         words = model.text.embed(tokens[:longest])   # padded to the batch's longest, as the model sees it
-        text_sets.append(set_elements(model, words, glob, model.text_set, int(n), True))
+        # DivE PositionEmbeddingSine1D(normalize=True) scaled by the padded length (leak) or the caption's own
+        agg = getattr(model.text_set, "aggregation", None)
+        text_positions = None if agg is None else sine(longest, WORD_DIM, longest if agg.padding == "leak" else int(n))
+        text_sets.append(set_elements(model, words, glob, model.text_set, int(n), text_positions))
     params = {k: v for k, v in similarity.items() if k != "kind"}
     return torch.tensor([[set_pair(x, y, similarity["kind"], **params) for y in text_sets] for x in image_sets],
                         dtype=torch.float64)
@@ -338,8 +356,19 @@ def set_cases():
                {"features": features(N_IMAGES, REGIONS, REGION_DIM)}, partial(set_reference, similarity=similarity))
 
 
+def set_grid_cases():
+    slot = {"kind": "slot", "iterations": 2, "heads": 2, "head_dim": 3, "ff_mult": 2, "competition": "slots"}
+    grid = {"conv5": features(N_IMAGES, *MVSA_SHAPES["conv5"])}
+    for module, similarity in (({**slot, "padding": "leak"}, {"kind": "smooth_chamfer", "alpha": 16.0}),
+                               ({"kind": "pie"}, {"kind": "mil"})):
+        yield (f"set grid {module} {similarity}",
+               build(SetEmbeddingGrid, "resnet18", MVSA_SHAPES, "conv5", "frozen", EMBED, 3, set_module=module,
+                     similarity=similarity, dropout=0.1, bidirectional_text=True),
+               {"features": grid}, partial(set_reference, similarity=similarity))
+
+
 CASES = {"vsepp": vsepp_cases, "vsrn": vsrn_cases, "sgraf": sgraf_cases, "scan": scan_cases, "mvsa": mvsa_cases,
-         "set_embedding": set_cases}
+         "set_embedding": set_cases, "set_embedding_grid": set_grid_cases}
 
 
 def as_dtype(feats, dtype):

@@ -17,6 +17,7 @@ from methods.models.set_embedding import SetEmbedding, circular_variance, drop_r
 from methods.models.set_prediction import SlotAggregation
 from methods.models.set_similarity import SET_SIMILARITIES, set_score_matrix, set_similarity
 from methods.plan import Plan
+from methods.training.schedule import lr_at
 
 
 def unit_sets(n, k, d, seed):
@@ -73,14 +74,14 @@ def test_smooth_chamfer_tends_to_chamfer_and_stays_finite_for_large_alpha():
     assert torch.isfinite(big).all()
 
 
-def slot_module(padding="leak", competition="slots", positional=True, seed=0):
+def slot_module(padding="leak", competition="slots", positional="sine", seed=0):
     torch.manual_seed(seed)
     return SlotAggregation(4, 8, 6, iterations=3, heads=2, head_dim=4, ff_mult=2, competition=competition,
                            padding=padding, positional=positional).double().eval()
 
 
 def test_permuting_input_regions_leaves_the_set_unchanged():
-    agg = slot_module(positional=False)        # regions carry no position (DivE: no encoding for BUTD)
+    agg = slot_module(positional="none")       # regions carry no position (DivE: no encoding for BUTD)
     x = torch.randn(2, 9, 6, dtype=torch.float64)
     perm = torch.randperm(9)
     lengths = torch.tensor([9, 9])
@@ -319,3 +320,52 @@ def test_one_element_sets_report_no_variance():
     cfg = api.experiment_config("set_embeddings", "synthetic", overrides={"model.set_size": 1})
     model = api.build_model(cfg, 20, {"dim": 6, "regions": 3})
     assert model.evaluation_statistics(unit_sets(2, 1, 64, 0), unit_sets(3, 1, 64, 1)) == {}
+
+
+def test_the_resnet152_rows_run_the_appendix_schedule(plan):
+    """Appendix A, ResNet-152 + bi-GRU: 120 epochs, the CNN frozen for the first 50, lr 1e-3 (COCO)
+    / 2e-3 (Flickr30K) decayed every 10 epochs, here by 0.5 across both stages."""
+    for table, dataset, lr in (("set_embeddings_t1", "coco", 1e-3), ("set_embeddings_t2", "flickr", 2e-3)):
+        (row,) = [r for r in plan.table(table, dataset).rows if r.id == "ours_resnet152"]
+        exp = plan.experiment(dataset, row.members[0])
+        stages = exp.config["training"]["stages"]
+        assert [(s["epochs"], s["finetune_backbone"]) for s in stages] == [(50, False), (70, True)]
+        assert exp.finetunes and exp.backbone == "resnet152" and exp.image_input.name == "grid"
+        # the step schedule continues over the stage boundary: lr x 0.5 every 10 epochs from epoch 0
+        rates = [lr_at(s, e) for s in stages for e in range(s["epochs"])]
+        assert rates == pytest.approx([lr * 0.5 ** (epoch // 10) for epoch in range(120)], rel=1e-12)
+        assert not any(ledger["switches"] for ledger in row.ledger)
+
+
+def grid_model(cnn=True):
+    cfg = api.experiment_config("set_embeddings_grid", "synthetic")
+    random_cnn = {"resnet18_synthetic": {"arch": "resnet18", "weights": "none"}}   # no pre-trained file needed
+    return api.build_model(cfg, 20, {"scales": {"conv5": [2, 2, 512]}}, random_cnn, cnn=cnn)
+
+
+def test_the_grid_model_trains_its_cnn_at_the_base_lr_and_the_rest_of_the_image_side_scaled():
+    model = grid_model()
+    model.set_finetune(True)
+    groups = {}
+    for params, scale in model.parameter_groups():
+        groups.setdefault(scale, set()).update(id(p) for p in params)
+    cnn = {id(p) for p in model.backbone.parameters()}
+    image = {id(p) for p in [*model.region.parameters(), *model.image_set.parameters()]}
+    text_set = {id(p) for p in model.text_set.parameters()}
+    assert image | text_set == groups[0.1] and cnn | {id(p) for p in model.text.parameters()} == groups[1.0]
+    model.set_finetune(False)
+    assert not any(id(p) in cnn for params, _ in model.parameter_groups() for p in params)
+    with pytest.raises(HarnessError, match="without its CNN"):
+        grid_model(cnn=False).set_finetune(True)
+
+
+def test_the_grid_model_reads_cached_maps_and_images_alike():
+    """The fine-tune stage feeds images through the CNN; its maps give the same sets as cached maps would."""
+    model = grid_model().eval()
+    images = torch.randn(3, 3, 64, 64)
+    with torch.no_grad():
+        maps = model.backbone(images, ("conv5",))["conv5"].permute(0, 2, 3, 1)
+        from_images = model.encode_images({"images": images})
+        from_cache = model.encode_images({"features": {"conv5": maps}})
+    assert from_images.shape == (3, 4, 64)
+    torch.testing.assert_close(from_images, from_cache, rtol=1e-6, atol=1e-6)

@@ -20,11 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.errors import HarnessError
 from methods.features.backbone import ResNetBackbone, layer_channels
 from methods.models.base import MODELS, BuildContext, CrossAttentionModel
 from methods.models.cross_attention import RegionFeatures, WordFeatures
 from methods.models.description import DescribeContext, backbone_text, finetunes, gru_text
+from methods.models.grid_backbone import GridBackbone
 from methods.models.layers import SCAN_L2NORM_EPS, l2norm, xavier_linear
 from methods.models.scan import check_similarity, similarity_text
 from methods.models.scan_similarity import scan_pair_elements, scan_scores
@@ -89,7 +89,7 @@ class ScaleBranch(nn.Module):
 
 
 @MODELS.register("mvsa")
-class MVSA(CrossAttentionModel):
+class MVSA(GridBackbone, CrossAttentionModel):
     image_input = "grid"
 
     def __init__(self, backbone: ResNetBackbone | str, scale_shapes: dict[str, list[int]], scales: list[str],
@@ -108,16 +108,13 @@ class MVSA(CrossAttentionModel):
             raise ValueError(f"fusing {len(scales)} scales needs fusion_pooling in {FUSION_POOLING}, not {fusion_pooling!r}")
         if len(scales) == 1 and fusion_pooling is not None:
             raise ValueError(f"fusion_pooling {fusion_pooling!r} has no effect on one scale: set it to null")
-        if backbone_bn not in ("frozen", "train"):
-            raise ValueError(f"backbone_bn must be 'frozen' or 'train', not {backbone_bn!r}")
-        self.scales = sorted(scales, key=SCALES.index)           # finest first
+        # finest first; a frozen-only run reads cached maps: it is built without its CNN (``backbone`` = the arch name)
+        self.init_backbone(backbone, backbone_bn, sorted(scales, key=SCALES.index))
         shapes = {s: scale_shapes[s] for s in self.scales}
-        # a frozen-only run reads cached maps: it is built without its CNN (``backbone`` = the arch name)
-        arch = backbone if isinstance(backbone, str) else backbone.arch
         for s in self.scales:
-            if shapes[s][2] != layer_channels(arch, s):
-                raise ValueError(f"cached {s} maps have {shapes[s][2]} channels, but {arch}'s {s} has "
-                                 f"{layer_channels(arch, s)}: features of another backbone?")
+            if shapes[s][2] != layer_channels(self.arch, s):
+                raise ValueError(f"cached {s} maps have {shapes[s][2]} channels, but {self.arch}'s {s} has "
+                                 f"{layer_channels(self.arch, s)}: features of another backbone?")
         self.grid = min(shapes[s][0] for s in self.scales), min(shapes[s][1] for s in self.scales)
         for s in self.scales:
             h, w, _ = shapes[s]
@@ -125,10 +122,6 @@ class MVSA(CrossAttentionModel):
                 raise ValueError(f"{s} maps ({h}x{w}) do not pool evenly to the coarsest grid {self.grid}")
         self.n_instances = (self.grid[0] * self.grid[1] * len(self.scales) if len(self.scales) > 1
                             else shapes[self.scales[0]][0] * shapes[self.scales[0]][1])
-        self.arch = arch
-        self.backbone = None if isinstance(backbone, str) else backbone
-        self.backbone_bn = backbone_bn
-        self.finetune = False
         self.branches = nn.ModuleDict({s: ScaleBranch(shapes[s][2], candidate_dim, embed_dim, asa_blocks,
                                                       asa_inter_dim, asa_batchnorm) for s in self.scales})
         self.fusion_pooling = fusion_pooling
@@ -159,30 +152,8 @@ class MVSA(CrossAttentionModel):
                 f"C {model['candidate_dim']}, D {model['embed_dim']}, {similarity_text(model['similarity'])}, "
                 f"{gru_text(model['text'])}")
 
-    # -- the CNN -----------------------------------------------------------------------------------
-    def set_finetune(self, finetune: bool) -> None:
-        if finetune and self.backbone is None:
-            raise HarnessError("this MVSA model was built without its CNN (its config has no fine-tune stage), "
-                               "so it cannot fine-tune it")
-        self.finetune = finetune
-        for p in self.backbone.parameters() if self.backbone is not None else ():
-            p.requires_grad_(finetune)
-
-    def train(self, mode: bool = True) -> "MVSA":
-        super().train(mode)
-        if self.backbone is not None and (not self.finetune or self.backbone_bn == "frozen"):
-            self.backbone.eval()   # as VSE++: no BN drift of a frozen CNN
-        return self
-
-    def grids(self, batch: dict) -> dict[str, torch.Tensor]:
-        """(B, H, W, C) maps per scale: cached, or from the CNN on ``batch['images']``."""
-        if "images" in batch:
-            if self.backbone is None:
-                raise HarnessError("this MVSA model was built without its CNN: give it cached maps, not images")
-            maps = self.backbone(batch["images"], tuple(self.scales))
-            return {s: maps[s].permute(0, 2, 3, 1) for s in self.scales}
-        dtype = self.branches[self.scales[0]].project.weight.dtype
-        return {s: batch["features"][s].to(dtype) for s in self.scales}
+    def grid_dtype(self) -> torch.dtype:
+        return self.branches[self.scales[0]].project.weight.dtype
 
     # -- encoders ----------------------------------------------------------------------------------
     def instance_maps(self, batch: dict) -> dict[str, torch.Tensor]:

@@ -1,12 +1,20 @@
 """Set embeddings (Kim, Kim, Kwak, CVPR 2023, "Improving Cross-Modal Retrieval with Set of Diverse
-Embeddings"), as kdwonn/DivE's model_spm.py computes them for BUTD regions, and the PIE-Net set
-module of PVSE (Song and Soleymani, CVPR 2019) on the same pipeline.
+Embeddings"), as kdwonn/DivE's model_spm.py computes them, and the PIE-Net set module of PVSE
+(Song and Soleymani, CVPR 2019) on the same pipeline. Two image inputs, two registered models:
 
-Image: precomputed regions -> local = dropout(fc(x) + MLP(fc(x))) (fc: region_dim -> D, MLP:
-D -> D/2, BatchNorm, ReLU -> D; DivE's ``--gpo_1x1``); global = max over the valid regions of
-the local features. During training a fraction ``region_drop`` of each image's regions is
-removed first (VSE-infinity's augmentation: keep a region when a uniform draw exceeds it),
-the kept ones moved to the front and the rest zero-padded, as the public data loader does.
+- ``set_embedding``: precomputed (BUTD) regions. During training a fraction ``region_drop`` of
+  each image's regions is removed first (VSE-infinity's augmentation: keep a region when a
+  uniform draw exceeds it), the kept ones moved to the front and the rest zero-padded, as the
+  public data loader does. No positional encoding.
+- ``set_embedding_grid``: the cells of a ResNet's last map (7x7 at 224 px), cached while the CNN
+  is frozen and computed by it while it is fine-tuned (``methods.models.grid_backbone``); a 2-D
+  sine positional encoding on the slot module's keys (the paper, Section 3.2: "When using
+  convolutional features ... we add sinusoidal positional encoding"). DivE's EncoderImage runs
+  the same projection and pooling on grid cells as on regions.
+
+Image, either input: local = dropout(fc(x) + MLP(fc(x))) (fc: input dim -> D, MLP: D -> D/2,
+BatchNorm, ReLU -> D; DivE's ``--gpo_1x1``); global = max over the valid inputs of the local
+features (``--img_res_pool max --img_res_first_fc``).
 Text: word embeddings (GloVe, fine-tuned) -> dropout -> bi-GRU of D units, directions averaged;
 global = the final hidden state (dropout); the set module reads the *word embeddings*, with a
 sine positional encoding on its keys.
@@ -27,8 +35,10 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from methods.features.backbone import ResNetBackbone, layer_channels
 from methods.models.base import MODELS, BuildContext, EmbeddingModel
-from methods.models.description import DescribeContext, gru_text, regions_text
+from methods.models.description import DescribeContext, backbone_text, finetunes, gru_text, regions_text
+from methods.models.grid_backbone import GridBackbone
 from methods.models.layers import PLAIN_L2NORM_EPS, l2norm
 from methods.models.set_prediction import PIENet, SlotAggregation, SlotSetPrediction
 from methods.models.set_similarity import set_score_matrix, set_similarity
@@ -80,13 +90,14 @@ def circular_variance(sets: torch.Tensor) -> torch.Tensor:
     return 1 - torch.linalg.vector_norm(sets.mean(dim=1), dim=-1)
 
 
-@MODELS.register("set_embedding")
-class SetEmbedding(EmbeddingModel):
-    image_input = "regions"
+class SetEmbeddingModel(EmbeddingModel):
+    """What both image inputs share: the text encoder, the two set modules, the set similarity,
+    scoring and statistics. Subclasses give the image's local features (``image_locals``) and the
+    image parameters outside any CNN (``image_parameters``)."""
 
-    def __init__(self, region_dim: int, embed_dim: int, set_size: int, text: GRUTextEncoder, set_module: dict,
-                 similarity: dict, dropout: float = 0.0, region_drop: float = 0.0,
-                 lr_scale: dict | None = None):
+    def __init__(self, input_dim: int, embed_dim: int, set_size: int, text: GRUTextEncoder, set_module: dict,
+                 similarity: dict, dropout: float = 0.0, lr_scale: dict | None = None,
+                 image_positional: str = "none", grid: tuple[int, int] | None = None):
         super().__init__()
         kind = set_module["kind"]
         if kind not in SET_MODULES:
@@ -94,19 +105,19 @@ class SetEmbedding(EmbeddingModel):
         if text.gru.hidden_size != embed_dim:
             raise ValueError(f"the text GRU's hidden_dim ({text.gru.hidden_size}) must equal embed_dim "
                              f"({embed_dim}): its final state is the global text feature")
-        self.embed_dim, self.set_size, self.region_drop = embed_dim, set_size, region_drop
-        self.region = RegionMLP(region_dim, embed_dim)
+        self.embed_dim, self.set_size = embed_dim, set_size
+        self.region = RegionMLP(input_dim, embed_dim)
         self.local_dropout = nn.Dropout(dropout)     # --img_1x1_dropout
         self.text = text
         self.global_dropout = nn.Dropout(dropout)    # EncoderText's dropout on the GRU outputs
         word_dim = text.embed.embedding_dim
         if kind == "slot":
-            def slots(input_dim: int, positional: bool) -> SlotSetPrediction:
+            def slots(dim: int, positional: str, grid: tuple[int, int] | None = None) -> SlotSetPrediction:
                 return SlotSetPrediction(SlotAggregation(
-                    set_size, embed_dim, input_dim, set_module["iterations"], set_module["heads"],
+                    set_size, embed_dim, dim, set_module["iterations"], set_module["heads"],
                     set_module["head_dim"], set_module["ff_mult"], dropout, set_module["competition"],
-                    set_module["padding"], positional), embed_dim)
-            self.image_set, self.text_set = slots(embed_dim, False), slots(word_dim, True)
+                    set_module["padding"], positional, grid), embed_dim)
+            self.image_set, self.text_set = slots(embed_dim, image_positional, grid), slots(word_dim, "sine")
         else:   # PIE-Net as DivE's model_spm.py builds it: image d_h = D/2, text d_h = word_dim/2
             self.image_set = PIENet(set_size, embed_dim, embed_dim, embed_dim // 2)
             self.text_set = PIENet(set_size, word_dim, embed_dim, word_dim // 2, dropout)
@@ -116,14 +127,7 @@ class SetEmbedding(EmbeddingModel):
         self.lr_scale = dict(lr_scale or {})
 
     @classmethod
-    def from_config(cls, cfg: dict, ctx: BuildContext) -> "SetEmbedding":
-        text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
-        return cls(ctx.image("dim", "set_embedding"), cfg["embed_dim"], cfg["set_size"], text, cfg["set_module"],
-                   cfg["similarity"], cfg["dropout"], cfg["region_drop"], cfg.get("lr_scale"))
-
-    @classmethod
-    def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
-        model = cfg["model"]
+    def set_module_text(cls, model: dict) -> str:
         module = model["set_module"]
         if module["kind"] == "slot":
             attention = "slot" if module["competition"] == "slots" else "transformer"
@@ -132,7 +136,7 @@ class SetEmbedding(EmbeddingModel):
             arch = "PIE-Net set module"
         sim = model["similarity"]
         params = ", ".join(f"{k} {v:g}" for k, v in sim.items() if k != "kind")
-        return (f"{regions_text(ctx)}, D {model['embed_dim']}, K {model['set_size']}, {arch}, "
+        return (f"D {model['embed_dim']}, K {model['set_size']}, {arch}, "
                 f"{sim['kind']}{f' ({params})' if params else ''}, {gru_text(model['text'])}")
 
     @classmethod
@@ -144,23 +148,29 @@ class SetEmbedding(EmbeddingModel):
         return (img if image_elements is None else img[:, image_elements],
                 txt if text_elements is None else txt[:, text_elements])
 
+    def image_parameters(self) -> list[nn.Parameter]:
+        """The image encoder's parameters that DivE's ``img_pie_lr_scale`` scales (not a CNN's)."""
+        return [*self.region.parameters(), *self.image_set.parameters()]
+
     def parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
         """(parameters, lr scale): DivE's image encoder (``img_pie_lr_scale``) and text set module
-        (``txt_pie_lr_scale``) apart from the rest of the text encoder."""
-        image = [*self.region.parameters(), *self.image_set.parameters()]
+        (``txt_pie_lr_scale``) apart from the rest of the text encoder (and from a CNN, at the base lr)."""
+        image = self.image_parameters()
         text_set = list(self.text_set.parameters())
         text = list(self.text.parameters())
+        scaled = {id(p) for p in [*image, *text_set, *text]}
+        rest = [p for p in self.parameters() if id(p) not in scaled]   # a CNN, trained at the base lr
         groups = [(image, self.lr_scale.get("image", 1.0)), (text_set, self.lr_scale.get("text_set", 1.0)),
-                  (text, 1.0)]
+                  (text, 1.0), (rest, 1.0)]
         return [([p for p in ps if p.requires_grad], scale) for ps, scale in groups]
 
-    def encode_image_sets(self, features: torch.Tensor) -> dict[str, torch.Tensor]:
-        regions = features.to(self.region.fc.weight.dtype)
-        if self.training and self.region_drop > 0:
-            regions, lengths = drop_regions(regions, self.region_drop)
-        else:
-            lengths = torch.full((regions.shape[0],), regions.shape[1], device=regions.device)
-        local = self.local_dropout(self.region(regions))
+    def image_locals(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, N, input_dim) local inputs, valid ones first, and their (B,) counts."""
+        raise NotImplementedError
+
+    def encode_image_sets(self, batch: dict) -> dict[str, torch.Tensor]:
+        inputs, lengths = self.image_locals(batch)
+        local = self.local_dropout(self.region(inputs))
         valid = torch.arange(local.shape[1], device=local.device)[None, :] < lengths[:, None]
         glob = local.masked_fill(~valid[..., None], -torch.finfo(local.dtype).max).amax(dim=1)
         elements, residuals, attn = self.image_set(local, glob, lengths)
@@ -177,7 +187,7 @@ class SetEmbedding(EmbeddingModel):
     # The training step calls encode_* once per batch and reads the residuals as well as the sets;
     # evaluation keeps only the sets (one (N, K, D) tensor per side).
     def encode_images(self, batch: dict):
-        out = self.encode_image_sets(batch["features"])
+        out = self.encode_image_sets(batch)
         return out if self.training else out["sets"]
 
     def encode_texts(self, batch: dict):
@@ -204,3 +214,77 @@ class SetEmbedding(EmbeddingModel):
         return {"image_log_circular_variance": math.log(float(image_cv.mean())),
                 "text_log_circular_variance": math.log(float(text_cv.mean())),
                 "log_circular_variance": math.log(float(both.mean()))}
+
+
+@MODELS.register("set_embedding")
+class SetEmbedding(SetEmbeddingModel):
+    image_input = "regions"
+
+    def __init__(self, region_dim: int, embed_dim: int, set_size: int, text: GRUTextEncoder, set_module: dict,
+                 similarity: dict, dropout: float = 0.0, region_drop: float = 0.0,
+                 lr_scale: dict | None = None):
+        super().__init__(region_dim, embed_dim, set_size, text, set_module, similarity, dropout, lr_scale)
+        self.region_drop = region_drop
+
+    @classmethod
+    def from_config(cls, cfg: dict, ctx: BuildContext) -> "SetEmbedding":
+        text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
+        return cls(ctx.image("dim", "set_embedding"), cfg["embed_dim"], cfg["set_size"], text, cfg["set_module"],
+                   cfg["similarity"], cfg["dropout"], cfg["region_drop"], cfg.get("lr_scale"))
+
+    @classmethod
+    def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
+        return f"{regions_text(ctx)}, {cls.set_module_text(cfg['model'])}"
+
+    def image_locals(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        regions = batch["features"].to(self.region.fc.weight.dtype)
+        if self.training and self.region_drop > 0:
+            return drop_regions(regions, self.region_drop)
+        return regions, torch.full((regions.shape[0],), regions.shape[1], device=regions.device)
+
+
+@MODELS.register("set_embedding_grid")
+class SetEmbeddingGrid(GridBackbone, SetEmbeddingModel):
+    """Set embeddings of a CNN grid (the paper's ResNet-152 + bi-GRU rows): the cells of one map
+    (``grid_scales``, one name) are the local inputs, with a 2-D sine encoding on the slot keys."""
+    image_input = "grid"
+
+    def __init__(self, backbone: ResNetBackbone | str, scale_shapes: dict[str, list[int]], scale: str,
+                 backbone_bn: str, embed_dim: int, set_size: int, text: GRUTextEncoder, set_module: dict,
+                 similarity: dict, dropout: float = 0.0, lr_scale: dict | None = None):
+        if scale not in scale_shapes:
+            raise ValueError(f"the grid input has no {scale} maps (it has {sorted(scale_shapes)})")
+        height, width, channels = scale_shapes[scale]
+        arch = backbone if isinstance(backbone, str) else backbone.arch
+        if channels != layer_channels(arch, scale):
+            raise ValueError(f"cached {scale} maps have {channels} channels, but {arch}'s {scale} has "
+                             f"{layer_channels(arch, scale)}: features of another backbone?")
+        super().__init__(channels, embed_dim, set_size, text, set_module, similarity, dropout, lr_scale,
+                         "sine_2d" if set_module["kind"] == "slot" else "none",
+                         (height, width) if set_module["kind"] == "slot" else None)
+        self.init_backbone(backbone, backbone_bn, [scale])
+
+    @classmethod
+    def from_config(cls, cfg: dict, ctx: BuildContext) -> "SetEmbeddingGrid":
+        bb = ctx.backbones[cfg["backbone"]]
+        text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
+        backbone = ResNetBackbone(bb["arch"], bb["weights"]) if ctx.cnn else bb["arch"]
+        (scale,) = cfg["grid_scales"]
+        return cls(backbone, ctx.image("scales", "set_embedding_grid"), scale, cfg["backbone_bn"],
+                   cfg["embed_dim"], cfg["set_size"], text, cfg["set_module"], cfg["similarity"], cfg["dropout"],
+                   cfg.get("lr_scale"))
+
+    @classmethod
+    def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
+        model = cfg["model"]
+        cnn = "fine-tuned" if finetunes(cfg) else "frozen"
+        return (f"{backbone_text(model['backbone'], ctx)} {model['grid_scales'][0]} grid, CNN {cnn}, "
+                f"{cls.set_module_text(model)}")
+
+    def grid_dtype(self) -> torch.dtype:
+        return self.region.fc.weight.dtype
+
+    def image_locals(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        grid = self.grids(batch)[self.scales[0]]                              # (B, H, W, C)
+        cells = grid.reshape(grid.shape[0], -1, grid.shape[-1]).to(self.grid_dtype())   # row-major, as the encoding
+        return cells, torch.full((cells.shape[0],), cells.shape[1], device=cells.device)

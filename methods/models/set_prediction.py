@@ -7,7 +7,10 @@ over the inputs (4 heads; q/k/v without bias; scale 1/sqrt(head_dim)) and a pre-
 each with a residual, then a final LayerNorm. ``competition: slots`` normalises the attention
 over the slot axis and then renormalises it over the inputs (eps 1e-7), so slots compete for
 inputs; ``competition: inputs`` is the ordinary transformer softmax over inputs (the
-"Transformer" row of the paper's Table 3). A sine positional encoding may be added to the keys.
+"Transformer" row of the paper's Table 3). A sine positional encoding may be added to the keys:
+1-D over a caption's words (``sine``), or 2-D over a CNN grid's cells (``sine_2d``, DETR's
+``PositionEmbeddingSine`` with half the channels for rows and half for columns; the paper:
+"When using convolutional features ... we add sinusoidal positional encoding").
 
 ``padding`` names how padded inputs (words of shorter captions, dropped regions) are treated:
 - ``leak`` (the public code): padded logits are set to -max before the softmax over *slots*,
@@ -32,7 +35,15 @@ from torch import nn
 
 COMPETITIONS = ("slots", "inputs")
 PADDINGS = ("leak", "masked")
+POSITIONALS = ("none", "sine", "sine_2d")
 RENORM_EPS = 1e-7   # attention.py: attn / (attn.sum(-1) + 1e-7)
+
+
+def _sine_table(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """(..., dim) sine encoding of scaled positions ``t``: channel pairs (sin, cos) of t / 10000^(2i/dim)."""
+    freq = 10000 ** (2 * (torch.arange(dim, device=t.device) // 2).to(t.dtype) / dim)
+    angles = t[..., None] / freq
+    return torch.stack((angles[..., 0::2].sin(), angles[..., 1::2].cos()), dim=-1).flatten(-2)
 
 
 def sine_positions(lengths: torch.Tensor, n_positions: int, dim: int, padding: str,
@@ -44,23 +55,41 @@ def sine_positions(lengths: torch.Tensor, n_positions: int, dim: int, padding: s
     dtype = torch.promote_types(dtype, torch.float32)
     t = torch.arange(1, n_positions + 1, dtype=dtype, device=lengths.device)[None, :]
     total = (torch.full_like(lengths, n_positions) if padding == "leak" else lengths).to(dtype)[:, None]
-    t = t / (total + 1e-6) * 2 * math.pi                                  # (B, n)
-    freq = 10000 ** (2 * (torch.arange(dim, device=lengths.device) // 2).to(dtype) / dim)
-    angles = t[..., None] / freq                                          # (B, n, dim)
-    return torch.stack((angles[..., 0::2].sin(), angles[..., 1::2].cos()), dim=-1).flatten(-2)
+    return _sine_table(t / (total + 1e-6) * 2 * math.pi, dim)
+
+
+def sine_positions_2d(height: int, width: int, dim: int, dtype: torch.dtype = torch.float32,
+                      device: torch.device | None = None) -> torch.Tensor:
+    """(height * width, dim) 2-D sine encoding of a grid's cells in row-major order, DivE's
+    ``PositionEmbeddingSine2D(dim // 2, normalize=True)`` (DETR's): row i and column j (1-based)
+    scaled to i / H * 2 pi and j / W * 2 pi, each encoded on dim / 2 channels; rows first."""
+    if dim % 4:
+        raise ValueError(f"a 2-D sine encoding gives rows and columns (sin, cos) pairs on half the channels each: "
+                         f"dim {dim} must be a multiple of 4")
+    dtype = torch.promote_types(dtype, torch.float32)
+    rows = torch.arange(1, height + 1, dtype=dtype, device=device) / (height + 1e-6) * 2 * math.pi
+    cols = torch.arange(1, width + 1, dtype=dtype, device=device) / (width + 1e-6) * 2 * math.pi
+    half = dim // 2
+    pos_y = _sine_table(rows, half)[:, None, :].expand(height, width, half)
+    pos_x = _sine_table(cols, half)[None, :, :].expand(height, width, half)
+    return torch.cat([pos_y, pos_x], dim=-1).reshape(height * width, dim)
 
 
 class SlotAggregation(nn.Module):
     def __init__(self, n_slots: int, slot_dim: int, input_dim: int, iterations: int, heads: int = 4,
                  head_dim: int = 512, ff_mult: int = 4, dropout: float = 0.0, competition: str = "slots",
-                 padding: str = "leak", positional: bool = False):
+                 padding: str = "leak", positional: str = "none", grid: tuple[int, int] | None = None):
         super().__init__()
         if competition not in COMPETITIONS:
             raise ValueError(f"competition must be one of {COMPETITIONS}, not {competition!r}")
         if padding not in PADDINGS:
             raise ValueError(f"padding must be one of {PADDINGS}, not {padding!r}")
+        if positional not in POSITIONALS:
+            raise ValueError(f"positional must be one of {POSITIONALS}, not {positional!r}")
+        if (positional == "sine_2d") != (grid is not None):
+            raise ValueError("a 2-D positional encoding needs the grid's (height, width), and only it takes one")
         self.iterations, self.heads, self.head_dim = iterations, heads, head_dim
-        self.competition, self.padding, self.positional = competition, padding, positional
+        self.competition, self.padding, self.positional, self.grid = competition, padding, positional, grid
         inner = heads * head_dim
         self.slots = nn.Parameter(torch.randn(n_slots, slot_dim))   # agg_block.py: randn, learned
         self.norm_slots = nn.LayerNorm(slot_dim)
@@ -95,9 +124,14 @@ class SlotAggregation(nn.Module):
         valid = torch.arange(n, device=inputs.device)[None, :] < lengths.to(inputs.device)[:, None]
         context = self.norm_inputs(inputs)
         keyed = context
-        if self.positional:
+        if self.positional == "sine":
             keyed = context + sine_positions(lengths.to(inputs.device), n, inputs.shape[-1], self.padding,
                                              context.dtype).to(context.dtype)
+        elif self.positional == "sine_2d":
+            if n != self.grid[0] * self.grid[1]:
+                raise ValueError(f"{n} inputs are not the cells of the {self.grid[0]}x{self.grid[1]} grid")
+            keyed = context + sine_positions_2d(*self.grid, inputs.shape[-1], context.dtype,
+                                                inputs.device).to(context.dtype)
         keys = self.to_k(keyed).view(b, n, self.heads, self.head_dim).transpose(1, 2)
         values = self.to_v(context).view(b, n, self.heads, self.head_dim).transpose(1, 2)
         slots = self.slots.expand(b, -1, -1)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import Dataset
 
+from methods.data.caption_augment import CaptionAugmentation
 from methods.data.inputs import CachedGridFeatures, CachedImageFeatures
 from methods.data.karpathy import CAPTIONS_PER_IMAGE
 from methods.data.text import Vocabulary, pad_tokens
@@ -28,12 +29,16 @@ class CaptionPairs(Dataset):
     """Item k = (image index k // 5, token ids of caption k[, transformed image])."""
 
     def __init__(self, captions: list[str], vocab: Vocabulary, images: ImageFiles | None = None,
-                 max_images: int | None = None):
+                 max_images: int | None = None, augment: CaptionAugmentation | None = None):
         n_img = len(captions) // CAPTIONS_PER_IMAGE
         n_img = n_img if max_images is None else min(max_images, n_img)
         self.tokens = [vocab.encode(c) for c in captions[: n_img * CAPTIONS_PER_IMAGE]]
         self.images = images
         self.n_images = n_img
+        self.augment = augment   # drawn anew each time a caption is read (training only)
+
+    def caption(self, k: int) -> list[int]:
+        return self.tokens[k] if self.augment is None else self.augment(self.tokens[k])
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -41,7 +46,7 @@ class CaptionPairs(Dataset):
     def __getitem__(self, k: int):
         image_index = k // CAPTIONS_PER_IMAGE
         image = self.images[image_index] if self.images is not None else None
-        return image_index, self.tokens[k], image
+        return image_index, self.caption(k), image
 
 
 class ImagesWithCaptions(CaptionPairs):
@@ -53,13 +58,14 @@ class ImagesWithCaptions(CaptionPairs):
     def __getitem__(self, i: int):
         image = self.images[i] if self.images is not None else None
         base = i * CAPTIONS_PER_IMAGE
-        return [(i, self.tokens[base + j], image if j == 0 else None) for j in range(CAPTIONS_PER_IMAGE)]
+        return [(i, self.caption(base + j), image if j == 0 else None) for j in range(CAPTIONS_PER_IMAGE)]
 
 
-def make_train_dataset(batching: str, captions: list[str], vocab: Vocabulary, images: ImageFiles | None):
+def make_train_dataset(batching: str, captions: list[str], vocab: Vocabulary, images: ImageFiles | None,
+                       augment: CaptionAugmentation | None = None):
     if batching == "images":
-        return ImagesWithCaptions(captions, vocab, images)
-    return CaptionPairs(captions, vocab, images)
+        return ImagesWithCaptions(captions, vocab, images, augment=augment)
+    return CaptionPairs(captions, vocab, images, augment=augment)
 
 
 BATCH_POSITIVES = ("diagonal", "same_image")

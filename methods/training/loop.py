@@ -29,6 +29,7 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from methods.data.caption_augment import CaptionAugmentation
 from methods.data.inputs import SplitData
 from methods.data.text import Vocabulary
 from methods.errors import HarnessError, first_line
@@ -294,7 +295,8 @@ class Trainer:
         augment = (train_transform(inp.crop) if tr["finetune_augment"] == "random_resized_crop_flip"
                    else eval_transform(inp.resize, inp.crop))
         images = ImageFiles(inp.images_dir, inp.train.filenames, augment) if stage["finetune_backbone"] else None
-        dataset = make_train_dataset(tr["batching"], inp.train.captions, inp.vocab, images)
+        dataset = make_train_dataset(tr["batching"], inp.train.captions, inp.vocab, images,
+                                     CaptionAugmentation.from_config(tr, len(inp.vocab)))
         collate = PairCollator(None if images is not None else inp.train.features, tr["batch_positives"])
         for epoch in range(first_epoch, stage["epochs"]):
             skip = first_step if epoch == first_epoch else 0  # batches a preempted run already did
