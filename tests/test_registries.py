@@ -116,8 +116,16 @@ def bf_shared_labels(name: str, scores: np.ndarray, image_labels: np.ndarray, te
     keep = rel.sum(axis=1) > 0
     if metric == "map":
         return 100 * float(np.mean([average_precision_score(r > 0, q) for r, q in zip(rel[keep], s[keep])]))
+    if metric == "map_at_r":   # one query at a time: precision at each relevant rank within the first R
+        aps = []
+        for r, q in zip(rel[keep], s[keep]):
+            ranked = (r > 0)[np.argsort(-q)]
+            n = int(ranked.sum())
+            aps.append(sum(ranked[:i + 1].sum() / (i + 1) for i in range(n) if ranked[i]) / n)
+        return 100 * float(np.mean(aps))
     k = int(metric.removeprefix("ndcg"))
-    return 100 * float(np.mean([ndcg_score(r[None], q[None], k=k) for r, q in zip(rel[keep], s[keep])]))
+    # every query, those sharing no label with any candidate included (scikit-learn gives them 0)
+    return 100 * float(np.mean([ndcg_score(r[None], q[None], k=k) for r, q in zip(rel, s)]))
 
 
 # metrics computed elsewhere than from a small score matrix have their own oracles: ECCV Caption /
@@ -137,6 +145,8 @@ def test_metric_against_brute_force(name, seed):
         want = bf_captions(name, scores)
     elif metric.relevance == "shared_labels":
         images, texts = rng.random((15, 6)) < 0.3, rng.random((40, 6)) < 0.3
+        images[0], texts[:, 5] = False, False      # an image query without labels; a label no text has
+        images[1] = [0, 0, 0, 0, 0, 1]             # ... and one whose only label no text shares
         scores = rng.normal(size=(15, 40))  # continuous: no ties, where tie rules differ
         got = evaluate(torch.from_numpy(scores), SharedLabels(images, texts), [name])[name]
         want = bf_shared_labels(name, scores, images, texts)

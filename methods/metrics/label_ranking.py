@@ -3,8 +3,13 @@ to an image when they share a label; its gain is the number of labels they share
 
 - ``{i2t,t2i}_map``: mean over queries of average precision over the whole ranked list (binary
   relevance); queries without any relevant item are left out.
+- ``{i2t,t2i}_map_at_r``: mAP@R (Musgrave et al., ECCV 2020), R the query's number of relevant
+  items: the mean over the first R ranks of precision at each relevant rank, divided by R;
+  queries without any relevant item are left out.
 - ``{i2t,t2i}_ndcg500``: NDCG@500 with graded relevance (shared-label count) as the gain and
-  log2(rank + 1) discount, the label-wise code's metric. Ideal DCG from the sorted gains.
+  log2(rank + 1) discount, the label-wise code's metric (njustkmg/IJCAI21... utils/evaluation.py
+  i2t_one, threshold 500). Ideal DCG from the sorted gains. A query that shares no label with any
+  candidate scores 0 and counts in the mean, as in that code (and scikit-learn's ``ndcg_score``).
 
 Ties count against the model as in ``methods.metrics.retrieval``: among equal scores, the less
 relevant item is ranked first. All values in percent.
@@ -54,13 +59,26 @@ def ndcg_at(context: EvaluationContext, direction: str, k: int) -> float:
     dcg = (gains * discounts[None, :]).sum(axis=1)
     _, all_gains = graded_orientation(context, direction)
     ideal = (-np.sort(-all_gains, axis=1)[:, :k] * discounts[None, :]).sum(axis=1)
-    keep = ideal > 0
-    return 100.0 * float((dcg[keep] / ideal[keep]).mean()) if keep.any() else 0.0
+    ndcg = np.divide(dcg, ideal, out=np.zeros_like(dcg), where=ideal > 0)
+    return 100.0 * float(ndcg.mean())
+
+
+def map_at_r(context: EvaluationContext, direction: str) -> float:
+    relevant = ranked_gains(context, direction) > 0
+    n_rel = relevant.sum(axis=1)
+    ranks = np.arange(1, relevant.shape[1] + 1)[None, :]
+    within_r = ranks <= n_rel[:, None]
+    precision = np.cumsum(relevant, axis=1) / ranks
+    keep = n_rel > 0
+    ap = (precision * relevant * within_r).sum(axis=1)[keep] / n_rel[keep]
+    return 100.0 * float(ap.mean()) if keep.any() else 0.0
 
 
 for _d in ("i2t", "t2i"):
     register_metric(f"{_d}_map", lambda c, d=_d: mean_average_precision(c, d), relevance="shared_labels",
                     direction="higher", label=f"{ARROW[_d]} mAP", tolerance="ranking", scale="percent")
+    register_metric(f"{_d}_map_at_r", lambda c, d=_d: map_at_r(c, d), relevance="shared_labels",
+                    direction="higher", label=f"{ARROW[_d]} mAP@R", tolerance="ranking", scale="percent")
     for _k in NDCG_KS:
         register_metric(f"{_d}_ndcg{_k}", lambda c, d=_d, k=_k: ndcg_at(c, d, k), relevance="shared_labels",
                         direction="higher", label=f"{ARROW[_d]} NDCG@{_k}", tolerance="ranking", scale="percent")
