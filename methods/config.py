@@ -65,8 +65,12 @@ def validate(obj: Any, schema_name: str, where: str) -> Any:
         first = errors[0]
         key = ".".join(str(p) for p in first.absolute_path) or "<top level>"
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        # jsonschema's message holds a repr of the offending value, which can be a whole section
-        raise HarnessError(f"{where}: invalid {schema_name} config: {key}: {shorten(first.message, 300)}{more}")
+        # jsonschema's message holds a repr of the offending value, which can be a whole section; for
+        # a value that fits none of several forms, the schema's description of the forms says more
+        message = shorten(first.message, 300)
+        if first.validator == "oneOf" and first.schema.get("description"):
+            message = f"fits none of its forms: {first.schema['description']}"
+        raise HarnessError(f"{where}: invalid {schema_name} config: {key}: {message}{more}")
     return obj
 
 

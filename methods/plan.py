@@ -203,6 +203,11 @@ class Row:
     ran: str = ""                  # what its runs really run (backbone / image input, dimensions, schedule)
     view: str | None = None        # an evaluation view of a set model (methods.models.element_views)
     overrides: dict = field(default_factory=dict)  # a single-model row's dotted overrides (figures of settings)
+    reported_only: str | None = None  # why the harness does not run it: no members, seeds or runs
+
+    @property
+    def runs_models(self) -> bool:
+        return self.reported_only is None
 
     @property
     def ensemble_size(self) -> int:
@@ -210,7 +215,7 @@ class Row:
 
     @property
     def ensemble_id(self) -> str | None:
-        return None if len(self.members) == 1 else "ens-" + config_hash(self.members)
+        return None if len(self.members) <= 1 else "ens-" + config_hash(self.members)
 
     def member_seed(self, seed: int, member: int) -> int:
         """Members with different configs train with the row's seed (SGRAF = the SGR and SAF runs of
@@ -326,6 +331,11 @@ class Plan:
                 for row in table["rows"]:
                     if any(r.id == row["id"] for r in tbl.rows):
                         raise HarnessError(f"{path}: row id '{row['id']}' appears twice in table {table_name}")
+                    reported = self._reported_for(row.get("reported", {}).get(reported_key, {}), ds_cfg)
+                    if "reported_only" in row:   # the paper's numbers beside ours: nothing to run
+                        tbl.rows.append(Row(table_name, row["id"], row["label"], paper["key"], [], [], reported,
+                                            row.get("not_reported"), reported_only=row["reported_only"]))
+                        continue
                     members = row.get("ensemble") or [{"method": row["method"], "overrides": row.get("overrides", {}),
                                                        "variants": row.get("variants", [])}]
                     exp_ids, ledgers, ran = [], [], []
@@ -342,7 +352,6 @@ class Plan:
                                     (stand_in_deviation(dataset, ds_cfg, exp.image_input.name, exp.config["model"]),))
                         ledgers.append(row_ledger(exp.config, source, f"{path}: row '{row['id']}'", stand_in))
                     view = self._row_view(path, table_name, row, dataset, exp_ids)
-                    reported = self._reported_for(row.get("reported", {}).get(reported_key, {}), ds_cfg)
                     seeds = ds_cfg.get("table_seeds", {}).get(table_name, ds_cfg.get("seeds", row["seeds"]))
                     tbl.rows.append(Row(table_name, row["id"], row["label"], paper["key"], seeds, exp_ids,
                                         reported, row.get("not_reported"), merge_ledgers(ledgers),
@@ -358,11 +367,14 @@ class Plan:
                 if dataset in self.cfg["datasets"]:
                     if (fig_name, dataset) in self.figures:
                         raise HarnessError(f"{path}: figure '{fig_name}' is declared by two paper files")
-                    table_rows = {r["id"] for r in paper["tables"][fig["table"]]["rows"]}
+                    table_rows = {r["id"]: r for r in paper["tables"][fig["table"]]["rows"]}
                     for name in ([fig["row"]] if fig.get("row") else []) + (fig.get("rows") or []):
                         if name not in table_rows:
                             raise HarnessError(f"{path}: figure '{fig_name}' names row '{name}', which table "
                                                f"'{fig['table']}' does not have")
+                        if "reported_only" in table_rows[name]:
+                            raise HarnessError(f"{path}: figure '{fig_name}' names row '{name}', which is reported "
+                                               f"only: it has no trained model to show")
                     self.figures[(fig_name, dataset)] = Figure(fig_name, dataset, fig["kind"], fig["table"],
                                                                fig["title"], row=fig.get("row"), rows=fig.get("rows"),
                                                                paper=paper["key"])
@@ -426,6 +438,9 @@ class Plan:
             if base is None or base is row:
                 raise HarnessError(f"{path}: row '{row.id}' of table {tbl.name} compares to '{row.compare_to}', "
                                    f"which is not another row of that table")
+            if not base.runs_models:
+                raise HarnessError(f"{path}: row '{row.id}' of table {tbl.name} compares to '{row.compare_to}', "
+                                   f"which is reported only: there are no runs to pair with")
             if base.seeds != row.seeds:
                 raise HarnessError(f"{path}: row '{row.id}' and the row it compares to ('{base.id}') need the same "
                                    f"seeds for paired differences ({row.seeds} vs {base.seeds})")
@@ -520,7 +535,8 @@ class Plan:
     def figure_spec(self, name: str, dataset: str) -> dict:
         fig = self.figure(name, dataset)
         rows = []
-        for row in self.table(fig.table, dataset).rows:
+        run_rows = [r for r in self.table(fig.table, dataset).rows if r.runs_models]   # reported-only rows have none
+        for row in run_rows:
             cfg = self.experiment(dataset, row.members[0]).config
             rows.append({"id": row.id, "label": row.label, "model": cfg["model"]["kind"], "method": cfg["method"],
                          "loss": "+".join(t["kind"] for t in term_configs(cfg["loss"])), "seeds": row.seeds, "ensemble_size": row.ensemble_size,
@@ -529,8 +545,8 @@ class Plan:
                 "dataset_kind": self.cfg["datasets"][dataset]["kind"],
                 "protocols": self.cfg["datasets"][dataset]["protocols"], "rows": rows}
         if fig.kind == "rsum_by_setting":  # each row's value of every key some row of the table overrides
-            keys = list(dict.fromkeys(k for row in self.table(fig.table, dataset).rows for k in row.overrides))
-            for row, out in zip(self.table(fig.table, dataset).rows, rows):
+            keys = list(dict.fromkeys(k for row in run_rows for k in row.overrides))
+            for row, out in zip(run_rows, rows):
                 cfg = self.experiment(dataset, row.members[0]).config
                 out.update(overrides=sorted(row.overrides), reported=row.reported,
                            setting={k: config_value(cfg, k, f"figure {name}") for k in keys})
@@ -560,7 +576,7 @@ class Plan:
                 "rows": [{"id": r.id, "label": r.label, "paper": r.paper, "seeds": r.seeds,
                           "ensemble_size": r.ensemble_size, "members": r.members, "reported": r.reported,
                           "not_reported": r.not_reported, "ledger": r.ledger, "compare_to": r.compare_to,
-                          "ran": r.ran, "view": r.view}
+                          "ran": r.ran, "view": r.view, "reported_only": r.reported_only}
                          for r in tbl.rows]}
 
     def weights_input(self, backbone: str) -> list[str]:

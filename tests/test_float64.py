@@ -259,8 +259,8 @@ def slot_reference(agg, inputs, n_valid, positions):
     """K slots over one input's (N, C) features, N - n_valid of them padding: per head the logits
     of each slot with each input, softmax over the slots (padded columns at -max, as the public
     code: uniform), each slot's weights renormalised over the inputs, the weighted values; then the
-    output projection, the GELU FFN, T times with the same weights; the final LayerNorm."""
-    n = inputs.shape[0]
+    output projection, the GELU FFN, T times with the same weights; the final LayerNorm.
+    ``positions``: the (N, C) encoding added to the keys, or None."""
     context = layer_norm(agg.norm_inputs, inputs)
     keyed = context if positions is None else context + positions
     k, v = keyed @ agg.to_k.weight.t(), context @ agg.to_v.weight.t()

@@ -266,7 +266,7 @@ def test_the_ensemble_rows_are_two_seeds_of_the_same_config(plan):
     assert runs[:2] == [plan.run_dir("flickr", row.members[0], 0), plan.run_dir("flickr", row.members[0], 1000)]
 
 
-def bad_paper(tmp_path, row_extra, table_extra=""):
+def bad_paper(tmp_path, row_extra, table_extra="", seeds="        seeds: [0]\n"):
     path = tmp_path / "paper.yaml"
     path.write_text(f"""paper: test
 key: bad
@@ -280,8 +280,7 @@ tables:
 {table_extra}    rows:
       - id: r
         label: r
-        seeds: [0]
-{row_extra}""")
+{seeds}{row_extra}""")
     cfg = load_harness_config(REPO_ROOT / "config" / "config.yaml")
     cfg["papers"] = [str(path)]
     cfg["datasets"]["synthetic"].pop("table_seeds")
@@ -369,3 +368,40 @@ def test_the_grid_model_reads_cached_maps_and_images_alike():
         from_cache = model.encode_images({"features": {"conv5": maps}})
     assert from_images.shape == (3, 4, 64)
     torch.testing.assert_close(from_images, from_cache, rtol=1e-6, atol=1e-6)
+
+
+def test_rows_the_harness_does_not_run_are_reported_only(plan):
+    """Every printed row of Tables 1-2 is in the paper file; those the harness cannot run carry
+    their reported numbers only, and plan no run."""
+    rows = {r.id: r for r in plan.table("set_embeddings_t1", "coco").rows}
+    assert {"pvse_resnet152", "pcme_resnet152", "vsrn_ensemble", "caan", "imram_ensemble", "vse_infinity",
+            "naaf_ensemble", "ours_resnext_bert", "ours_resnext_bert_ensemble"} <= set(rows)
+    caan = rows["caan"]
+    assert not caan.runs_models and caan.members == [] and caan.seeds == [] and plan.row_runs(caan, "coco") == []
+    assert caan.reported["coco_5k"]["metrics"]["rsum"] == 421.1 and "not built" in caan.reported_only
+    assert rows["pcme_resnet152"].reported["coco_1k_5fold"]["metrics"] == {"i2t_r1": 68.8, "t2i_r1": 54.6}
+    spec = plan.table_spec("set_embeddings_t1", "coco")
+    assert next(r for r in spec["rows"] if r["id"] == "caan")["reported_only"] == caan.reported_only
+    assert rows["ours"].runs_models and rows["ours"].reported_only is None
+
+
+REPORTED = "        reported: {flickr: {f30k_1k: {source: s, ensemble_size: 1, metrics: {rsum: 1.0}}}}\n"
+
+
+@pytest.mark.parametrize("row_extra, seeds", [
+    ("        reported_only: not built\n", ""),                         # no numbers to show
+    ("        reported_only: not built\n" + REPORTED, "        seeds: [0]\n"),   # seeds of no run
+    ("        reported_only: not built\n        method: set_embeddings\n" + REPORTED, ""),   # and a method
+])
+def test_a_reported_only_row_has_numbers_and_nothing_to_run(tmp_path, row_extra, seeds):
+    with pytest.raises(HarnessError, match="rows.0"):
+        Plan(bad_paper(tmp_path, row_extra, seeds=seeds))
+    Plan(bad_paper(tmp_path, "        reported_only: not built\n" + REPORTED, seeds=""))   # the valid form
+
+
+def test_a_row_cannot_be_paired_with_a_reported_only_row(tmp_path):
+    extra = ("        method: set_embeddings\n        compare_to: other\n"
+             "      - id: other\n        label: o\n        reported_only: not built\n"
+             "        reported: {flickr: {f30k_1k: {source: s, ensemble_size: 1, metrics: {rsum: 1.0}}}}\n")
+    with pytest.raises(HarnessError, match="reported only"):
+        Plan(bad_paper(tmp_path, extra))

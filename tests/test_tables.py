@@ -157,3 +157,23 @@ def test_scatter_keeps_only_percent_scale_metrics(tmp_path):
     out = tmp_path / "scatter.png"
     assert figure.scatter([str(path)], str(out), "f30k") == 2  # i2t_r1, t2i_r10 (i2t_r5 has no reported number)
     assert out.stat().st_size > 0
+
+
+def test_a_reported_only_row_shows_the_papers_cells_beside_the_runs(tmp_path, two_seeds):
+    """A row the harness does not run: its reported cells only, no reproduced value, verdict
+    'reported only', and why it is not run; the scatter leaves it out."""
+    baseline = {**_spec_row("caan", {"i2t_r1": 70.1, "rsum": 478.6}, ensemble_size=0, ledger=[]),
+                "reported_only": "method not built", "seeds": [], "members": []}
+    cells, md = _table(tmp_path, [_spec_row("two", {"i2t_r1": 53.5}), baseline], [two_seeds])
+    mine = [c for c in cells if c["row"] == "caan"]
+    assert [c["metric"] for c in mine] == ["i2t_r1", "rsum"]
+    assert {(c["reproduced"], c["reproduced_std"], c["n_seeds"], c["ensemble_size"], c["difference"], c["verdict"])
+            for c in mine} == {("", "", "", "", "", "reported only")}
+    assert [c["reported"] for c in mine] == ["70.1", "478.6"] and mine[0]["reported_source"] == "paper, Table 1"
+    assert next(c for c in cells if c["row"] == "two" and c["metric"] == "i2t_r1")["verdict"] == "within"
+    line = next(line for line in md.splitlines() if line.startswith("| CAAN"))
+    assert line.startswith("| CAAN · not run: method not built |  |  | — / 70.1 — reported only |")
+    assert "|  | — / 478.6 — reported only |" in line            # its other cells blank
+    out = tmp_path / "scatter.png"
+    figure.main(["--dataset", "f30k", "--out", str(out), str(tmp_path / "t.csv")])
+    assert out.exists()

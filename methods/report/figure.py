@@ -16,10 +16,11 @@ COLOURS = {"within": "tab:green", "outside": "tab:red"}
 
 
 def percent_cells(table_paths: list[str]) -> pd.DataFrame:
-    """The cells of the tables that have a reported number, of metrics on the percent scale (R@K)."""
+    """The cells of the tables that have a reported and a reproduced number (not those of a
+    reported-only row), of metrics on the percent scale (R@K)."""
     cells = pd.concat([pd.read_csv(p, dtype=str, keep_default_na=False) for p in table_paths], ignore_index=True)
     percent = cells["metric"].map(lambda m: METRICS.get(m).scale == "percent").astype(bool)
-    return cells[(cells["reported"] != "") & percent]
+    return cells[(cells["reported"] != "") & (cells["reproduced"] != "") & percent]
 
 
 def scatter(table_paths: list[str], out: str, dataset: str) -> int:

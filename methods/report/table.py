@@ -4,7 +4,8 @@ value (mean, std over seeds), the reported value, their difference and a verdict
 Verdicts: ``within`` / ``outside`` the configured tolerance; ``not comparable`` when the data
 is synthetic or the reported row is an ensemble of another size than the reproduced one (a
 single model is never judged against an ensemble number); ``not reported`` when the sources
-give no number for the cell.
+give no number for the cell; ``reported only`` for a row the harness does not run (the paper's
+number beside ours, no reproduced value; the row's ``reported_only`` says why).
 
 Each row also says what its runs really ran (``ran``: the backbone or image input, the
 dimensions and the schedule, from the resolved run configs; ``methods.models.description``),
@@ -48,8 +49,13 @@ def tolerance_for(metric: str, tolerance: dict) -> float:
     return tolerance[key]
 
 
+REPORTED_ONLY = "reported only"
+
+
 def verdict(reproduced: float, reported: float | None, synthetic: bool, ens_repro: int, ens_reported: int | None,
-            tol: float) -> str:
+            tol: float, reported_only: bool = False) -> str:
+    if reported_only:
+        return REPORTED_ONLY
     if reported is None:
         return "not reported"
     if synthetic:
@@ -82,16 +88,21 @@ def _optional(values: pd.Series) -> list:
 
 
 def cells(spec: dict) -> pd.DataFrame:
-    """One line per row, protocol and table metric, in table order."""
+    """One line per row, protocol and table metric, in table order; a reported-only row has only
+    the cells the sources give a number for."""
+    def shown(row: dict, protocol: str, metric: str) -> bool:
+        given = (row["reported"].get(protocol) or {}).get("metrics") or {}
+        return not row.get("reported_only") or given.get(metric) is not None
     return _frame(((row["id"], protocol, metric) for row in spec["rows"] for protocol in spec["protocols"]
-                   for metric in table_metrics(get_protocol(protocol).metrics)), KEYS)
+                   for metric in table_metrics(get_protocol(protocol).metrics) if shown(row, protocol, metric)), KEYS)
 
 
 def spec_rows(spec: dict) -> pd.DataFrame:
     """Label, what its runs ran, paper and the reason no number is reported (if given) of every row."""
-    return _frame(((row["id"], row["label"], row.get("ran") or "", row["paper"], row.get("not_reported"))
+    return _frame(((row["id"], row["label"], row.get("ran") or "", row["paper"], row.get("not_reported"),
+                    row.get("reported_only") or "")
                    for row in spec["rows"]),
-                  ["row", "label", "ran", "paper", "not_reported"])
+                  ["row", "label", "ran", "paper", "not_reported", "not_run"])
 
 
 def reported_protocols(spec: dict) -> pd.DataFrame:
@@ -179,7 +190,7 @@ def _source(frame: pd.DataFrame, otherwise: str) -> pd.Series:
 
 
 def _check_complete(frame: pd.DataFrame, column: str, what: str) -> None:
-    missing = frame.loc[frame[column].isna(), KEYS]
+    missing = frame.loc[frame[column].isna() & ~frame["reported_only"], KEYS]
     if len(missing):
         first = missing.iloc[0]
         raise HarnessError(f"{len(missing)} table cell(s) without {what}, e.g. row '{first['row']}', "
@@ -205,18 +216,21 @@ def build_rows(spec: dict, aggregates: dict[str, dict]) -> pd.DataFrame:
           .merge(tolerances, on="metric", how="left", validate="many_to_one")
           .merge(paired_differences(spec, aggregates), on=KEYS, how="left", validate="one_to_one")
           .merge(row_ledgers(spec), on="row", how="left", validate="many_to_one"))
+    df["reported_only"] = df["row"].isin([r["id"] for r in spec["rows"] if r.get("reported_only")])
     _check_complete(df, "ensemble_size", "a row aggregate")
     _check_complete(df, "mean", "a reproduced value")
     has_reported = df["reported"].notna()
-    df["verdict"] = [verdict(value, reported, synthetic, ens, ens_reported, tol)
-                     for value, reported, ens, ens_reported, tol
+    df["verdict"] = [verdict(value, reported, synthetic, ens, ens_reported, tol, only)
+                     for value, reported, ens, ens_reported, tol, only
                      in zip(df["mean"], _optional(df["reported"]), df["ensemble_size"],
-                            _optional(df["reported_ensemble_size"]), df["tolerance"])]
+                            _optional(df["reported_ensemble_size"]), df["tolerance"], df["reported_only"])]
     df["difference"] = _blank(_round2(pd.to_numeric(df["mean"]) - pd.to_numeric(df["reported"]))
-                              .where(has_reported))
+                              .where(has_reported & ~df["reported_only"]))
     return df.assign(table=spec["table"], dataset=spec["dataset"],
-                     reproduced=_round2(df["mean"]),
-                     reproduced_std=_round2(df["std"]).where(df["n_seeds"] > 1, ""),
+                     reproduced=_blank(_round2(df["mean"]).where(~df["reported_only"])),
+                     n_seeds=_blank(df["n_seeds"]), seeds=_blank(df["seeds"]),
+                     ensemble_size=_blank(df["ensemble_size"]), run_configs=_blank(df["run_configs"]),
+                     reproduced_std=_blank(_round2(df["std"]).where(~df["reported_only"] & (df["n_seeds"] > 1))),
                      reported=_blank(df["reported"]),
                      reported_std=_blank(df["reported_std"]),
                      reported_ensemble_size=_blank(df["reported_ensemble_size"]),
@@ -234,9 +248,10 @@ def to_csv(rows: pd.DataFrame | list[dict]) -> str:
 
 
 def _cell_text(rows: pd.DataFrame) -> pd.Series:
-    """``reproduced[ ± std][ / reported[ ± spread] — verdict]`` per table cell."""
+    """``reproduced[ ± std][ / reported[ ± spread] — verdict]`` per table cell (``—`` reproduced for
+    a reported-only row)."""
     has_std, has_reported = rows["reproduced_std"] != "", rows["reported"] != ""
-    text = rows["reproduced"].map("{:.1f}".format)
+    text = rows["reproduced"].map(lambda v: "—" if v == "" else f"{v:.1f}")
     text = text.where(~has_std, text + " ± " + rows["reproduced_std"].map(lambda v: f"{v:.1f}" if v != "" else ""))
     spread = (" ± " + rows["reported_std"].astype(str)).where(rows["reported_std"] != "", "")
     text = text.where(~has_reported, text + " / " + rows["reported"].astype(str) + spread + " — " + rows["verdict"])
@@ -264,9 +279,9 @@ def to_markdown(spec: dict, rows: pd.DataFrame | list[dict]) -> str:
         metrics = table_metrics(get_protocol(protocol).metrics)
         of_protocol = rows[rows["protocol"] == protocol]
         grid = (of_protocol.pivot(index="row", columns="metric", values="cell").reindex(columns=metrics)
-                .apply(" | ".join, axis=1, result_type="reduce"))
+                .fillna("").apply(" | ".join, axis=1, result_type="reduce"))   # a reported-only row: its cells only
         shown = order[order["row"].isin(of_protocol["row"])]   # rows with cells under this protocol
-        table = (shown[["row", "label", "ran"]]
+        table = (shown[["row", "label", "ran", "not_run"]]
                  .merge(of_protocol.drop_duplicates("row")[["row", "seeds", "ensemble_size"]], on="row", how="left")
                  .merge(grid.rename("cells"), left_on="row", right_index=True, how="left"))
         lines += [f"## Protocol `{protocol}`", "",
@@ -285,8 +300,12 @@ def to_markdown(spec: dict, rows: pd.DataFrame | list[dict]) -> str:
 
 
 def _label_text(rows: pd.DataFrame) -> pd.Series:
-    """A row's label, then what its runs ran where the spec says (``label · ran: ...``)."""
-    return rows["label"].where(rows["ran"] == "", rows["label"] + " · ran: " + rows["ran"])
+    """A row's label, then what its runs ran where the spec says (``label · ran: ...``), or why it
+    is not run (``label · not run: ...``)."""
+    text = rows["label"].where(rows["ran"] == "", rows["label"] + " · ran: " + rows["ran"])
+    if "not_run" not in rows:
+        return text
+    return text.where(rows["not_run"] == "", rows["label"] + " · not run: " + rows["not_run"])
 
 
 def _paired_lines(spec: dict, of_protocol: pd.DataFrame) -> list[str]:
@@ -345,7 +364,7 @@ def _arguments(parser) -> None:
     parser.add_argument("--spec", required=True)
     parser.add_argument("--out-csv", required=True)
     parser.add_argument("--out-md", required=True)
-    parser.add_argument("rows", nargs="+", help="row aggregate JSONs, named <row id>.json")
+    parser.add_argument("rows", nargs="*", help="row aggregate JSONs, named <row id>.json (none for a reported-only row)")
 
 
 def main(argv: list[str] | None = None) -> None:

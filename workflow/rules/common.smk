@@ -268,6 +268,9 @@ def ensemble_members(w):
 
 def row_evals(w):
     row = PLAN.row(w.table, w.dataset, w.row)
+    if not row.runs_models:
+        raise HarnessError(f"row '{w.row}' of table {w.table} is reported only ({row.reported_only}): "
+                           f"it has no runs to aggregate")
     splits = test_splits(HARNESS, w.dataset)
     if row.ensemble_id is None:
         suffix = "" if row.view is None else f"@{row.view}"   # an evaluation view of the run's model
@@ -280,7 +283,7 @@ def table_inputs(w):
     checked_dataset(w.dataset)
     return {
         "spec": f"{R}/{w.dataset}/tables/{w.table}.spec.json",
-        "rows": [f"{R}/{w.dataset}/rows/{w.table}/{r.id}.json" for r in tbl.rows],
+        "rows": [f"{R}/{w.dataset}/rows/{w.table}/{r.id}.json" for r in tbl.rows if r.runs_models],
     }
 
 

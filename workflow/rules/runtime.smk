@@ -70,7 +70,8 @@ def runtime_jobs(dataset):
                             seed=seed, split=split)
     for tbl in tables:
         for row in tbl.rows:
-            add("aggregate_row", {row.paper}, dataset=dataset, table=tbl.name, row=row.id)
+            if row.runs_models:
+                add("aggregate_row", {row.paper}, dataset=dataset, table=tbl.name, row=row.id)
     for tbl in tables:
         add("table", {row.paper for row in tbl.rows}, table=tbl.name, dataset=dataset)
     if tables:
