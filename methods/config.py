@@ -30,10 +30,16 @@ def load_yaml(path: str | Path) -> Any:
     if not path.exists():
         raise HarnessError(f"config file not found: {path}")
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             return yaml.load(f, Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         raise HarnessError(f"{path}: not valid YAML: {exc}") from None
+    except UnicodeDecodeError:
+        raise HarnessError(f"{path}: not a UTF-8 text file, so not YAML") from None
+    except IsADirectoryError:
+        raise HarnessError(f"{path}: a directory, not a YAML file") from None
+    except OSError as exc:
+        raise HarnessError(f"{path}: cannot be read ({exc.strerror or exc})") from None
 
 
 def load_schema(name: str) -> dict:

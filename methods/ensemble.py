@@ -10,14 +10,14 @@ import numpy as np
 from methods.cli import run_command
 from methods.data.datasets import load_dataset_payload
 from methods.errors import HarnessError
-from methods.io import read_json, write_json
+from methods.io import load_npy, read_json, write_json
 from methods.metrics.protocols import evaluate_split, split_relevances
 
 
 def average_similarities(paths: list[Path]) -> np.ndarray:
     total = None
     for path in paths:
-        sims = np.load(path, mmap_mode="r")
+        sims = load_npy(path)
         if total is not None and sims.shape != total.shape:
             raise HarnessError(f"{path}: shape {sims.shape} differs from the other members' {total.shape}")
         total = np.array(sims, dtype=np.float64) if total is None else total + sims

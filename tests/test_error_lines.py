@@ -22,6 +22,7 @@ from methods.data.karpathy import load_karpathy
 from methods.data.positives import load_positives
 from methods.data.precomp import check_npy_header, open_precomp
 from methods.data.text import Vocabulary
+from methods.ensemble import average_similarities
 from methods.errors import MAX_MESSAGE_CHARS, HarnessError, run_cli
 from methods.io import read_json, torch_save, write_json, write_text
 from methods.models.checkpoint import load_trained_model, read_model_file, save_trained_model
@@ -172,6 +173,20 @@ def test_method_and_paper_yaml_not_yaml(tmp_path):
     path = tmp_path / "paper.yaml"
     path.write_text("paper: x\ntables:\n  t1: [a\n  b: 2\n")
     assert re.search(r"paper.yaml: not valid YAML: .*line 3, column \d+", error_line(load_yaml, path))
+    latin1 = tmp_path / "method.yaml"
+    latin1.write_bytes("method: caf\u00e9\n".encode("latin-1"))     # saved in another encoding
+    assert error_line(load_yaml, latin1) == f"{latin1}: not a UTF-8 text file, so not YAML"
+    folder = tmp_path / "papers.yaml"
+    folder.mkdir()
+    assert error_line(load_yaml, folder) == f"{folder}: a directory, not a YAML file"
+
+
+def test_a_truncated_similarity_file_of_an_ensemble_member_is_named(tmp_path):
+    good, bad = tmp_path / "a.npy", tmp_path / "b.npy"
+    np.save(good, np.ones((2, 10), dtype=np.float32))
+    np.save(bad, np.ones((2, 10), dtype=np.float32))
+    bad.write_bytes(bad.read_bytes()[:-8])                               # a partial copy
+    assert error_line(average_similarities, [good, bad]) == f"{bad}: shorter than its .npy header says (a partial copy?)"
 
 
 def test_schema_errors_are_one_line_with_the_first_key(tmp_path):

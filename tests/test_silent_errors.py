@@ -233,6 +233,11 @@ def test_a_target_for_an_unknown_dataset_is_an_error():
                                            r"configured: coco, flickr, synthetic"):
         plan.dataset_tables("foo", "figures/reproduced_vs_reported_foo.png")
     assert "metric_learning" in plan.dataset_tables("flickr", "figures/reproduced_vs_reported_flickr.png")
+    # the other targets named by dataset: a table, a paper figure
+    with pytest.raises(HarnessError, match=r"^unknown dataset 'foo' in target table1_foo; "):
+        plan.table_spec("table1", "foo")
+    with pytest.raises(HarnessError, match=r"^unknown dataset 'foo' in target sgraf_saf_weights_foo; "):
+        plan.figure("sgraf_saf_weights", "foo")
 
 
 # -- precomputed splits -------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from methods.cli import run_command  # noqa: E402
 from methods.data.datasets import load_dataset_payload  # noqa: E402
 from methods.data.text import Vocabulary  # noqa: E402
 from methods.errors import HarnessError  # noqa: E402
-from methods.io import atomic_path, read_json  # noqa: E402
+from methods.io import atomic_path, load_npy, read_json  # noqa: E402
 from methods.metrics.protocols import get_protocol  # noqa: E402
 from methods.models import image_input_of  # noqa: E402
 from methods.models.checkpoint import load_trained_model  # noqa: E402
@@ -188,7 +188,7 @@ def saf_weights(spec: dict, aggregates: dict, args):
     payload = load_dataset_payload(args.dataset_config)
     model_cfg = ckpt["config"]["model"]
     data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
-    sims = np.load(run / f"sims_{spec['split']}.npy", mmap_mode="r")
+    sims = load_npy(run / f"sims_{spec['split']}.npy")
     return saf_weights_figure(spec, model, data.features, data.captions, Vocabulary.load(args.vocab), sims)
 
 
@@ -223,7 +223,7 @@ def _test_run(spec: dict, args):
     run = Path(spec["run"])
     model_cfg = read_json(run / f"eval_{spec['split']}.json", "an evaluation of the figure's run")["config"]["model"]
     captions = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg).captions
-    sims = np.load(run / f"sims_{spec['split']}.npy", mmap_mode="r")
+    sims = load_npy(run / f"sims_{spec['split']}.npy")
     if sims.shape[1] != len(captions):
         raise HarnessError(f"{run}/sims_{spec['split']}.npy scores {sims.shape[1]} captions, the split has {len(captions)}")
     return payload, captions, sims
