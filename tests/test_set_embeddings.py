@@ -405,3 +405,10 @@ def test_a_row_cannot_be_paired_with_a_reported_only_row(tmp_path):
              "        reported: {flickr: {f30k_1k: {source: s, ensemble_size: 1, metrics: {rsum: 1.0}}}}\n")
     with pytest.raises(HarnessError, match="reported only"):
         Plan(bad_paper(tmp_path, extra))
+
+
+def test_cached_maps_of_another_backbone_are_refused():
+    """The grid models share one channel check (GridBackbone.init_backbone): ResNet-18's conv5 has 512."""
+    cfg = api.experiment_config("set_embeddings_grid", "synthetic")
+    with pytest.raises(ValueError, match=r"cached conv5 maps have 2048 channels, but resnet18's conv5 has 512"):
+        api.build_model(cfg, 20, {"scales": {"conv5": [2, 2, 2048]}}, cnn=False)

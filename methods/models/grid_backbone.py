@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from methods.errors import HarnessError
-from methods.features.backbone import ResNetBackbone
+from methods.features.backbone import ResNetBackbone, layer_channels
 
 BACKBONE_BN = ("frozen", "train")
 
@@ -19,10 +19,24 @@ class GridBackbone(nn.Module):
     None), ``self.arch``, ``self.backbone_bn`` and ``self.scales`` through ``init_backbone`` and
     give the dtype of their first layer (``grid_dtype``)."""
 
-    def init_backbone(self, backbone: ResNetBackbone | str, backbone_bn: str, scales: list[str]) -> None:
+    @staticmethod
+    def backbone_from_config(cfg: dict, ctx) -> ResNetBackbone | str:
+        """The model's CNN (``cfg["backbone"]``, a key of config ``backbones``), or only its
+        architecture's name when the run never fine-tunes it (``ctx.cnn`` False)."""
+        bb = ctx.backbones[cfg["backbone"]]
+        return ResNetBackbone(bb["arch"], bb["weights"]) if ctx.cnn else bb["arch"]
+
+    def init_backbone(self, backbone: ResNetBackbone | str, backbone_bn: str, scales: list[str],
+                      scale_shapes: dict[str, list[int]]) -> None:
+        """``scale_shapes``: (H, W, C) of the cached maps per scale, checked against the CNN's channels."""
         if backbone_bn not in BACKBONE_BN:
             raise ValueError(f"backbone_bn must be one of {BACKBONE_BN}, not {backbone_bn!r}")
-        self.arch = backbone if isinstance(backbone, str) else backbone.arch
+        arch = backbone if isinstance(backbone, str) else backbone.arch
+        for s in scales:
+            if scale_shapes[s][2] != layer_channels(arch, s):
+                raise ValueError(f"cached {s} maps have {scale_shapes[s][2]} channels, but {arch}'s {s} has "
+                                 f"{layer_channels(arch, s)}: features of another backbone?")
+        self.arch = arch
         self.backbone = None if isinstance(backbone, str) else backbone
         self.backbone_bn = backbone_bn
         self.scales = list(scales)

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.features.backbone import ResNetBackbone, layer_channels
+from methods.features.backbone import ResNetBackbone
 from methods.models.base import MODELS, BuildContext, CrossAttentionModel
 from methods.models.cross_attention import RegionFeatures, WordFeatures
 from methods.models.description import DescribeContext, backbone_text, finetunes, gru_text
@@ -109,12 +109,8 @@ class MVSA(GridBackbone, CrossAttentionModel):
         if len(scales) == 1 and fusion_pooling is not None:
             raise ValueError(f"fusion_pooling {fusion_pooling!r} has no effect on one scale: set it to null")
         # finest first; a frozen-only run reads cached maps: it is built without its CNN (``backbone`` = the arch name)
-        self.init_backbone(backbone, backbone_bn, sorted(scales, key=SCALES.index))
+        self.init_backbone(backbone, backbone_bn, sorted(scales, key=SCALES.index), scale_shapes)
         shapes = {s: scale_shapes[s] for s in self.scales}
-        for s in self.scales:
-            if shapes[s][2] != layer_channels(self.arch, s):
-                raise ValueError(f"cached {s} maps have {shapes[s][2]} channels, but {self.arch}'s {s} has "
-                                 f"{layer_channels(self.arch, s)}: features of another backbone?")
         self.grid = min(shapes[s][0] for s in self.scales), min(shapes[s][1] for s in self.scales)
         for s in self.scales:
             h, w, _ = shapes[s]
@@ -132,11 +128,9 @@ class MVSA(GridBackbone, CrossAttentionModel):
 
     @classmethod
     def from_config(cls, cfg: dict, ctx: BuildContext) -> "MVSA":
-        bb = ctx.backbones[cfg["backbone"]]
         text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
         sim, asa = cfg["similarity"], cfg["asa"]
-        backbone = ResNetBackbone(bb["arch"], bb["weights"]) if ctx.cnn else bb["arch"]
-        return cls(backbone, ctx.image("scales", "mvsa"), cfg["grid_scales"],
+        return cls(cls.backbone_from_config(cfg, ctx), ctx.image("scales", "mvsa"), cfg["grid_scales"],
                    cfg["fusion_pooling"], cfg["candidate_dim"], cfg["embed_dim"], text, asa["blocks"],
                    asa["inter_dim"], asa["batchnorm"], sim["direction"], sim["aggregation"], sim["lambda_softmax"],
                    sim.get("lambda_lse"), cfg["backbone_bn"])

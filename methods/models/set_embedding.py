@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from methods.features.backbone import ResNetBackbone, layer_channels
+from methods.features.backbone import ResNetBackbone
 from methods.models.base import MODELS, BuildContext, EmbeddingModel
 from methods.models.description import DescribeContext, backbone_text, finetunes, gru_text, regions_text
 from methods.models.grid_backbone import GridBackbone
@@ -92,8 +92,7 @@ def circular_variance(sets: torch.Tensor) -> torch.Tensor:
 
 class SetEmbeddingModel(EmbeddingModel):
     """What both image inputs share: the text encoder, the two set modules, the set similarity,
-    scoring and statistics. Subclasses give the image's local features (``image_locals``) and the
-    image parameters outside any CNN (``image_parameters``)."""
+    scoring and statistics. Subclasses give the image's local features (``image_locals``)."""
 
     def __init__(self, input_dim: int, embed_dim: int, set_size: int, text: GRUTextEncoder, set_module: dict,
                  similarity: dict, dropout: float = 0.0, lr_scale: dict | None = None,
@@ -148,14 +147,10 @@ class SetEmbeddingModel(EmbeddingModel):
         return (img if image_elements is None else img[:, image_elements],
                 txt if text_elements is None else txt[:, text_elements])
 
-    def image_parameters(self) -> list[nn.Parameter]:
-        """The image encoder's parameters that DivE's ``img_pie_lr_scale`` scales (not a CNN's)."""
-        return [*self.region.parameters(), *self.image_set.parameters()]
-
     def parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
         """(parameters, lr scale): DivE's image encoder (``img_pie_lr_scale``) and text set module
         (``txt_pie_lr_scale``) apart from the rest of the text encoder (and from a CNN, at the base lr)."""
-        image = self.image_parameters()
+        image = [*self.region.parameters(), *self.image_set.parameters()]   # not a CNN's
         text_set = list(self.text_set.parameters())
         text = list(self.text.parameters())
         scaled = {id(p) for p in [*image, *text_set, *text]}
@@ -255,22 +250,16 @@ class SetEmbeddingGrid(GridBackbone, SetEmbeddingModel):
         if scale not in scale_shapes:
             raise ValueError(f"the grid input has no {scale} maps (it has {sorted(scale_shapes)})")
         height, width, channels = scale_shapes[scale]
-        arch = backbone if isinstance(backbone, str) else backbone.arch
-        if channels != layer_channels(arch, scale):
-            raise ValueError(f"cached {scale} maps have {channels} channels, but {arch}'s {scale} has "
-                             f"{layer_channels(arch, scale)}: features of another backbone?")
         super().__init__(channels, embed_dim, set_size, text, set_module, similarity, dropout, lr_scale,
                          "sine_2d" if set_module["kind"] == "slot" else "none",
                          (height, width) if set_module["kind"] == "slot" else None)
-        self.init_backbone(backbone, backbone_bn, [scale])
+        self.init_backbone(backbone, backbone_bn, [scale], scale_shapes)
 
     @classmethod
     def from_config(cls, cfg: dict, ctx: BuildContext) -> "SetEmbeddingGrid":
-        bb = ctx.backbones[cfg["backbone"]]
         text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
-        backbone = ResNetBackbone(bb["arch"], bb["weights"]) if ctx.cnn else bb["arch"]
         (scale,) = cfg["grid_scales"]
-        return cls(backbone, ctx.image("scales", "set_embedding_grid"), scale, cfg["backbone_bn"],
+        return cls(cls.backbone_from_config(cfg, ctx), ctx.image("scales", "set_embedding_grid"), scale, cfg["backbone_bn"],
                    cfg["embed_dim"], cfg["set_size"], text, cfg["set_module"], cfg["similarity"], cfg["dropout"],
                    cfg.get("lr_scale"))
 

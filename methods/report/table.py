@@ -303,8 +303,6 @@ def _label_text(rows: pd.DataFrame) -> pd.Series:
     """A row's label, then what its runs ran where the spec says (``label · ran: ...``), or why it
     is not run (``label · not run: ...``)."""
     text = rows["label"].where(rows["ran"] == "", rows["label"] + " · ran: " + rows["ran"])
-    if "not_run" not in rows:
-        return text
     return text.where(rows["not_run"] == "", rows["label"] + " · not run: " + rows["not_run"])
 
 
