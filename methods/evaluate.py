@@ -18,13 +18,13 @@ from methods import api
 from methods.cli import run_command
 from methods.data.caption_augment import extra_tokens
 from methods.data.datasets import load_dataset_payload, payload_splits
-from methods.data.karpathy import CAPTIONS_PER_IMAGE
 from methods.data.text import Vocabulary
 from methods.errors import HarnessError
 from methods.features.backbone import eval_transform
 from methods.features.images import ImageFiles
 from methods.io import save_npy, write_json
-from methods.metrics.protocols import evaluate_split, split_relevances, statistics_result
+from methods.metrics.protocols import (evaluate_split, get_protocol, label_prediction_relevance, split_relevances,
+                                      statistics_result)
 from methods.models import image_input_of
 from methods.models.element_views import check_elements, parse_view
 from methods.runtime import compute_setup, provenance, resolve_device
@@ -71,6 +71,14 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
     txt = api.encode_texts(model, captions, vocab, batch_size=batch_size, device=device, amp=amp)
     t_encoded = time.time()
 
+    # label prediction (micro-F1) is a protocol of models with a label head; the others skip it
+    predictions = model.label_predictions(img, txt)
+    split_relevance = dict(relevances)
+    if predictions is not None and "label_predictions" in relevances:
+        split_relevance["label_predictions"] = label_prediction_relevance(relevances["label_predictions"], predictions)
+    scored_protocols = [p for p in ds["protocols"]
+                        if get_protocol(p).relevance != "label_predictions" or predictions is not None]
+
     def evaluate_view(view: str | None) -> list[dict]:
         t_view = time.time()
         chosen = elements.get(view)
@@ -78,11 +86,11 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
             img, txt, chosen["image_elements"], chosen["text_elements"])
         scores = api.score(model, sel_img, sel_txt, amp=amp)
         t_score = time.time()
-        results = evaluate_split(scores, ds["protocols"], split, relevances)
+        results = evaluate_split(scores, scored_protocols, split, split_relevance)
         # statistics describe the model's whole sets: a view of some elements reports its metrics only
         statistics = model.evaluation_statistics(img, txt) if view is None else {}
         if statistics:
-            results.append(statistics_result(statistics, split, len(data.captions) // CAPTIONS_PER_IMAGE))
+            results.append(statistics_result(statistics, split, len(data.captions) // data.texts_per_image))
         if view is None:
             save_npy(run_dir / f"sims_{split}.npy", scores.numpy())
         write_json(run_dir / (f"eval_{split}.json" if view is None else f"eval_{split}@{view}.json"), {
@@ -93,7 +101,7 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
                              "total": time.time() - t0}})
         for r in results:
             print(f"{split}{'' if view is None else '@' + view} {r['protocol']}: "
-                  + ", ".join(f"{k} {v:.1f}" for k, v in r["metrics"].items()))
+                  + ", ".join(f"{k} {v:.4g}" for k, v in r["metrics"].items()))
         return results
 
     if not elements:

@@ -74,13 +74,18 @@ def source_ledger(raw: dict, variants: list[str] | None, dataset: str) -> Source
 def stand_in_deviation(dataset: str, ds_cfg: dict, image_input: str, model_cfg: dict) -> Deviation:
     """What a synthetic stand-in dataset changes for a row: its data and the image features read."""
     stands_in_for = ds_cfg["stands_in_for"]["dataset"]
-    if image_input == "regions":
-        region = ds_cfg["features"]["region"]
+    region = ds_cfg["features"].get("region")
+    if image_input == "regions" and region is not None:
         features = (f"{region['n_regions']} RoIAlign regions per image from the {region['layer']} map of "
                     f"{region['backbone']}, standing in for the 36 BUTD regions (2048-d) of the source")
+    elif image_input == "regions":   # a dataset built from another one's regions (synthetic tags)
+        source = ds_cfg.get("generated_from", {}).get("dataset", "its source")
+        features = (f"the {ds_cfg['precomp']['n_regions']} regions per image ({ds_cfg['precomp']['feature_dim']}-d) "
+                    f"of the {source} dataset, standing in for the 36 BUTD regions (2048-d) of the source")
     else:
         features = f"{image_input} features of {model_cfg.get('backbone', 'its CNN')}"
-    splits = ", ".join(f"{k} {v}" for k, v in ds_cfg.get("generator", {}).get("splits", {}).items())
+    sizes = ds_cfg.get("generator", {}).get("splits") or ds_cfg.get("split_sizes", {})
+    splits = ", ".join(f"{k} {v}" for k, v in sizes.items())
     return Deviation("stand_in_data", f"trains and tests on {stands_in_for}",
                      f"the {dataset} dataset ({ds_cfg['kind']}{': ' + splits + ' images' if splits else ''}); "
                      f"image input: {features}",

@@ -244,6 +244,21 @@ class Figure:
     paper: str | None = None      # the key of the paper file that declares it
 
 
+def data_kind(ds_cfg: dict) -> str:
+    """What tables and figures say of a dataset's data: ``synthetic`` for the built-in dataset and
+    for datasets the DAG generates from it (synthetic tags), else its kind."""
+    return "synthetic" if ds_cfg["kind"] == "synthetic" or "generated_from" in ds_cfg else ds_cfg["kind"]
+
+
+def stand_in_protocols(ds_cfg: dict) -> list[str]:
+    """The protocols of the real dataset a synthetic one stands in for (``stands_in_for.protocol``:
+    one name, or a list when its tables report under several, e.g. retrieval and label prediction)."""
+    if "stands_in_for" not in ds_cfg:
+        return []
+    protocol = ds_cfg["stands_in_for"]["protocol"]
+    return [protocol] if isinstance(protocol, str) else list(protocol)
+
+
 class Plan:
     def __init__(self, cfg: dict):
         self.cfg = cfg
@@ -288,10 +303,11 @@ class Plan:
                 raise HarnessError(f"datasets.{d}.features.region.backbone: no backbone '{region['backbone']}' is "
                                    f"configured (backbones: {', '.join(sorted(backbones))})")
             stand_in = ds.get("stands_in_for")
-            if stand_in is not None and stand_in["protocol"] not in datasets[stand_in["dataset"]]["protocols"]:
-                raise HarnessError(f"datasets.{d}.stands_in_for.protocol: {stand_in['protocol']} is not a protocol of "
-                                   f"{stand_in['dataset']} (datasets.{stand_in['dataset']}.protocols: "
-                                   f"{', '.join(datasets[stand_in['dataset']]['protocols'])})")
+            for protocol in stand_in_protocols(ds):
+                if protocol not in datasets[stand_in["dataset"]]["protocols"]:
+                    raise HarnessError(f"datasets.{d}.stands_in_for.protocol: {protocol} is not a protocol of "
+                                       f"{stand_in['dataset']} (datasets.{stand_in['dataset']}.protocols: "
+                                       f"{', '.join(datasets[stand_in['dataset']]['protocols'])})")
 
     def method_file(self, path: Path) -> dict:
         """A method file, loaded and validated once per plan."""
@@ -453,11 +469,13 @@ class Plan:
         if "stands_in_for" not in ds_cfg:
             return by_protocol
         statistics = {p: v for p, v in by_protocol.items() if p == STATISTICS_PROTOCOL}  # not tied to a dataset
-        source = by_protocol.get(ds_cfg["stands_in_for"]["protocol"])
-        if not source:
-            return statistics
-        return {**{p: source for p in ds_cfg["protocols"] if set(source["metrics"]) & set(get_protocol(p).metrics)},
-                **statistics}
+        shown = {}
+        for stood_in in stand_in_protocols(ds_cfg):
+            source = by_protocol.get(stood_in)
+            if source:
+                shown.update({p: source for p in ds_cfg["protocols"]
+                              if p not in shown and set(source["metrics"]) & set(get_protocol(p).metrics)})
+        return {**shown, **statistics}
 
     # -- queries --------------------------------------------------------------------------
     def check_target_dataset(self, dataset: str, target: str) -> None:
@@ -542,7 +560,7 @@ class Plan:
                          "loss": "+".join(t["kind"] for t in term_configs(cfg["loss"])), "seeds": row.seeds, "ensemble_size": row.ensemble_size,
                          "runs": self.row_runs(row, dataset), "ran": row.ran})
         spec = {"figure": name, "kind": fig.kind, "title": fig.title, "dataset": dataset, "table": fig.table,
-                "dataset_kind": self.cfg["datasets"][dataset]["kind"],
+                "dataset_kind": data_kind(self.cfg["datasets"][dataset]),
                 "protocols": self.cfg["datasets"][dataset]["protocols"], "rows": rows}
         if fig.kind == "rsum_by_setting":  # each row's value of every key some row of the table overrides
             keys = list(dict.fromkeys(k for row in run_rows for k in row.overrides))
@@ -550,7 +568,13 @@ class Plan:
                 cfg = self.experiment(dataset, row.members[0]).config
                 out.update(overrides=sorted(row.overrides), reported=row.reported,
                            setting={k: config_value(cfg, k, f"figure {name}") for k in keys})
-        if fig.rows is not None:  # several trained models: each row's first run
+        if fig.kind == "ndcg_by_loss_weight":  # each row's weight of every loss term it trains with
+            for row, out in zip(run_rows, rows):
+                cfg = self.experiment(dataset, row.members[0]).config
+                out.update(loss_weights={t["kind"]: float(t.get("weight", 1.0)) for t in term_configs(cfg["loss"])})
+        if fig.rows is not None and fig.kind == "label_training_curves":  # curves from the rows' training logs
+            spec["rows"] = [r for r in rows if r["id"] in fig.rows]
+        elif fig.rows is not None:  # several trained models: each row's first run
             spec.update(trained={r: self.first_run(fig.table, dataset, r) for r in fig.rows},
                         split=test_splits(self.cfg, dataset)[0])
         if fig.row is not None:  # one trained model: the row's first member, first seed, first test split
@@ -570,7 +594,7 @@ class Plan:
 
     def table_spec(self, table: str, dataset: str) -> dict:
         tbl = self.table(table, dataset)
-        return {"table": table, "dataset": dataset, "dataset_kind": self.cfg["datasets"][dataset]["kind"],
+        return {"table": table, "dataset": dataset, "dataset_kind": data_kind(self.cfg["datasets"][dataset]),
                 "titles": tbl.titles, "tolerance": self.cfg["tolerance"],
                 "protocols": self.cfg["datasets"][dataset]["protocols"] + ([STATISTICS_PROTOCOL] if tbl.statistics else []),
                 "rows": [{"id": r.id, "label": r.label, "paper": r.paper, "seeds": r.seeds,

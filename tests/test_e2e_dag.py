@@ -288,15 +288,18 @@ def test_deviations_table_pairs_each_switch_with_the_source_row(tiny_dag):
 
 def test_runtime_table_lists_every_benchmarked_job(tiny_dag):
     rows = read_table(tiny_dag / "tables" / "runtime_synthetic.csv")
+    tag_rows = read_table(tiny_dag / "tables" / "runtime_synthtags.csv")
     by_rule = {r["name"]: r for r in rows if r["grouping"] == "rule"}
     assert int(by_rule["train_synthetic"]["jobs"]) > 0 and float(by_rule["train_synthetic"]["wall_s"]) > 0
     assert "| train_synthetic |" in (tiny_dag / "tables" / "runtime_synthetic.md").read_text()
-    # every job of the default DAG wrote a benchmark, and the table counts each once (runtime's own apart)
+    assert {"synthetic_tags_source", "import_multilabel", "multilabel_precomp", "train_synthtags"} <= \
+        {r["name"] for r in tag_rows if r["grouping"] == "rule"}
+    # every job of the default DAG wrote a benchmark, and the two tables count each once (runtime's own apart)
     root = tiny_dag / "results" / "benchmarks"
     written = [p for p in root.rglob("*.tsv") if p.relative_to(root).parts[0] != "runtime"]
-    total = next(r for r in rows if r["grouping"] == "all")
-    assert int(total["jobs"]) == len(written)
-    papers = [r for r in rows if r["grouping"] == "paper"]
+    totals = [next(r for r in t if r["grouping"] == "all") for t in (rows, tag_rows)]
+    assert sum(int(total["jobs"]) for total in totals) == len(written)
+    papers = [r for t in (rows, tag_rows) for r in t if r["grouping"] == "paper"]
     assert sum(int(r["jobs"]) for r in papers) == len(written)
     assert {"vsepp", "sgraf", "metric_learning", "shared"} <= {r["name"] for r in papers}
 

@@ -64,7 +64,7 @@ def write_karpathy(path: Path, entries: list[dict]) -> Path:
 
 def split_of(entries: list[dict]) -> Split:
     return Split("testall", [f"{e['filepath']}/{e['filename']}" for e in entries], [e["imgid"] for e in entries],
-                 [s["raw"] for e in entries for s in e["sentences"]])
+                 [s["raw"] for e in entries for s in e["sentences"]], 5)
 
 
 def test_split_coco_ids_follow_the_package_id_file(tmp_path):
@@ -80,7 +80,7 @@ def test_split_coco_ids_follow_the_package_id_file(tmp_path):
 def test_evaluation_builds_coco_ids_for_the_eccv_protocol(tmp_path):
     image_ids, caption_ids = package_layout()
     path = write_karpathy(tmp_path / "dataset_coco.json", karpathy_entries(image_ids))
-    payload = {"name": "coco", "dataset": {"protocols": ["coco_5k", "coco_5k_eccv"],
+    payload = {"name": "coco", "dataset": {"protocols": ["coco_5k", "coco_5k_eccv"], "texts_per_image": 5,
                                            "splits": {"train": ["train"], "testall": ["test"]}},
                "paths": {"karpathy_json": str(path)}}
     relevances = split_relevances(payload, "testall")

@@ -211,7 +211,7 @@ def positives_file(tmp_path: Path, edit=None) -> Path:
 
 def load(tmp_path: Path, name: str = "test", karpathy_splits=("test",), edit=None) -> np.ndarray:
     karpathy = write_karpathy(tmp_path)
-    split = load_splits(karpathy, {name: list(karpathy_splits)})[name]
+    split = load_splits(karpathy, {name: list(karpathy_splits)}, 5)[name]
     return split_positives(positives_file(tmp_path, edit), split, karpathy, list(karpathy_splits))
 
 
@@ -255,7 +255,7 @@ def test_loader_errors_are_one_line_naming_the_file(tmp_path, edit, message):
 
 def test_loader_errors_on_unreadable_and_missing_files(tmp_path):
     karpathy = write_karpathy(tmp_path)
-    split = load_splits(karpathy, {"test": ["test"]})["test"]
+    split = load_splits(karpathy, {"test": ["test"]}, 5)["test"]
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(HarnessError, match=f"{bad}:1:2: not valid JSON") as info:
@@ -275,7 +275,7 @@ def test_dataset_paths_name_the_positives_file_of_synthetic_datasets_only():
 
 
 def payload(tmp_path: Path, positives: Path | None) -> dict:
-    return {"name": "toy", "dataset": {"protocols": ["synthetic_test", "synthetic_eccv"],
+    return {"name": "toy", "dataset": {"protocols": ["synthetic_test", "synthetic_eccv"], "texts_per_image": 5,
                                        "splits": {"train": ["train", "restval"], "dev": ["val"], "test": ["test"]}},
             "paths": {"karpathy_json": str(write_karpathy(tmp_path)), "positives": positives and str(positives)}}
 

@@ -54,9 +54,9 @@ def test_karpathy_file_not_json(tmp_path):
     path = tmp_path / "dataset_flickr30k.json"
     path.write_text('{"images": [\n  {"filename": "a.jpg",}\n]}\n')
     assert re.search(r"dataset_flickr30k.json:2:\d+: not valid JSON \(.+\); expected a JSON object with 'images'",
-                     error_line(load_karpathy, path))
+                     error_line(load_karpathy, path, 5))
     path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
-    assert "dataset_flickr30k.json: not a UTF-8 text file, so not JSON" in error_line(load_karpathy, path)
+    assert "dataset_flickr30k.json: not a UTF-8 text file, so not JSON" in error_line(load_karpathy, path, 5)
 
 
 @pytest.mark.parametrize("change, expected", [
@@ -72,9 +72,9 @@ def test_karpathy_entry_missing_a_field(tmp_path, change, expected):
     change(images)
     path = tmp_path / "k.json"
     write_json(path, {"images": images})
-    assert re.search(rf"k.json: {expected}; expected a JSON object", error_line(load_karpathy, path))
+    assert re.search(rf"k.json: {expected}; expected a JSON object", error_line(load_karpathy, path, 5))
     write_json(path, [{"images": images}])
-    assert "k.json: no 'images' list at the top level" in error_line(load_karpathy, path)
+    assert "k.json: no 'images' list at the top level" in error_line(load_karpathy, path, 5)
 
 
 def test_vocabulary_file_errors(tmp_path):
@@ -109,13 +109,13 @@ def test_precomputed_features_and_captions_errors(tmp_path):
     (tmp_path / "test_caps.txt").write_text("a dog\n" * 10)
     good = (tmp_path / "test_ims.npy").read_bytes()
     (tmp_path / "test_ims.npy").write_text("id,feature\n0,0.1\n")  # a CSV saved under the expected name
-    assert "test_ims.npy: not a .npy file (no NumPy header)" in error_line(open_precomp, tmp_path, "test", 36, 8)
+    assert "test_ims.npy: not a .npy file (no NumPy header)" in error_line(open_precomp, tmp_path, "test", 36, 8, 5)
     (tmp_path / "test_ims.npy").write_bytes(good[:-100])  # an interrupted copy
     assert "test_ims.npy: shorter than its .npy header says (a partial copy?)" in error_line(
-        open_precomp, tmp_path, "test", 36, 8)
+        open_precomp, tmp_path, "test", 36, 8, 5)
     (tmp_path / "test_ims.npy").write_bytes(good)
     (tmp_path / "test_caps.txt").write_bytes(b"a dog\n" * 2 + b"a caf\xe9 in latin-1\n" + b"a dog\n" * 7)
-    assert "test_caps.txt:3: not UTF-8 text (byte 0xe9)" in error_line(open_precomp, tmp_path, "test", 36, 8)
+    assert "test_caps.txt:3: not UTF-8 text (byte 0xe9)" in error_line(open_precomp, tmp_path, "test", 36, 8, 5)
     (tmp_path / "dev_pooled.npy").write_bytes(b"")
     assert "dev_pooled.npy: not a .npy file" in error_line(check_npy_header, tmp_path / "dev_pooled.npy", (2, None))
 
@@ -308,7 +308,8 @@ def case_sentence_without_raw(tmp_path):
     cfg = {"datasets": {"flickr": {"karpathy_json": str(karpathy), "images_dir": str(tmp_path / "images")}}}
     return cfg, (f"error: {karpathy}: images[2] (im2.jpg): sentences[4] has no 'raw' caption string; "
                  f"expected a JSON object with 'images': [{{'filename', 'split' (train|restval|val|test), "
-                 f"'sentences': [{{'raw': ...}}, ...] (5 per image)}}, ...] (Karpathy split file)")
+                 f"'sentences': [{{'raw': ...}}, ...] (texts_per_image per image, e.g. 5 captions), "
+                 f"optional 'labels': [0/1, ...] (multi-hot)}}, ...] (Karpathy split file)")
 
 
 def case_config_value_and_two_more(tmp_path):

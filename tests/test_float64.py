@@ -25,6 +25,9 @@ from methods.models.vsrn import VSRN
 from tests.test_sgraf import l2, linear
 from tests.test_mvsa_scan import reference_pair as scan_reference_pair
 from tests.test_sgraf import reference_matrix as sgraf_reference_matrix
+from tests.test_label_wise import build as build_label_wise
+from tests.test_label_wise import reference_image as reference_label_image
+from tests.test_label_wise import reference_text as reference_label_text
 
 VOCAB, WORD_DIM, EMBED, SIM = 30, 8, 12, 6   # EMBED: a multiple of 4 (2-D sine positions)
 N_IMAGES = 3
@@ -367,7 +370,26 @@ def set_grid_cases():
                {"features": grid}, partial(set_reference, similarity=similarity))
 
 
-CASES = {"vsepp": vsepp_cases, "vsrn": vsrn_cases, "sgraf": sgraf_cases, "scan": scan_cases, "mvsa": mvsa_cases,
+# -- label-wise: regions / bi-GRU words -> one shared pre-norm transformer -> ReLU -> sigmoid label
+# vectors (l2) -> mean over tokens -> cosine (the per-item forward of tests/test_label_wise.py)
+
+def label_wise_reference(model, images, text_batch, masked, over_padding):
+    padded_to = int(text_batch["lengths"].max())
+    image_vectors = [reference_label_image(model, regions)[0] for regions in images["features"]]
+    text_vectors = [reference_label_text(model, tok, int(n), padded_to, masked, over_padding)[0]
+                    for tok, n in zip(text_batch["tokens"], text_batch["lengths"])]
+    return cosine_matrix(image_vectors, text_vectors)
+
+
+def label_wise_cases():
+    for masked, over_padding, shared in ((False, True, True), (True, False, False)):
+        model = build_label_wise(text_padding_mask=masked, mean_over_padding=over_padding, shared_transformer=shared).eval()
+        yield (f"label_wise mask {masked} padded mean {over_padding} shared {shared}", model,
+               {"features": features(N_IMAGES, REGIONS, REGION_DIM)},
+               partial(label_wise_reference, masked=masked, over_padding=over_padding))
+
+
+CASES = {"vsepp": vsepp_cases, "label_wise": label_wise_cases, "vsrn": vsrn_cases, "sgraf": sgraf_cases, "scan": scan_cases, "mvsa": mvsa_cases,
          "set_embedding": set_cases, "set_embedding_grid": set_grid_cases}
 
 

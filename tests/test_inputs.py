@@ -33,7 +33,7 @@ def test_synthetic_generation_is_byte_identical_for_a_seed(tmp_path):
 
 def test_vocabulary_from_training_captions_only(tmp_path):
     generate(tmp_path, 1, 48, 2, {"train": 4, "val": 2, "test": 2}, min_objects=1, family_size=2)
-    splits = load_splits(tmp_path / "dataset_synthetic.json", {"train": ["train"], "test": ["test"]})
+    splits = load_splits(tmp_path / "dataset_synthetic.json", {"train": ["train"], "test": ["test"]}, 5)
     splits["train"].captions[0] = "zebra " * 5  # appears 5 times in train: kept at threshold 4
     splits["test"].captions[0] = "giraffe " * 9  # only in test: must not enter
     vocab = Vocabulary.build(splits["train"].captions, threshold=4)
@@ -53,23 +53,23 @@ def test_karpathy_captions_per_image_checked(tmp_path):
     path = tmp_path / "k.json"
     write_json(path, {"images": [{"filename": "a.jpg", "split": "test", "sentences": [{"raw": "x"}] * 4}]})
     with pytest.raises(HarnessError, match="4 captions; at least 5"):
-        load_splits(path, {"test": ["test"]})
+        load_splits(path, {"test": ["test"]}, 5)
     with pytest.raises(HarnessError, match="Karpathy split file not found"):
-        load_splits(tmp_path / "missing.json", {"test": ["test"]})
+        load_splits(tmp_path / "missing.json", {"test": ["test"]}, 5)
 
 
 def test_precomp_shapes_and_caption_counts(tmp_path):
     np.save(tmp_path / "test_ims.npy", np.zeros((4, 36, 16), np.float32))
     (tmp_path / "test_caps.txt").write_text("c\n" * 20)
-    ims, caps, step = open_precomp(tmp_path, "test", 36, 16)
+    ims, caps, step = open_precomp(tmp_path, "test", 36, 16, 5)
     assert ims.shape == (4, 36, 16) and len(caps) == 20 and step == 1
     with pytest.raises(HarnessError, match=r"shape \(4, 36, 16\), expected \(N, 36, 2048\)"):
-        open_precomp(tmp_path, "test", 36, 2048)
+        open_precomp(tmp_path, "test", 36, 2048, 5)
     (tmp_path / "test_caps.txt").write_text("c\n" * 19)
     with pytest.raises(HarnessError, match="19 captions for 4 feature rows"):
-        open_precomp(tmp_path, "test", 36, 16)
+        open_precomp(tmp_path, "test", 36, 16, 5)
     with pytest.raises(HarnessError, match="dev_ims.npy"):
-        open_precomp(tmp_path, "dev", 36, 16)
+        open_precomp(tmp_path, "dev", 36, 16, 5)
 
 
 def test_config_type_errors_name_the_key(tmp_path):

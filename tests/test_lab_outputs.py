@@ -235,6 +235,8 @@ def test_snakemake_retries_a_preempted_job_but_not_a_bad_input(tmp_path):
 # partition, `cpu` on config slurm_cpu_partition, `local` on the submit host.
 EXPECTED_PLACEMENT = {
     "generate_synthetic": "cpu", "vocab": "cpu", "region_features": "cpu", "ensemble": "cpu",
+    "synthetic_tags_source": "cpu", "import_multilabel": "cpu", "multilabel_precomp": "cpu",
+    "multilabel_region_classes": "cpu", "train_synthtags": "gpu",
     "pretrain_backbone": "gpu", "features_synthetic": "gpu", "train_synthetic": "gpu", "evaluate_views_*": "gpu",
     "dataset_config": "local", "experiment_config": "local", "aggregate_row": "local", "table_spec": "local",
     "table": "local", "figure_spec": "local", "paper_figure": "local", "figure_reproduced_vs_reported": "local",

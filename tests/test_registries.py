@@ -110,6 +110,8 @@ def bf_captions(name: str, scores: np.ndarray) -> float:
 def bf_shared_labels(name: str, scores: np.ndarray, image_labels: np.ndarray, text_labels: np.ndarray) -> float:
     from sklearn.metrics import average_precision_score, ndcg_score  # scikit-learn as the oracle
 
+    if METRICS.get(name).components:   # a sum of directions (ndcg500_sum, for model selection)
+        return sum(bf_shared_labels(c, scores, image_labels, text_labels) for c in METRICS.get(name).components)
     gains = image_labels.astype(float) @ text_labels.T.astype(float)
     direction, metric = name.split("_", 1)
     s, rel = (scores, gains) if direction == "i2t" else (scores.T, gains.T)
@@ -123,6 +125,9 @@ def bf_shared_labels(name: str, scores: np.ndarray, image_labels: np.ndarray, te
             n = int(ranked.sum())
             aps.append(sum(ranked[:i + 1].sum() / (i + 1) for i in range(n) if ranked[i]) / n)
         return 100 * float(np.mean(aps))
+    if metric.startswith("label_r"):   # a query counts as a hit when any of its first K shares a label
+        k = int(metric.removeprefix("label_r"))
+        return 100 * float(np.mean([any(r[j] > 0 for j in np.argsort(-q)[:k]) for r, q in zip(rel, s)]))
     k = int(metric.removeprefix("ndcg"))
     # every query, those sharing no label with any candidate included (scikit-learn gives them 0)
     return 100 * float(np.mean([ndcg_score(r[None], q[None], k=k) for r, q in zip(rel, s)]))
@@ -131,7 +136,8 @@ def bf_shared_labels(name: str, scores: np.ndarray, image_labels: np.ndarray, te
 # metrics computed elsewhere than from a small score matrix have their own oracles: ECCV Caption /
 # CxC need the COCO 5K ids (tests/test_eccv_caption.py), embedding statistics the embeddings
 # (tests/test_set_embeddings.py)
-OWN_ORACLES = {"coco_ids": "tests/test_eccv_caption.py", "embeddings": "tests/test_set_embeddings.py"}
+OWN_ORACLES = {"coco_ids": "tests/test_eccv_caption.py", "embeddings": "tests/test_set_embeddings.py",
+               "label_predictions": "tests/test_label_wise.py"}
 
 
 @pytest.mark.parametrize("name", [n for n in METRICS.names() if METRICS.get(n).relevance not in OWN_ORACLES])
@@ -224,10 +230,12 @@ TERM_CONFIGS = {"triplet_sum": {"margin": 0.2}, "triplet_hardest": {"margin": 0.
                 "triplet_hardest_mean": {"margin": 0.2, "reduction": "mean"}}
 # terms on element sets, not on score matrices: loop references in tests/test_set_embeddings.py
 SET_TERMS = ("mmd", "uniformity", "diversity")
+# terms on label vectors and masked predictions: closed forms in tests/test_label_wise.py
+LABEL_WISE_TERMS = ("label_logistic", "masked_prediction", "consistency")
 
 
 def test_every_loss_term_has_a_loop_reference():
-    assert set(LOSS_TERMS.names()) == set(LOSSES) | set(SET_TERMS)
+    assert set(LOSS_TERMS.names()) == set(LOSSES) | set(SET_TERMS) | set(LABEL_WISE_TERMS)
 
 
 def random_scores(seed: int, n_img=5, n_cap=12):

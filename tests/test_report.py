@@ -42,7 +42,7 @@ def test_ensemble_averages_similarity_matrices(tmp_path):
 
 
 def test_collator_same_image_marks_every_caption_of_a_repeated_image_positive():
-    items = [(3, [1, 5, 2], None), (7, [1, 6, 6, 2], None), (3, [1, 2], None)]
+    items = [(3, [1, 5, 2], None, None), (7, [1, 6, 6, 2], None, None), (3, [1, 2], None, None)]
     pooled = np.arange(40, dtype=np.float32).reshape(10, 4)
     batch = PairCollator(CachedImageFeatures(pooled), "same_image")(items)
     assert batch["image_index"].tolist() == [3, 7]
@@ -53,7 +53,7 @@ def test_collator_same_image_marks_every_caption_of_a_repeated_image_positive():
 
 def test_collator_diagonal_keeps_one_image_row_per_caption_as_the_public_code():
     # captions 0 and 2 share image 3: two identical image rows, each positive only with its own caption
-    items = [(3, [1, 5, 2], None), (7, [1, 6, 6, 2], None), (3, [1, 2], None)]
+    items = [(3, [1, 5, 2], None, None), (7, [1, 6, 6, 2], None, None), (3, [1, 2], None, None)]
     pooled = np.arange(40, dtype=np.float32).reshape(10, 4)
     batch = PairCollator(CachedImageFeatures(pooled), "diagonal")(items)
     assert batch["image_index"].tolist() == [3, 7, 3]
@@ -66,7 +66,7 @@ def test_collator_diagonal_keeps_one_image_row_per_caption_as_the_public_code():
     want = max(0, 0.2 - 0.9 + 0.8) + max(0, 0.2 - 0.7 + 0.3) + max(0, 0.2 - 0.8 + 0.9)
     assert float(triplet_hardest(scores, batch["positives"], margin=0.2)) == pytest.approx(want)
     with pytest.raises(ValueError, match="same_image"):
-        PairCollator(CachedImageFeatures(pooled), "diagonal")([[(3, [1, 2], None)] * 2])
+        PairCollator(CachedImageFeatures(pooled), "diagonal")([[(3, [1, 2], None, None)] * 2])
 
 
 def test_image_batches_hold_each_image_with_all_five_captions():
@@ -75,7 +75,7 @@ def test_image_batches_hold_each_image_with_all_five_captions():
     captions = [f"image {i} caption {j}" for i in range(4) for j in range(5)]
     vocab = Vocabulary.build(captions, threshold=1)
     regions = np.arange(4 * 5 * 3 * 2, dtype=np.float32).reshape(20, 3, 2)  # one row per caption (old files)
-    dataset = make_train_dataset("images", captions, vocab, None)
+    dataset = make_train_dataset("images", captions, vocab, 5, None)
     assert len(dataset) == 4
     batch = PairCollator(CachedImageFeatures(regions, step=5), "same_image")([dataset[2], dataset[0]])
     assert batch["image_index"].tolist() == [0, 2]

@@ -49,7 +49,7 @@ def m_variant_key(m):  # the issue's example: the nt_xent row would run triplet_
 
 def m_preset_name(m):  # the example
     m["presets"]["flikr"] = m["presets"].pop("flickr")
-    return r"vsrn\.yaml: presets\.flikr: no dataset 'flikr' is configured \(datasets: coco, flickr, synthetic\)"
+    return r"vsrn\.yaml: presets\.flikr: no dataset 'flikr' is configured \(datasets: coco, cocolabelwise, flickr, mirflickr, nuswide, synthetic, synthtags\)"
 
 
 def m_variant_preset_name(m):  # VSRN SmoothAP on Flickr30K would decay its lr at COCO's epoch 75
@@ -230,7 +230,7 @@ def test_an_ensemble_seed_that_repeats_a_run_is_an_error(tmp_path):
 def test_a_target_for_an_unknown_dataset_is_an_error():
     plan = Plan(load_harness_config(CONFIG))
     with pytest.raises(HarnessError, match=r"unknown dataset 'foo' in target figures/reproduced_vs_reported_foo\.png; "
-                                           r"configured: coco, flickr, synthetic"):
+                                           r"configured: coco, cocolabelwise, flickr, mirflickr, nuswide, synthetic, synthtags"):
         plan.dataset_tables("foo", "figures/reproduced_vs_reported_foo.png")
     assert "metric_learning" in plan.dataset_tables("flickr", "figures/reproduced_vs_reported_flickr.png")
     # the other targets named by dataset: a table, a paper figure
@@ -336,7 +336,7 @@ def dag_reported_unknown_dataset(work):
 
 def dag_figure_unknown_dataset(work):
     return ({}, "figures/reproduced_vs_reported_foo.png",
-            r"unknown dataset 'foo' in target figures/reproduced_vs_reported_foo\.png; configured: coco, flickr, synthetic")
+            r"unknown dataset 'foo' in target figures/reproduced_vs_reported_foo\.png; configured: coco, cocolabelwise, flickr, mirflickr, nuswide, synthetic, synthtags")
 
 
 def dag_dev_is_train(work):

@@ -29,7 +29,7 @@ def flickr_vocab(work: Path, extra_words=(), captions=None) -> Path:
     from methods.data.text import Vocabulary
 
     if captions is None:
-        captions = load_splits(work / "flickr/dataset_flickr30k.json", {"train": ["train"]})["train"].captions
+        captions = load_splits(work / "flickr/dataset_flickr30k.json", {"train": ["train"]}, 5)["train"].captions
     vocab = Vocabulary.build(captions, 1)
     vocab = Vocabulary(vocab.idx2word + list(extra_words))
     path = work / "flickr_vocab.json"
@@ -49,7 +49,7 @@ def held_out_only_words(work: Path) -> list[str]:
     from methods.data.karpathy import load_splits
     from methods.data.text import tokenize
 
-    splits = load_splits(work / "flickr/dataset_flickr30k.json", {"train": ["train"], "test": ["test"]})
+    splits = load_splits(work / "flickr/dataset_flickr30k.json", {"train": ["train"], "test": ["test"]}, 5)
     train = {t for c in splits["train"].captions for t in tokenize(c)}
     return sorted({t for c in splits["test"].captions for t in tokenize(c)} - train)
 

@@ -15,9 +15,12 @@ import torch
 
 
 def extra_tokens(training_cfg: dict) -> int:
-    """Token ids a model needs beyond the vocabulary: 1 (``<mask>``) when its training masks words."""
+    """Token ids a model needs beyond the vocabulary: 1 (``<mask>``) when its training masks words,
+    by caption augmentation or by masked prediction (``methods.data.masked_prediction``; one
+    ``<mask>`` id shared by both)."""
     augment = training_cfg.get("caption_augment")
-    return int(bool(augment) and augment["mask"] > 0)
+    masked = training_cfg.get("masked_prediction")
+    return int((bool(augment) and augment["mask"] > 0) or (bool(masked) and masked["word_prob"] > 0))
 
 
 class CaptionAugmentation:

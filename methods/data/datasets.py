@@ -22,6 +22,15 @@ def dataset_paths(cfg: dict, name: str) -> dict[str, Path | None]:
         return {"karpathy_json": root / f"dataset_{name}.json", "images_dir": root / "images",
                 "precomp_dir": Path(cfg["results_dir"]) / name / "precomp", "glove": None, "vocab": None,
                 "positives": root / f"positives_{name}.json"}
+    if ds["kind"] == "multilabel":  # imported under results/ from source_dir (methods.data.multilabel)
+        root = Path(cfg["results_dir"]) / name
+        source = root / "source" if "generated_from" in ds else (Path(ds["source_dir"]).expanduser()
+                                                                 if ds.get("source_dir") else None)
+        images = (Path(ds["images_dir"]).expanduser() if ds.get("images_dir") else
+                  dataset_paths(cfg, ds["generated_from"]["dataset"])["images_dir"] if "generated_from" in ds else None)
+        return {"karpathy_json": root / "data" / f"dataset_{name}.json", "images_dir": images,
+                "precomp_dir": root / "precomp", "source_dir": source, "positives": None,
+                **{k: (Path(ds[k]).expanduser() if ds.get(k) else None) for k in ("glove", "vocab")}}
     return {**{k: (Path(ds[k]).expanduser() if ds.get(k) else None)
                for k in ("karpathy_json", "images_dir", "precomp_dir", "glove", "vocab")}, "positives": None}
 
@@ -47,5 +56,7 @@ def load_dataset_payload(path: str | Path) -> dict:
 
 
 def payload_splits(payload: dict, names: list[str]) -> dict[str, Split]:
-    """The named harness splits of the dataset a payload describes (Karpathy file parsed once)."""
-    return load_splits(payload["paths"]["karpathy_json"], {n: payload["dataset"]["splits"][n] for n in names})
+    """The named harness splits of the dataset a payload describes (Karpathy file parsed once),
+    each with the dataset's ``texts_per_image``."""
+    return load_splits(payload["paths"]["karpathy_json"], {n: payload["dataset"]["splits"][n] for n in names},
+                       payload["dataset"]["texts_per_image"])

@@ -5,12 +5,18 @@ the DAG must provide for it, and how one split of it is loaded (memory-mapped, n
   model's backbone (a DAG output); captions and file names from the Karpathy split (fine-tuning
   stages run the CNN on the image files instead).
 - ``regions``: precomputed region features in the BUTD layout, ``<precomp_dir>/<split>_ims.npy``
-  (N, R, C) + ``_caps.txt``, whose captions are the ones aligned with the feature rows.
+  (N, R, C) + ``_caps.txt``, whose captions are the ones aligned with the feature rows; with
+  ``model.region_classes: true``, also the detector class of each region of the *train* split,
+  ``<precomp_dir>/train_region_classes.npy`` int (N, R) (masked region-class prediction, a training
+  loss, is its only reader; the other splits need no such file).
 - ``grid``: cached multi-scale ResNet maps ``<features_dir>/<split>_<scale>.npy`` (N, H, W, C),
   one file per scale the model names in ``model.grid_scales`` (conv3 / conv4 / conv5).
 
 A kind also gives the shape a model is built with (``image_shape``): ``{"dim": C}``,
 ``{"dim": C, "regions": R}`` or ``{"scales": {scale: [H, W, C]}}``.
+
+Every kind also carries the split's ``texts_per_image`` and the images' multi-hot ``labels`` of the
+Karpathy file (None when it has none).
 """
 from __future__ import annotations
 
@@ -21,9 +27,10 @@ import numpy as np
 import torch
 
 from methods.data.datasets import dataset_paths, features_dir, payload_splits
-from methods.data.karpathy import CAPTIONS_PER_IMAGE
+from methods.data.karpathy import Split
 from methods.data.precomp import LAYOUT as PRECOMP_LAYOUT
 from methods.data.precomp import check_npy_header, open_precomp
+from methods.io import load_npy
 from methods.errors import HarnessError
 from methods.registry import Registry
 
@@ -85,16 +92,53 @@ class CachedGridFeatures:
 
 @dataclass
 class SplitData:
-    """What training and evaluation read of one split: captions (5 per image, in image order),
-    cached image features, and image file names (for fine-tuning; None for precomputed regions)."""
+    """What training and evaluation read of one split: captions (``texts_per_image`` per image, in
+    image order: text k is of image k // texts_per_image), cached image features, image file names
+    (for fine-tuning; None for precomputed regions), the images' multi-hot ``labels`` (N, C) uint8
+    (None: the dataset has none) and the detector class of each region, ``region_classes`` (N, R)
+    (only for the regions input of the train split, when the model asks for them)."""
 
     name: str
     captions: list[str]
     features: CachedImageFeatures | CachedGridFeatures | None
     filenames: list[str] | None
+    texts_per_image: int
+    labels: np.ndarray | None = None
+    region_classes: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.texts_per_image < 1 or len(self.captions) % self.texts_per_image:
+            raise HarnessError(f"split {self.name}: {len(self.captions)} texts are not {self.texts_per_image} "
+                               f"per image (texts_per_image)")
+        if self.labels is not None:
+            labels = self.labels
+            if labels.ndim != 2 or labels.shape[0] != len(self) or labels.dtype != np.uint8:
+                raise HarnessError(f"split {self.name}: labels of shape {labels.shape} and dtype {labels.dtype}; "
+                                   f"expected uint8 ({len(self)}, C), one row per image")
+            if labels.size and labels.max() > 1:
+                raise HarnessError(f"split {self.name}: labels hold the value {int(labels.max())}; expected 0/1")
 
     def __len__(self) -> int:
-        return len(self.captions) // CAPTIONS_PER_IMAGE
+        return len(self.captions) // self.texts_per_image
+
+    def text_labels(self) -> np.ndarray | None:
+        """Each text's labels: its image's (``labels`` repeated texts_per_image times), or None."""
+        return None if self.labels is None else np.repeat(self.labels, self.texts_per_image, axis=0)
+
+
+def label_matrix(split: Split) -> np.ndarray | None:
+    """A Karpathy split's ``labels`` lists as a uint8 (N, C) multi-hot matrix, checked (None: no labels)."""
+    if split.labels is None:
+        return None
+    widths = {len(row) if isinstance(row, list) else None for row in split.labels}
+    if None in widths or len(widths) > 1:
+        raise HarnessError(f"split {split.name}: image labels must be lists of one length (multi-hot), found "
+                           f"lengths {sorted(str(w) for w in widths)}")
+    labels = np.asarray(split.labels) if split.labels else np.zeros((0, 0))
+    if labels.size and not np.isin(labels, (0, 1)).all():
+        raise HarnessError(f"split {split.name}: image labels hold values other than 0 and 1 "
+                           f"(e.g. {labels[~np.isin(labels, (0, 1))][0]!r}); expected multi-hot lists")
+    return labels.astype(np.uint8).reshape(len(split), -1)
 
 
 class ImageInput:
@@ -134,7 +178,7 @@ class PooledInput(ImageInput):
         path = Path(directory) / f"{split}_pooled.npy"
         check_npy_header(path, (len(karpathy), None))
         return SplitData(split, karpathy.captions, CachedImageFeatures(np.load(path, mmap_mode="r")),
-                         karpathy.filenames)
+                         karpathy.filenames, karpathy.texts_per_image, label_matrix(karpathy))
 
 
 def region_shape(dataset_cfg: dict) -> tuple[int, int | None]:
@@ -152,7 +196,8 @@ class RegionInput(ImageInput):
         return str(dataset_paths(cfg, dataset)["precomp_dir"])
 
     def files(self, directory: str, split: str, model_cfg: dict) -> list[str]:
-        return [f"{directory}/{split}_ims.npy", f"{directory}/{split}_caps.txt"]
+        return [f"{directory}/{split}_ims.npy", f"{directory}/{split}_caps.txt"] + (
+            [f"{directory}/{split}_region_classes.npy"] if reads_region_classes(model_cfg, split) else [])
 
     def check(self, cfg: dict, dataset: str, model_cfg: dict) -> None:
         ds = cfg["datasets"][dataset]
@@ -169,8 +214,35 @@ class RegionInput(ImageInput):
 
     def load(self, payload: dict, split: str, directory: str | Path, model_cfg: dict) -> SplitData:
         n_regions, dim = region_shape(payload["dataset"])
-        ims, captions, step = open_precomp(directory, split, n_regions, dim)
-        return SplitData(split, captions, CachedImageFeatures(ims, step), None)
+        texts_per_image = payload["dataset"]["texts_per_image"]
+        ims, captions, step = open_precomp(directory, split, n_regions, dim, texts_per_image)
+        features = CachedImageFeatures(ims, step)
+        # the labels come from the Karpathy file (the captions here are the precomputed ones)
+        labels = label_matrix(payload_splits(payload, [split])[split])
+        classes = None
+        if reads_region_classes(model_cfg, split):
+            classes = open_region_classes(Path(directory) / f"{split}_region_classes.npy", len(features), n_regions)
+        return SplitData(split, captions, features, None, texts_per_image, labels, classes)
+
+
+REGION_CLASSES_SPLIT = "train"  # masked region-class prediction is a training loss: only train reads them
+
+
+def reads_region_classes(model_cfg: dict, split: str) -> bool:
+    """Whether the regions input reads ``<split>_region_classes.npy`` (model ``region_classes: true``)."""
+    return bool(model_cfg.get("region_classes")) and split == REGION_CLASSES_SPLIT
+
+
+def open_region_classes(path: Path, n_images: int, n_regions: int) -> np.ndarray:
+    """The memory-mapped (N, R) integer detector class of each region, checked against the features."""
+    if not path.is_file():
+        raise HarnessError(f"region class file not found: {path} (expected int (N, {n_regions}), the detector's "
+                           f"class of each region; model.region_classes is true)")
+    classes = load_npy(path)
+    if classes.shape != (n_images, n_regions) or not np.issubdtype(classes.dtype, np.integer):
+        raise HarnessError(f"{path}: shape {classes.shape} dtype {classes.dtype}, expected an integer array "
+                           f"({n_images}, {n_regions}) matching the region features")
+    return classes
 
 
 def check_grid_scales(dataset_cfg: dict, dataset: str, model_cfg: dict) -> None:
@@ -202,7 +274,8 @@ class GridInput(ImageInput):
             path = Path(directory) / f"{split}_{scale}.npy"
             check_npy_header(path, (len(karpathy), None, None, None))
             arrays[scale] = np.load(path, mmap_mode="r")
-        return SplitData(split, karpathy.captions, CachedGridFeatures(arrays), karpathy.filenames)
+        return SplitData(split, karpathy.captions, CachedGridFeatures(arrays), karpathy.filenames,
+                         karpathy.texts_per_image, label_matrix(karpathy))
 
 
 for _kind in (PooledInput(), RegionInput(), GridInput()):

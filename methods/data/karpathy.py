@@ -7,32 +7,35 @@ from pathlib import Path
 from methods.errors import HarnessError, shorten
 from methods.io import read_json
 
-CAPTIONS_PER_IMAGE = 5
+CAPTIONS_PER_IMAGE = 5  # the caption datasets (Flickr30K, COCO); protocols defined on 5 (ECCV Caption / CxC) need it
 LAYOUT = ("a JSON object with 'images': [{'filename', 'split' (train|restval|val|test), "
-          "'sentences': [{'raw': ...}, ...] (5 per image)}, ...] (Karpathy split file)")
+          "'sentences': [{'raw': ...}, ...] (texts_per_image per image, e.g. 5 captions), "
+          "optional 'labels': [0/1, ...] (multi-hot)}, ...] (Karpathy split file)")
 
 
 @dataclass
 class Split:
-    """One harness split: images in order, and 5 captions per image (caption k -> image k // 5)."""
+    """One harness split: images in order, and ``texts_per_image`` texts (captions) per image
+    (text k -> image k // texts_per_image); ``labels``: each image's multi-hot labels, or None."""
 
     name: str
     filenames: list[str]
     image_ids: list[int]
     captions: list[str]
+    texts_per_image: int
     labels: list[list[int]] | None = None
 
     def __post_init__(self) -> None:
-        if len(self.captions) != CAPTIONS_PER_IMAGE * len(self.filenames):
+        if len(self.captions) != self.texts_per_image * len(self.filenames):
             raise HarnessError(
                 f"split {self.name}: {len(self.captions)} captions for {len(self.filenames)} images; "
-                f"expected exactly {CAPTIONS_PER_IMAGE} per image, in image order")
+                f"expected exactly {self.texts_per_image} per image, in image order")
 
     def __len__(self) -> int:
         return len(self.filenames)
 
 
-def load_karpathy(path: str | Path) -> list[dict]:
+def load_karpathy(path: str | Path, texts_per_image: int) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise HarnessError(f"Karpathy split file not found: {path} (expected {LAYOUT})")
@@ -41,7 +44,7 @@ def load_karpathy(path: str | Path) -> list[dict]:
     if not isinstance(images, list):
         raise HarnessError(f"{path}: no 'images' list at the top level; expected {LAYOUT}")
     for index, entry in enumerate(images):
-        problem = image_entry_problem(entry)
+        problem = image_entry_problem(entry, texts_per_image)
         if problem:
             named = isinstance(entry, dict) and isinstance(entry.get("filename"), str)
             name = f" ({entry['filename']})" if named else ""
@@ -49,8 +52,9 @@ def load_karpathy(path: str | Path) -> list[dict]:
     return images
 
 
-def image_entry_problem(entry) -> str | None:
-    """What is wrong with one entry of a Karpathy file's 'images' list (None: nothing the harness reads)."""
+def image_entry_problem(entry, texts_per_image: int) -> str | None:
+    """What is wrong with one entry of a Karpathy file's 'images' list (None: nothing the harness
+    reads); only its first ``texts_per_image`` sentences are read."""
     if not isinstance(entry, dict):
         return f"is a {type(entry).__name__}, not an object"
     for key in ("filename", "split"):
@@ -65,31 +69,36 @@ def image_entry_problem(entry) -> str | None:
     sentences = entry.get("sentences")
     if not isinstance(sentences, list):
         return "no 'sentences' list" if "sentences" not in entry else "'sentences' is not a list"
-    for k, sentence in enumerate(sentences[:CAPTIONS_PER_IMAGE]):  # the harness reads the first five
+    for k, sentence in enumerate(sentences[:texts_per_image]):  # the harness reads the first texts_per_image
         if not isinstance(sentence, dict) or not isinstance(sentence.get("raw"), str):
             return f"sentences[{k}] has no 'raw' caption string"
     return None
 
 
-def build_split(images: list[dict], name: str, karpathy_splits: list[str], where: str) -> Split:
+def build_split(images: list[dict], name: str, karpathy_splits: list[str], where: str, texts_per_image: int) -> Split:
     chosen = [e for e in images if e["split"] in karpathy_splits]
     if not chosen:
         raise HarnessError(f"{where}: no images in Karpathy split(s) {karpathy_splits} for harness split '{name}'")
     captions: list[str] = []
     for e in chosen:
         sents = e["sentences"]
-        if len(sents) < CAPTIONS_PER_IMAGE:
+        if len(sents) < texts_per_image:
             raise HarnessError(f"{where}: image {e['filename']} has {len(sents)} captions; "
-                               f"at least {CAPTIONS_PER_IMAGE} are needed")
+                               f"at least {texts_per_image} are needed (datasets.<name>.texts_per_image)")
         # COCO has a few images with 6-7 captions: the standard protocol keeps the first five.
-        captions.extend(s["raw"].strip() for s in sents[:CAPTIONS_PER_IMAGE])
-    labels = [e["labels"] for e in chosen] if all("labels" in e for e in chosen) else None
+        captions.extend(s["raw"].strip() for s in sents[:texts_per_image])
+    labelled = sum("labels" in e for e in chosen)
+    if 0 < labelled < len(chosen):
+        raise HarnessError(f"{where}: {labelled} of the {len(chosen)} images of split '{name}' have 'labels'; "
+                           f"expected all or none")
+    labels = [e["labels"] for e in chosen] if labelled else None
     # COCO's Karpathy file keeps train2014/val2014 in 'filepath'; Flickr30K has one folder.
     filenames = [f"{e['filepath']}/{e['filename']}" if e.get("filepath") else e["filename"] for e in chosen]
     return Split(name, filenames,
-                 [int(e.get("imgid", i)) for i, e in enumerate(chosen)], captions, labels)
+                 [int(e.get("imgid", i)) for i, e in enumerate(chosen)], captions, texts_per_image, labels)
 
 
-def load_splits(path: str | Path, split_map: dict[str, list[str]]) -> dict[str, Split]:
-    images = load_karpathy(path)
-    return {name: build_split(images, name, ks, str(path)) for name, ks in split_map.items()}
+def load_splits(path: str | Path, split_map: dict[str, list[str]], texts_per_image: int) -> dict[str, Split]:
+    """The harness splits of a Karpathy file; ``texts_per_image``: the dataset config's count."""
+    images = load_karpathy(path, texts_per_image)
+    return {name: build_split(images, name, ks, str(path), texts_per_image) for name, ks in split_map.items()}

@@ -2,7 +2,7 @@
 synthetic counterpart of ECCV Caption / CxC for COCO), read from ``positives_<dataset>.json``
 beside the Karpathy file, and turned into the boolean (images x captions) matrix of a loaded
 harness split, in the order of the evaluated score matrix (images in split order, captions
-image-major, ``CAPTIONS_PER_IMAGE`` per image: caption k belongs to image k // 5).
+image-major, ``split.texts_per_image`` per image: caption k belongs to image k // texts_per_image).
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from methods.data.karpathy import CAPTIONS_PER_IMAGE, Split, load_karpathy
+from methods.data.karpathy import Split, load_karpathy
 from methods.errors import HarnessError, first_line
 from methods.io import read_json
 
@@ -37,7 +37,7 @@ def load_positives(path: str | Path) -> dict[str, dict[str, list[int]]]:
 
 def split_entries(karpathy_json: str | Path, split: Split, karpathy_splits: list[str]) -> list[dict]:
     """The Karpathy file's entries of a loaded harness split, checked to be its images in its order."""
-    chosen = [e for e in load_karpathy(karpathy_json) if e["split"] in karpathy_splits]
+    chosen = [e for e in load_karpathy(karpathy_json, split.texts_per_image) if e["split"] in karpathy_splits]
     if [int(e.get("imgid", i)) for i, e in enumerate(chosen)] != list(split.image_ids):
         raise HarnessError(f"{karpathy_json}: Karpathy split(s) {karpathy_splits} do not hold the images of the "
                            f"loaded split '{split.name}' in its order")
@@ -46,12 +46,12 @@ def split_entries(karpathy_json: str | Path, split: Split, karpathy_splits: list
 
 def caption_keys(karpathy_json: str | Path, split: Split, karpathy_splits: list[str]) -> list[tuple[str, int, int]]:
     """(Karpathy split, sentid, imgid) of every caption of ``split`` in caption order, from the
-    Karpathy file the split was loaded from (the same images and first five sentences)."""
+    Karpathy file the split was loaded from (the same images and first texts_per_image sentences)."""
     chosen = split_entries(karpathy_json, split, karpathy_splits)
     ids = list(split.image_ids)
     try:
         return [(e["split"], int(s["sentid"]), imgid)
-                for e, imgid in zip(chosen, ids) for s in e["sentences"][:CAPTIONS_PER_IMAGE]]
+                for e, imgid in zip(chosen, ids) for s in e["sentences"][:split.texts_per_image]]
     except (KeyError, TypeError, ValueError) as exc:
         raise HarnessError(f"{karpathy_json}: a sentence of split '{split.name}' has no integer 'sentid' "
                            f"({first_line(exc)}); extended positives are keyed by sentid") from None

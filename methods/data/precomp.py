@@ -1,7 +1,8 @@
 """Precomputed region features in the SCAN/SGRAF/VSRN layout.
 
 ``<dir>/{split}_ims.npy``: float32 (N_img, n_regions, dim), one row per image, or one row per
-caption (old duplicated files); ``<dir>/{split}_caps.txt``: one caption per line, 5 per image.
+caption (old duplicated files); ``<dir>/{split}_caps.txt``: one caption per line, the dataset's
+``texts_per_image`` per image (5 for the caption datasets, 1 for tag datasets).
 Arrays are opened with memory mapping, never read whole (COCO train is ~33 GB).
 """
 from __future__ import annotations
@@ -12,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from methods.data.karpathy import CAPTIONS_PER_IMAGE, Split
+from methods.data.karpathy import Split
 from methods.errors import HarnessError
 from methods.io import load_npy, read_lines
 
 LAYOUT = ("<precomp_dir>/{split}_ims.npy float (N, n_regions, dim) and <precomp_dir>/{split}_caps.txt "
-          "with 5 lines per image (image k has caption lines 5k..5k+4)")
+          "with texts_per_image lines per image (5: image k has caption lines 5k..5k+4)")
 
 
 def count_lines(path: Path) -> int:
@@ -25,12 +26,14 @@ def count_lines(path: Path) -> int:
         return sum(1 for _ in f)
 
 
-def open_precomp(precomp_dir: str | Path, split: str, n_regions: int, feature_dim: int | None) -> tuple[np.ndarray, list[str], int]:
+def open_precomp(precomp_dir: str | Path, split: str, n_regions: int, feature_dim: int | None,
+                 texts_per_image: int) -> tuple[np.ndarray, list[str], int]:
     """Return (memmapped features, captions, image_step) after checking shapes and counts
     (``feature_dim`` None: any).
 
-    ``image_step`` is 5 when features have one row per caption (image of caption k is row k,
-    the same image repeated), else 1; the image of caption k is row ``(k // 5) * image_step``.
+    With t = ``texts_per_image``, ``image_step`` is t when features have one row per caption (image
+    of caption k is row k, the same image repeated), else 1; the image of caption k is row
+    ``(k // t) * image_step``. With t = 1, one row per caption is one row per image: step 1.
     """
     precomp_dir = Path(precomp_dir)
     ims_path, caps_path = precomp_dir / f"{split}_ims.npy", precomp_dir / f"{split}_caps.txt"
@@ -44,13 +47,14 @@ def open_precomp(precomp_dir: str | Path, split: str, n_regions: int, feature_di
         raise HarnessError(f"{ims_path}: dtype {ims.dtype}, expected a float array")
     captions = [line.strip() for line in read_lines(caps_path)]
     n_img, n_cap = ims.shape[0], len(captions)
-    if n_cap == CAPTIONS_PER_IMAGE * n_img:
+    t = texts_per_image
+    if n_cap == t * n_img:
         step = 1
-    elif n_cap == n_img and n_img % CAPTIONS_PER_IMAGE == 0:
-        step = CAPTIONS_PER_IMAGE
+    elif n_cap == n_img and n_img % t == 0:   # t > 1 here
+        step = t
     else:
         raise HarnessError(f"{caps_path}: {n_cap} captions for {n_img} feature rows in {ims_path}; "
-                           f"expected {CAPTIONS_PER_IMAGE} x rows (or one row per caption)")
+                           f"expected {t} x rows (texts_per_image; or one row per caption)")
     return ims, captions, step
 
 

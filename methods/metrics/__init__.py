@@ -3,4 +3,4 @@
 
 Importing the package registers every metric module's entries.
 """
-from methods.metrics import eccv, eccv_caption, label_ranking, retrieval, statistics  # noqa: F401  (registration)
+from methods.metrics import eccv, eccv_caption, label_prediction, label_ranking, retrieval, statistics  # noqa: F401  (registration)

@@ -102,6 +102,9 @@ def coco_ids(image_ids: list[int], where: str) -> CocoIds:
 
 def split_coco_ids(karpathy_json: str | Path, split: Split, karpathy_splits: list[str]) -> CocoIds:
     """The COCO ids of a loaded harness split, from the Karpathy file's ``cocoid`` of its images."""
+    if split.texts_per_image != CAPTIONS_PER_IMAGE:
+        raise HarnessError(f"{karpathy_json} split '{split.name}': {split.texts_per_image} texts per image, but ECCV "
+                           f"Caption / CxC are defined on {CAPTIONS_PER_IMAGE} captions per COCO image")
     chosen = split_entries(karpathy_json, split, karpathy_splits)
     missing = next((i for i, e in enumerate(chosen) if not isinstance(e.get("cocoid"), int)), None)
     if missing is not None:

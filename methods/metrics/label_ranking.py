@@ -10,6 +10,10 @@ to an image when they share a label; its gain is the number of labels they share
   log2(rank + 1) discount, the label-wise code's metric (njustkmg/IJCAI21... utils/evaluation.py
   i2t_one, threshold 500). Ideal DCG from the sorted gains. A query that shares no label with any
   candidate scores 0 and counts in the mean, as in that code (and scikit-learn's ``ndcg_score``).
+- ``{i2t,t2i}_label_r{1,5,10}``: R@K with label relevance: the share of queries with an item
+  that shares a label among their first K (the caption protocols' R@K, with every item sharing a
+  label counted as a match); queries without any relevant item count as misses.
+- ``ndcg500_sum``: i2t + t2i NDCG@500, for model selection (not a table column).
 
 Ties count against the model as in ``methods.metrics.retrieval``: among equal scores, the less
 relevant item is ranked first. All values in percent.
@@ -22,6 +26,7 @@ from methods.metrics.registry import EvaluationContext, register_metric
 from methods.metrics.retrieval import ARROW
 
 NDCG_KS = (500,)
+LABEL_RECALL_KS = (1, 5, 10)
 
 
 def graded_orientation(context: EvaluationContext, direction: str) -> tuple[np.ndarray, np.ndarray]:
@@ -63,6 +68,11 @@ def ndcg_at(context: EvaluationContext, direction: str, k: int) -> float:
     return 100.0 * float(ndcg.mean())
 
 
+def label_recall_at(context: EvaluationContext, direction: str, k: int) -> float:
+    hits = (ranked_gains(context, direction)[:, :k] > 0).any(axis=1)
+    return 100.0 * float(hits.mean())
+
+
 def map_at_r(context: EvaluationContext, direction: str) -> float:
     relevant = ranked_gains(context, direction) > 0
     n_rel = relevant.sum(axis=1)
@@ -82,4 +92,14 @@ for _d in ("i2t", "t2i"):
     for _k in NDCG_KS:
         register_metric(f"{_d}_ndcg{_k}", lambda c, d=_d, k=_k: ndcg_at(c, d, k), relevance="shared_labels",
                         direction="higher", label=f"{ARROW[_d]} NDCG@{_k}", tolerance="ranking", scale="percent")
+    for _k in LABEL_RECALL_KS:
+        register_metric(f"{_d}_label_r{_k}", lambda c, d=_d, k=_k: label_recall_at(c, d, k), relevance="shared_labels",
+                        direction="higher", label=f"{ARROW[_d]} R@{_k} (label)", tolerance="recall", scale="percent")
+LABEL_RANKING_METRICS = tuple(f"{d}_{m}" for d in ("i2t", "t2i")
+                              for m in (*(f"ndcg{k}" for k in NDCG_KS), "map", "map_at_r",
+                                        *(f"label_r{k}" for k in LABEL_RECALL_KS)))
+# model selection on both directions at once (label-wise retrieval: validation NDCG@500 i2t + t2i)
+for _k in NDCG_KS:
+    register_metric(f"ndcg{_k}_sum", None, components=(f"i2t_ndcg{_k}", f"t2i_ndcg{_k}"), relevance="shared_labels",
+                    direction="higher", label=f"NDCG@{_k} sum", tolerance=None, scale="percent_sum", in_table=False)
 

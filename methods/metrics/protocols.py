@@ -8,13 +8,14 @@ import numpy as np
 import torch
 
 from methods.data.datasets import payload_splits
-from methods.data.karpathy import CAPTIONS_PER_IMAGE
 from methods.data.positives import split_positives
 from methods.errors import HarnessError
 from methods.metrics.eccv import ECCV_METRICS
 from methods.metrics.eccv_caption import ECCV_CAPTION_METRICS, split_coco_ids
+from methods.metrics.label_prediction import LABEL_PREDICTION_METRICS, LabelPredictions
+from methods.metrics.label_ranking import LABEL_RANKING_METRICS
 from methods.metrics.registry import METRICS, evaluate
-from methods.metrics.relevance import CaptionsOfImage, ExtendedPositives
+from methods.metrics.relevance import CaptionsOfImage, ExtendedPositives, SharedLabels
 from methods.metrics.retrieval import RETRIEVAL_METRICS
 from methods.metrics.statistics import STATISTICS
 from methods.registry import Registry
@@ -50,6 +51,27 @@ for _p in (
              "synthetic test split, all images at once, against every image a caption truly describes "
              "(extended positives; ECCV Caption's mAP@R, R-Precision and R@1)",
              relevance="extended_positives", metrics=ECCV_METRICS),
+    Protocol("labelwise_test", "test", 1, None,
+             "label-wise retrieval on the test split, all items at once: an item is relevant when it shares a "
+             "label with the query, graded by the number of shared labels (NDCG@500, mAP, mAP@R)",
+             relevance="shared_labels", metrics=LABEL_RANKING_METRICS),
+    Protocol("labelwise_coco_1k_5fold", "testall", 5, 5000,
+             "label-wise retrieval on COCO 5K testall (80 object labels) in 5 consecutive folds of 1,000 images "
+             "and their captions; every metric averaged over folds", relevance="shared_labels",
+             metrics=LABEL_RANKING_METRICS),
+    Protocol("labelwise_coco_5k", "testall", 1, 5000,
+             "label-wise retrieval on COCO 5K testall (80 object labels), all 5,000 images / 25,000 captions",
+             relevance="shared_labels", metrics=LABEL_RANKING_METRICS),
+    Protocol("label_prediction", "test", 1, None,
+             "micro-F1 of each modality's label prediction on the test split (models with a label head)",
+             relevance="label_predictions", metrics=LABEL_PREDICTION_METRICS),
+    Protocol("label_prediction_coco_1k_5fold", "testall", 5, 5000,
+             "micro-F1 of each modality's label prediction on COCO 5K testall in 5 consecutive folds of 1,000 "
+             "images and their captions, averaged over folds (models with a label head)",
+             relevance="label_predictions", metrics=LABEL_PREDICTION_METRICS),
+    Protocol("label_prediction_coco_5k", "testall", 1, 5000,
+             "micro-F1 of each modality's label prediction on COCO 5K testall (models with a label head)",
+             relevance="label_predictions", metrics=LABEL_PREDICTION_METRICS),
     Protocol("set_statistics", "each test split", 1, None,
              "statistics of the test embeddings of set models (within-set circular variance); not a protocol a "
              "dataset lists: evaluation adds it for models that report statistics",
@@ -118,7 +140,7 @@ def split_relevances(payload: dict, split: str) -> dict:
     relevances = {}
     for kind, name in needed.items():
         if kind == "captions_of_image":
-            relevances[kind] = CaptionsOfImage(CAPTIONS_PER_IMAGE)
+            relevances[kind] = CaptionsOfImage(payload["dataset"]["texts_per_image"])
         elif kind == "extended_positives":
             path = payload["paths"].get("positives")
             if not path:
@@ -127,7 +149,10 @@ def split_relevances(payload: dict, split: str) -> dict:
             loaded = payload_splits(payload, [split])[split]
             karpathy = payload["dataset"]["splits"][split]
             relevances[kind] = ExtendedPositives(
-                split_positives(path, loaded, payload["paths"]["karpathy_json"], karpathy), CAPTIONS_PER_IMAGE)
+                split_positives(path, loaded, payload["paths"]["karpathy_json"], karpathy), loaded.texts_per_image)
+        elif kind in ("shared_labels", "label_predictions"):
+            # label predictions need the model: evaluation joins them to these labels (label_prediction_relevance)
+            relevances[kind] = split_labels(payload, split, name)
         elif kind == "coco_ids":
             loaded = payload_splits(payload, [split])[split]
             relevances[kind] = split_coco_ids(payload["paths"]["karpathy_json"], loaded,
@@ -136,6 +161,22 @@ def split_relevances(payload: dict, split: str) -> dict:
             raise HarnessError(f"dataset {payload['name']}: protocol {name} needs {kind} relevance, which "
                                f"evaluation cannot build from a dataset")
     return relevances
+
+
+def split_labels(payload: dict, split: str, protocol: str) -> SharedLabels:
+    """The multi-hot labels of a split's images and of its texts (each text has its image's labels)."""
+    loaded = payload_splits(payload, [split])[split]
+    if loaded.labels is None:
+        raise HarnessError(f"dataset {payload['name']}: protocol {protocol} needs labels, but the images of split "
+                           f"'{split}' in {payload['paths']['karpathy_json']} have no 'labels'")
+    image_labels = np.asarray(loaded.labels, dtype=np.uint8)
+    return SharedLabels(image_labels, np.repeat(image_labels, loaded.texts_per_image, axis=0))
+
+
+def label_prediction_relevance(labels: SharedLabels, predictions: tuple[np.ndarray, np.ndarray]) -> LabelPredictions:
+    """A model's per-item label probabilities (``RetrievalModel.label_predictions``) beside the split's labels."""
+    image_scores, text_scores = predictions
+    return LabelPredictions(image_scores, labels.image_labels, text_scores, labels.text_labels)
 
 
 def evaluate_protocol(scores: torch.Tensor | np.ndarray, protocol: Protocol, relevance=None) -> dict:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -103,6 +104,11 @@ class RetrievalModel(nn.Module):
         """Statistics of a split's encodings that a paper reports beside its metrics (set models:
         within-set circular variance); none for most models."""
         return {}
+
+    def label_predictions(self, img: Any, txt: Any) -> tuple[np.ndarray, np.ndarray] | None:
+        """Per-item label probabilities of a split's encodings, (N_img, C) and (N_txt, C), for
+        models with a label head (label-wise retrieval: micro-F1); None for the others."""
+        return None
 
     def training_outputs(self, img: Any, txt: Any) -> dict[str, Any]:
         """Named outputs of a training batch for the loss terms (one score matrix per head)."""

@@ -55,12 +55,13 @@ from methods.data.datasets import payload_splits  # noqa: E402
 from methods.features.backbone import eval_transform  # noqa: E402
 from methods.features.images import ImageFiles  # noqa: E402
 from methods.models.mvsa import MVSA  # noqa: E402
-from methods.report.retrieval_examples import (asa_attention_figure, image_retrieval_figure,  # noqa: E402
-                                               spread_queries, text_retrieval_figure)
+from methods.report.retrieval_examples import (TOP_K, ItemLabels, asa_attention_figure,  # noqa: E402
+                                               image_retrieval_figure, spread_queries, text_retrieval_figure)
 from methods.report.saf_weights import saf_weights_figure  # noqa: E402
+from methods.report.label_figures import CLASSIFICATION, RETRIEVAL, training_curves  # noqa: E402
+from methods.report.label_figures import ndcg_against_weight  # noqa: E402
 from methods.report.set_figures import element_projection, setting_panels  # noqa: E402
 from methods.scoring import encode_texts  # noqa: E402
-from methods.data.karpathy import CAPTIONS_PER_IMAGE  # noqa: E402
 
 LOSS_ORDER = ("triplet_sum", "triplet_hardest", "nt_xent", "smooth_ap")
 DIRECTIONS = {"i2t": "image → text (image queries)", "t2i": "text → image (caption queries)"}
@@ -189,7 +190,8 @@ def saf_weights(spec: dict, aggregates: dict, args):
     model_cfg = ckpt["config"]["model"]
     data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
     sims = load_npy(run / f"sims_{spec['split']}.npy")
-    return saf_weights_figure(spec, model, data.features, data.captions, Vocabulary.load(args.vocab), sims)
+    return saf_weights_figure(spec, model, data.features, data.captions, data.texts_per_image,
+                              Vocabulary.load(args.vocab), sims)
 
 
 def shown_crop(img: Image.Image, resize: int, crop: int) -> np.ndarray:
@@ -217,28 +219,42 @@ class ShownImages:
 
 
 def _test_run(spec: dict, args):
-    """(payload, the test split's captions in the order the run scored them, the run's test score
+    """(payload, the test split as the run scored it (captions in its order), the run's test score
     matrix) of a figure's row."""
     payload = load_dataset_payload(args.dataset_config)
     run = Path(spec["run"])
     model_cfg = read_json(run / f"eval_{spec['split']}.json", "an evaluation of the figure's run")["config"]["model"]
-    captions = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg).captions
+    data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
     sims = load_npy(run / f"sims_{spec['split']}.npy")
-    if sims.shape[1] != len(captions):
-        raise HarnessError(f"{run}/sims_{spec['split']}.npy scores {sims.shape[1]} captions, the split has {len(captions)}")
-    return payload, captions, sims
+    if sims.shape[1] != len(data.captions):
+        raise HarnessError(f"{run}/sims_{spec['split']}.npy scores {sims.shape[1]} captions, the split has "
+                           f"{len(data.captions)}")
+    return payload, data, sims
+
+
+def item_labels(payload: dict, data) -> ItemLabels | None:
+    """The split's labels when the dataset ranks by shared labels (label-wise protocols), else None."""
+    if data.labels is None or not any(get_protocol(p).relevance == "shared_labels" for p in payload["dataset"]["protocols"]):
+        return None
+    names = read_json(payload["paths"]["karpathy_json"]).get("label_names") or [str(c) for c in range(data.labels.shape[1])]
+    return ItemLabels(data.labels, data.text_labels(), names)
 
 
 @register_figure("text_retrieval_examples", needs=("trained_run",))
 def text_retrieval_examples(spec: dict, aggregates: dict, args):
-    payload, captions, sims = _test_run(spec, args)
-    return text_retrieval_figure(spec, sims, captions, ShownImages(payload, spec["split"], spec["figure"]))
+    payload, data, sims = _test_run(spec, args)
+    return text_retrieval_figure(spec, sims, data.captions, data.texts_per_image,
+                                 ShownImages(payload, spec["split"], spec["figure"]), labels=item_labels(payload, data))
 
 
 @register_figure("image_retrieval_examples", needs=("trained_run",))
 def image_retrieval_examples(spec: dict, aggregates: dict, args):
-    payload, captions, sims = _test_run(spec, args)
-    return image_retrieval_figure(spec, sims, captions, ShownImages(payload, spec["split"], spec["figure"]))
+    payload, data, sims = _test_run(spec, args)
+    labels = item_labels(payload, data)
+    # the label-wise supplement shows the top-3 images of a text query (Figure 2), the caption papers 5
+    return image_retrieval_figure(spec, sims, data.captions, data.texts_per_image,
+                                  ShownImages(payload, spec["split"], spec["figure"]), labels=labels,
+                                  top=3 if labels is not None else TOP_K)
 
 
 @register_figure("asa_attention", needs=("trained_run",))
@@ -292,14 +308,47 @@ def set_element_projection(spec: dict, aggregates: dict, args, n_images: int = 1
             raise HarnessError(f"figure {spec['figure']}: row '{row_id}' is not a set-embedding model")
         data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
         images = np.array(spread_queries(len(data), min(n_images, len(data))))
-        tokens = [vocab.encode(data.captions[CAPTIONS_PER_IMAGE * i + j]) for i in images
-                  for j in range(CAPTIONS_PER_IMAGE)]
+        tokens = [vocab.encode(data.captions[data.texts_per_image * i + j]) for i in images
+                  for j in range(data.texts_per_image)]
         model.eval()
         with torch.no_grad():
             img = model.encode_images({"features": data.features.take(images)})
         txt = encode_texts(model, tokens, torch.device("cpu"), batch_size=100)
         models[labels[row_id]] = (img.numpy(), txt.numpy())
     fig = element_projection(models)
+    fig.suptitle(_title(spec, int(10 * fig.get_figwidth())), fontsize=10)
+    _ran_footnote(fig, spec, int(15 * fig.get_figwidth()))
+    return fig
+
+
+@register_figure("label_training_curves", needs=("train_logs",))
+def label_training_curves(spec: dict, aggregates: dict | None = None, args=None):
+    curves = {}
+    for row in spec["rows"]:
+        seeds = []
+        for run in row["runs"]:
+            history = read_json(Path(run) / "train_log.json")["history"]
+            missing = [k for k in (*CLASSIFICATION, *RETRIEVAL) if k not in history[0]["val"]]
+            if missing:
+                raise HarnessError(f"{run}/train_log.json: validation logged no {', '.join(missing)} (row "
+                                   f"'{row['id']}' is not a label-wise model?)")
+            seeds.append([h["val"] for h in history])
+        curves[row["id"]] = seeds
+    fig = training_curves(curves)
+    fig.text(0.5, 0.815, textwrap.fill("; ".join(f"{r['id']}: {r['label']}" for r in spec["rows"]), 210), fontsize=7,
+             ha="center", va="bottom")
+    fig.suptitle(_title(spec, int(10 * fig.get_figwidth())), fontsize=10)
+    _ran_footnote(fig, spec, int(15 * fig.get_figwidth()))
+    return fig
+
+
+@register_figure("ndcg_by_loss_weight")
+def ndcg_by_loss_weight(spec: dict, aggregates: dict, args=None, term: str = "masked_prediction"):
+    protocol = next((p for p in spec["protocols"] if "t2i_ndcg500" in get_protocol(p).metrics), None)
+    if protocol is None:
+        raise HarnessError(f"figure {spec['figure']}: dataset {spec['dataset']} has no protocol with NDCG@500")
+    points = [(row["loss_weights"].get(term, 0.0), aggregates[row["id"]]["protocols"][protocol]) for row in spec["rows"]]
+    fig = ndcg_against_weight(points, term, protocol)
     fig.suptitle(_title(spec, int(10 * fig.get_figwidth())), fontsize=10)
     _ran_footnote(fig, spec, int(15 * fig.get_figwidth()))
     return fig

@@ -15,13 +15,13 @@ score matrix's, ties broken by the lower index as in the metrics.
 from __future__ import annotations
 
 import textwrap
+from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib.patches import Rectangle
 
-from methods.data.karpathy import CAPTIONS_PER_IMAGE
 from methods.errors import HarnessError
 
 TOP_K = 5
@@ -52,38 +52,67 @@ def _outline(ax, colour: str, width: float = 5) -> None:
     ax.set_yticks([])
 
 
-def text_retrieval_figure(spec: dict, sims: np.ndarray, captions: list[str], images, n_queries: int = 4):
-    """``images[i]``: image i of the split as an (H, W, 3) array."""
+@dataclass(frozen=True)
+class ItemLabels:
+    """Labels of a split's images and texts (label-wise datasets): a retrieved item is a match when
+    it shares a label with the query (the label-wise protocols' relevance), and each item is shown
+    with its label names (Yang et al., IJCAI 2021, supplement Figure 2)."""
+    image_labels: np.ndarray   # (N, C) multi-hot
+    text_labels: np.ndarray    # (M, C)
+    names: list[str]
+
+    def of(self, row: np.ndarray) -> str:
+        # a grouped name ("shape:circle", the synthetic tags') shows its last part
+        return ", ".join(self.names[c].rsplit(":", 1)[-1] for c in np.flatnonzero(row)) or "none"
+
+
+def text_retrieval_figure(spec: dict, sims: np.ndarray, captions: list[str], texts_per_image: int, images,
+                          n_queries: int = 4, labels: ItemLabels | None = None):
+    """``images[i]``: image i of the split as an (H, W, 3) array; caption k is of image k // texts_per_image.
+    With ``labels`` a text matches when it shares a label with the image, and its labels are shown."""
     queries = spread_queries(sims.shape[0], n_queries)
     fig, axes = plt.subplots(len(queries), 2, figsize=(12, 2.4 * len(queries)), squeeze=False,
                              gridspec_kw={"width_ratios": [1, 4]})
     for row, image in enumerate(queries):
         axes[row][0].imshow(images[image])
-        axes[row][0].set_title(f"query: test image {image}", fontsize=8)
+        truth = "" if labels is None else "\n" + textwrap.fill(f"labels: {labels.of(labels.image_labels[image])}", 36)
+        axes[row][0].set_title(f"query: test image {image}{truth}", fontsize=8)
         axes[row][0].axis("off")
         ax = axes[row][1]
         ax.axis("off")
         for rank, cap in enumerate(top_k(sims[image])):
-            correct = cap // CAPTIONS_PER_IMAGE == image
+            if labels is None:
+                correct, shown = cap // texts_per_image == image, captions[cap]
+            else:
+                correct = bool(labels.image_labels[image] @ labels.text_labels[cap])
+                shown = f"[labels: {labels.of(labels.text_labels[cap])}] {captions[cap] or '(no tag)'}"
             mark = "✓" if correct else "✗"
-            text = textwrap.shorten(f"{rank + 1}. {mark} {captions[cap]}", 110)
+            text = textwrap.shorten(f"{rank + 1}. {mark} {shown}", 130)
             ax.text(0.0, 1 - (rank + 0.5) / TOP_K, text, fontsize=9, va="center",
                     color="tab:green" if correct else "tab:red", transform=ax.transAxes)
     fig.suptitle(_title(spec, 130), fontsize=9)
     return fig
 
 
-def image_retrieval_figure(spec: dict, sims: np.ndarray, captions: list[str], images, n_queries: int = 4):
+def image_retrieval_figure(spec: dict, sims: np.ndarray, captions: list[str], texts_per_image: int, images,
+                           n_queries: int = 4, labels: ItemLabels | None = None, top: int = TOP_K):
+    """The ``top`` images of a few text queries; the text's own image outlined green (with
+    ``labels``: every image sharing a label with the text), the others red."""
     queries = spread_queries(sims.shape[1], n_queries)
-    fig, axes = plt.subplots(len(queries), TOP_K, figsize=(2.3 * TOP_K, 2.7 * len(queries)), squeeze=False)
+    fig, axes = plt.subplots(len(queries), top, figsize=(2.3 * top + 0.6, 2.7 * len(queries)), squeeze=False)
     for row, cap in enumerate(queries):
-        truth = cap // CAPTIONS_PER_IMAGE
-        for rank, image in enumerate(top_k(sims[:, cap])):
+        truth = cap // texts_per_image
+        for rank, image in enumerate(top_k(sims[:, cap], top)):
             ax = axes[row][rank]
             ax.imshow(images[image])
-            _outline(ax, "tab:green" if image == truth else "tab:red")
-            ax.set_xlabel(f"{rank + 1}: image {image}", fontsize=8)
-        axes[row][0].set_title(textwrap.shorten(f"query {cap}: {captions[cap]}", 100), fontsize=9, loc="left")
+            correct = image == truth if labels is None else bool(labels.image_labels[image] @ labels.text_labels[cap])
+            _outline(ax, "tab:green" if correct else "tab:red")
+            shown = "" if labels is None else "\n" + textwrap.fill(labels.of(labels.image_labels[image]), 30)
+            ax.set_xlabel(f"{rank + 1}: image {image}{shown}", fontsize=8)
+        query = captions[cap] or "(no tag)"
+        if labels is not None:
+            query = f"[labels: {labels.of(labels.text_labels[cap])}] {query}"
+        axes[row][0].set_title(textwrap.shorten(f"query {cap}: {query}", 40 * top), fontsize=9, loc="left")
     fig.suptitle(_title(spec, 110), fontsize=9)
     return fig
 

@@ -11,17 +11,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from methods.data.karpathy import CAPTIONS_PER_IMAGE
 from methods.data.text import Vocabulary, pad_tokens
 from methods.errors import HarnessError
 from methods.models.sgraf import SGRAF
 
 
-def pick_pairs(sims: np.ndarray, n_queries: int) -> list[tuple[int, int, int]]:
+def pick_pairs(sims: np.ndarray, n_queries: int, texts_per_image: int) -> list[tuple[int, int, int]]:
     """(image, matched caption, mismatched caption) for the first n_queries images."""
     out = []
     for i in range(min(n_queries, sims.shape[0])):
-        own = np.arange(i * CAPTIONS_PER_IMAGE, (i + 1) * CAPTIONS_PER_IMAGE)
+        own = np.arange(i * texts_per_image, (i + 1) * texts_per_image)
         matched = int(own[np.argmax(sims[i, own])])
         others = sims[i].copy()
         others[own] = -np.inf
@@ -41,13 +40,13 @@ def pair_weights(model, features: torch.Tensor, token_lists: list[list[int]]) ->
     return beta, scores
 
 
-def saf_weights_figure(spec: dict, model, features, captions: list[str], vocab: Vocabulary, sims: np.ndarray,
-                       n_queries: int = 3):
+def saf_weights_figure(spec: dict, model, features, captions: list[str], texts_per_image: int, vocab: Vocabulary,
+                       sims: np.ndarray, n_queries: int = 3):
     if not isinstance(model, SGRAF) or "saf" not in model.head_names:
         raise HarnessError(f"figure {spec['figure']}: row '{spec['row']}' is not a model with a SAF head")
     if model.attention != "t2i" or not model.nodes_local:
         raise HarnessError(f"figure {spec['figure']}: SAF weights over words need t2i attention and local nodes")
-    picks = pick_pairs(sims, n_queries)
+    picks = pick_pairs(sims, n_queries, texts_per_image)
     fig, axes = plt.subplots(len(picks), 2, figsize=(11, 2.6 * len(picks)), squeeze=False)
     for row, (image, matched, mismatched) in enumerate(picks):
         caps = [matched, mismatched]
@@ -60,7 +59,7 @@ def saf_weights_figure(spec: dict, model, features, captions: list[str], vocab: 
             ax.bar(range(len(labels)), weights, color="tab:green" if col == 0 else "tab:red", alpha=0.8)
             ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=8)
             ax.set_ylim(0, max(0.05, float(weights.max()) * 1.15))
-            kind = "matched" if col == 0 else f"mismatched (caption of image {c // CAPTIONS_PER_IMAGE})"
+            kind = "matched" if col == 0 else f"mismatched (caption of image {c // texts_per_image})"
             ax.set_title(textwrap.shorten(f"image {image}, {kind}: SAF score {float(scores[col]):.3f} — "
                                           f"\"{captions[c]}\"", 88), fontsize=8)
             ax.set_ylabel("SAF weight β")

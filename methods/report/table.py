@@ -71,10 +71,20 @@ def _frame(records, columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame(list(records), columns=columns, dtype=object)
 
 
-def _round2(values: pd.Series) -> pd.Series:
+# digits kept in the CSV and shown in the markdown, by the metric's scale (micro-F1 is a 0-1
+# fraction printed to three decimals in the label-wise paper; percentages to one or two)
+CSV_DIGITS, SHOWN_DIGITS = {"unit": 4}, {"unit": 3}
+
+
+def _digits(metrics: pd.Series, table: dict[str, int], default: int) -> pd.Series:
+    return metrics.map(lambda m: table.get(METRICS.get(m).scale, default))
+
+
+def _rounded(values: pd.Series, metrics: pd.Series) -> pd.Series:
     # Python's round is correctly rounded at ...5; numpy's (and pandas') scales by 100 first and
     # rounds some of those halves the other way.
-    return values.map(lambda v: round(float(v), 2)).astype(object)
+    return pd.Series([v if pd.isna(v) else round(float(v), d) for v, d in zip(values, _digits(metrics, CSV_DIGITS, 2))],
+                     index=values.index, dtype=object)
 
 
 def _blank(values: pd.Series) -> pd.Series:
@@ -224,20 +234,20 @@ def build_rows(spec: dict, aggregates: dict[str, dict]) -> pd.DataFrame:
                      for value, reported, ens, ens_reported, tol, only
                      in zip(df["mean"], _optional(df["reported"]), df["ensemble_size"],
                             _optional(df["reported_ensemble_size"]), df["tolerance"], df["reported_only"])]
-    df["difference"] = _blank(_round2(pd.to_numeric(df["mean"]) - pd.to_numeric(df["reported"]))
+    df["difference"] = _blank(_rounded(pd.to_numeric(df["mean"]) - pd.to_numeric(df["reported"]), df["metric"])
                               .where(has_reported & ~df["reported_only"]))
     return df.assign(table=spec["table"], dataset=spec["dataset"],
-                     reproduced=_blank(_round2(df["mean"]).where(~df["reported_only"])),
+                     reproduced=_blank(_rounded(df["mean"], df["metric"]).where(~df["reported_only"])),
                      n_seeds=_blank(df["n_seeds"]), seeds=_blank(df["seeds"]),
                      ensemble_size=_blank(df["ensemble_size"]), run_configs=_blank(df["run_configs"]),
-                     reproduced_std=_blank(_round2(df["std"]).where(~df["reported_only"] & (df["n_seeds"] > 1))),
+                     reproduced_std=_blank(_rounded(df["std"], df["metric"]).where(~df["reported_only"] & (df["n_seeds"] > 1))),
                      reported=_blank(df["reported"]),
                      reported_std=_blank(df["reported_std"]),
                      reported_ensemble_size=_blank(df["reported_ensemble_size"]),
                      reported_source=_source(df, "no reported number in the sources"),
                      compared_to=_blank(df["compared_to"]),
-                     paired_difference=_blank(_round2(df["paired_difference"]).where(df["compared_to"].notna())),
-                     paired_difference_std=_blank(_round2(df["paired_difference_std"])
+                     paired_difference=_blank(_rounded(df["paired_difference"], df["metric"]).where(df["compared_to"].notna())),
+                     paired_difference_std=_blank(_rounded(df["paired_difference_std"], df["metric"])
                                                   .where(df["compared_to"].notna() & (df["n_seeds"] > 1))),
                      paired_p=_blank(df["paired_p"].map(lambda v: None if v is None or pd.isna(v) else float(f"{v:.3g}"))),
                      )[list(COLUMNS)]
@@ -251,14 +261,28 @@ def _cell_text(rows: pd.DataFrame) -> pd.Series:
     """``reproduced[ ± std][ / reported[ ± spread] — verdict]`` per table cell (``—`` reproduced for
     a reported-only row)."""
     has_std, has_reported = rows["reproduced_std"] != "", rows["reported"] != ""
-    text = rows["reproduced"].map(lambda v: "—" if v == "" else f"{v:.1f}")
-    text = text.where(~has_std, text + " ± " + rows["reproduced_std"].map(lambda v: f"{v:.1f}" if v != "" else ""))
+    digits = _digits(rows["metric"], SHOWN_DIGITS, 1)
+    shown = lambda column: pd.Series([f"{v:.{d}f}" if v != "" else "" for v, d in zip(rows[column], digits)],  # noqa: E731
+                                     index=rows.index)
+    text = shown("reproduced").where(rows["reproduced"] != "", "—")
+    text = text.where(~has_std, text + " ± " + shown("reproduced_std"))
     spread = (" ± " + rows["reported_std"].astype(str)).where(rows["reported_std"] != "", "")
     text = text.where(~has_reported, text + " / " + rows["reported"].astype(str) + spread + " — " + rows["verdict"])
     compared = rows["compared_to"] != ""
     delta = (" (Δ " + rows["paired_difference"].map(lambda v: f"{v:+.2f}" if v != "" else "")
              + rows["paired_difference_std"].map(lambda v: f" ± {v:.2f}" if v != "" else "") + ")")
     return text.where(~compared, text + delta)
+
+
+TOLERANCE_NAMES = {"recall": "R@K", "rsum": "RSUM", "rank": "medr", "ranking": "mAP/NDCG", "variance": "log circ. var.",
+                   "f1": "micro-F1"}
+
+
+def tolerance_text(spec: dict) -> str:
+    """The tolerances of the metric families the table's protocols show."""
+    families = dict.fromkeys(METRICS.get(m).tolerance for p in spec["protocols"]
+                             for m in table_metrics(get_protocol(p).metrics))
+    return ", ".join(f"{TOLERANCE_NAMES.get(f, f)} ±{spec['tolerance'][f]}" for f in families if f is not None)
 
 
 def to_markdown(spec: dict, rows: pd.DataFrame | list[dict]) -> str:
@@ -269,8 +293,7 @@ def to_markdown(spec: dict, rows: pd.DataFrame | list[dict]) -> str:
     lines += [f"- {t}" for t in spec["titles"]]
     lines += ["", "Cells: reproduced (± std over seeds) / reported — verdict; for a row compared with another, "
               "(Δ mean ± std over seeds of the paired differences). "
-              f"Tolerance: R@K ±{spec['tolerance']['recall']}, RSUM ±{spec['tolerance']['rsum']}, "
-              f"medr ±{spec['tolerance']['rank']}.", ""]
+              f"Tolerance: {tolerance_text(spec)}.", ""]
     if (order["ran"] != "").any():
         lines += ["Rows: the paper's setting the row stands for, then (· ran:) what its runs really ran: backbone "
                   "or image input, dimensions, epochs per stage and batch, from the resolved run configs.", ""]

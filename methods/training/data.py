@@ -3,8 +3,8 @@
 Two batchings, chosen by ``training.batching``:
 - ``captions``: each item is one caption and its image (VSE++/VSRN/SCAN style; an image may
   appear with several of its captions, or once);
-- ``images``: each item is one image with all 5 of its captions (the ranking batches the
-  metric-learning study uses for SmoothAP: B images x 5B captions).
+- ``images``: each item is one image with all its texts_per_image captions (the ranking batches
+  the metric-learning study uses for SmoothAP: B images x 5B captions).
 The collate function builds the image rows of the batch and the (image rows x captions)
 positive mask the losses take, as ``training.batch_positives`` says:
 - ``diagonal``: one image row per caption, even when two captions of a batch share an image,
@@ -12,60 +12,91 @@ positive mask the losses take, as ``training.batch_positives`` says:
   caption of an image and the repeated image row are negatives);
 - ``same_image``: each image once, positive with every caption of it in the batch (the only
   meaning image batches can have).
+
+The collate function also adds the split's labels (``image_labels`` of the image rows,
+``text_labels`` of the captions) when it has them, and the masked-prediction targets
+(``token_targets``, ``region_class_targets``; ``methods.data.masked_prediction``) when the method
+config sets ``training.masked_prediction``.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from methods.data.caption_augment import CaptionAugmentation
-from methods.data.inputs import CachedGridFeatures, CachedImageFeatures
-from methods.data.karpathy import CAPTIONS_PER_IMAGE
+from methods.data.inputs import CachedGridFeatures, CachedImageFeatures, SplitData
+from methods.data.masked_prediction import IGNORE, MaskedPrediction
 from methods.data.text import Vocabulary, pad_tokens
+from methods.errors import HarnessError
 from methods.features.images import ImageFiles
 
 
 class CaptionPairs(Dataset):
-    """Item k = (image index k // 5, token ids of caption k[, transformed image])."""
+    """Item k = (image index k // texts_per_image, token ids of caption k, transformed image or None,
+    masked-prediction targets of the tokens or None)."""
 
-    def __init__(self, captions: list[str], vocab: Vocabulary, images: ImageFiles | None = None,
-                 max_images: int | None = None, augment: CaptionAugmentation | None = None):
-        n_img = len(captions) // CAPTIONS_PER_IMAGE
+    def __init__(self, captions: list[str], vocab: Vocabulary, texts_per_image: int, images: ImageFiles | None = None,
+                 max_images: int | None = None, augment: CaptionAugmentation | None = None,
+                 masked: MaskedPrediction | None = None):
+        n_img = len(captions) // texts_per_image
         n_img = n_img if max_images is None else min(max_images, n_img)
-        self.tokens = [vocab.encode(c) for c in captions[: n_img * CAPTIONS_PER_IMAGE]]
+        self.texts_per_image = texts_per_image
+        self.tokens = [vocab.encode(c) for c in captions[: n_img * texts_per_image]]
         self.images = images
         self.n_images = n_img
         self.augment = augment   # drawn anew each time a caption is read (training only)
+        self.masked = masked     # likewise, after the augmentation
 
-    def caption(self, k: int) -> list[int]:
-        return self.tokens[k] if self.augment is None else self.augment(self.tokens[k])
+    def caption(self, k: int) -> tuple[list[int], list[int] | None]:
+        """(token ids, masked-prediction targets or None) of caption k, augmented and masked anew."""
+        tokens = self.tokens[k] if self.augment is None else self.augment(self.tokens[k])
+        return (tokens, None) if self.masked is None else self.masked.mask_words(tokens)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def __getitem__(self, k: int):
-        image_index = k // CAPTIONS_PER_IMAGE
+        image_index = k // self.texts_per_image
         image = self.images[image_index] if self.images is not None else None
-        return image_index, self.caption(k), image
+        tokens, targets = self.caption(k)
+        return image_index, tokens, image, targets
 
 
 class ImagesWithCaptions(CaptionPairs):
-    """Item i = image i with each of its 5 captions (the image itself is loaded once)."""
+    """Item i = image i with each of its texts_per_image captions (the image itself is loaded once)."""
 
     def __len__(self) -> int:
         return self.n_images
 
     def __getitem__(self, i: int):
         image = self.images[i] if self.images is not None else None
-        base = i * CAPTIONS_PER_IMAGE
-        return [(i, self.caption(base + j), image if j == 0 else None) for j in range(CAPTIONS_PER_IMAGE)]
+        items = []
+        for j in range(self.texts_per_image):
+            tokens, targets = self.caption(i * self.texts_per_image + j)
+            items.append((i, tokens, image if j == 0 else None, targets))
+        return items
 
 
-def make_train_dataset(batching: str, captions: list[str], vocab: Vocabulary, images: ImageFiles | None,
-                       augment: CaptionAugmentation | None = None):
+def make_train_dataset(batching: str, captions: list[str], vocab: Vocabulary, texts_per_image: int,
+                       images: ImageFiles | None, augment: CaptionAugmentation | None = None,
+                       masked: MaskedPrediction | None = None):
     if batching == "images":
-        return ImagesWithCaptions(captions, vocab, images, augment=augment)
-    return CaptionPairs(captions, vocab, images, augment=augment)
+        return ImagesWithCaptions(captions, vocab, texts_per_image, images, augment=augment, masked=masked)
+    return CaptionPairs(captions, vocab, texts_per_image, images, augment=augment, masked=masked)
+
+
+def training_batches(training_cfg: dict, split: SplitData, vocab: Vocabulary,
+                     images: ImageFiles | None) -> tuple[Dataset, "PairCollator"]:
+    """The training dataset and collate function of ``split`` as the method config's ``training``
+    block says (batching, positives, caption augmentation, masked prediction); ``images``: the
+    image files when the CNN is fine-tuned, else None (cached features)."""
+    masked = MaskedPrediction.from_config(training_cfg, len(vocab))
+    dataset = make_train_dataset(training_cfg["batching"], split.captions, vocab, split.texts_per_image, images,
+                                 CaptionAugmentation.from_config(training_cfg, len(vocab)), masked)
+    collate = PairCollator(None if images is not None else split.features, training_cfg["batch_positives"],
+                           split.labels, split.region_classes, masked)
+    return dataset, collate
 
 
 BATCH_POSITIVES = ("diagonal", "same_image")
@@ -73,13 +104,22 @@ BATCH_POSITIVES = ("diagonal", "same_image")
 
 class PairCollator:
     """Batch dict: ``image_index`` (U,), ``features`` (U, ...) or ``images``, ``tokens``, ``lengths``,
-    ``positives`` (U, B): U = B image rows (``diagonal``) or the batch's distinct images."""
+    ``positives`` (U, B): U = B image rows (``diagonal``) or the batch's distinct images; with
+    ``labels`` (N, C): ``image_labels`` float (U, C) and ``text_labels`` float (B, C); with
+    ``masked``: ``token_targets`` long (B, L) (padded with IGNORE like the tokens) and
+    ``region_class_targets`` long (U, R) from ``region_classes`` (N, R)."""
 
-    def __init__(self, features: CachedImageFeatures | CachedGridFeatures | None, positives: str):
+    def __init__(self, features: CachedImageFeatures | CachedGridFeatures | None, positives: str,
+                 labels: np.ndarray | None = None, region_classes: np.ndarray | None = None,
+                 masked: MaskedPrediction | None = None):
         if positives not in BATCH_POSITIVES:
             raise ValueError(f"batch positives '{positives}': expected one of {', '.join(BATCH_POSITIVES)}")
+        if masked is not None and region_classes is None:
+            raise HarnessError("training.masked_prediction needs the detector class of each training region: "
+                               "a regions model with model.region_classes: true")
         self.features = features  # cached features, or None when images are loaded
         self.positives = positives
+        self.labels, self.region_classes, self.masked = labels, region_classes, masked
 
     def __call__(self, items):
         if isinstance(items[0], list):  # image batching: flatten each image's captions
@@ -102,4 +142,13 @@ class PairCollator:
             batch["images"] = torch.stack([items[int(i)][2] for i in first])
         else:
             batch["features"] = self.features.take(rows.numpy())
+        if self.labels is not None:
+            batch["image_labels"] = torch.from_numpy(self.labels[rows.numpy()].astype(np.float32))
+            batch["text_labels"] = torch.from_numpy(self.labels[image_index.numpy()].astype(np.float32))
+        if self.masked is not None:
+            targets = torch.full(tokens.shape, IGNORE, dtype=torch.long)
+            for row, it in enumerate(items):
+                targets[row, :len(it[3])] = torch.tensor(it[3], dtype=torch.long)
+            batch["token_targets"] = targets
+            batch["region_class_targets"] = self.masked.select_regions(self.region_classes[rows.numpy()])
         return batch

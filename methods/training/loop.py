@@ -29,7 +29,6 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from methods.data.caption_augment import CaptionAugmentation
 from methods.data.inputs import SplitData
 from methods.data.text import Vocabulary
 from methods.errors import HarnessError, first_line
@@ -39,12 +38,15 @@ from methods.io import torch_save
 from methods.losses.gradient_count import count_negatives_with_gradient
 from methods.losses.terms import Loss, OneDirection
 from methods.metrics.registry import METRICS, evaluate, value_from
-from methods.metrics.relevance import CaptionsOfImage
+from methods.metrics.label_prediction import LABEL_PREDICTION_METRICS
+from methods.metrics.label_ranking import LABEL_RANKING_METRICS
+from methods.metrics.protocols import label_prediction_relevance
+from methods.metrics.relevance import CaptionsOfImage, SharedLabels
 from methods.metrics.retrieval import RETRIEVAL_METRICS
 from methods.models.base import RetrievalModel
 from methods.runtime import to_device
 from methods.scoring import encode_split, score_matrix
-from methods.training.data import CaptionPairs, PairCollator, make_train_dataset
+from methods.training.data import CaptionPairs, training_batches
 from methods.training.schedule import lr_at
 from methods.training.step import TrainingStep
 
@@ -149,15 +151,29 @@ def selection_value(metrics: dict, name: str) -> float:
 
 def validate(model: RetrievalModel, inp: TrainInputs, amp: bool) -> dict:
     n = min(inp.val_max_images, len(inp.dev))
-    pairs = CaptionPairs(inp.dev.captions, inp.vocab, max_images=n)
+    pairs = CaptionPairs(inp.dev.captions, inp.vocab, inp.dev.texts_per_image, max_images=n)
     images = (ImageFiles(inp.images_dir, inp.dev.filenames[:n], eval_transform(inp.resize, inp.crop))
               if model.finetune else None)
     img, cap = encode_split(model, pairs.tokens, n, inp.device, inp.config["training"]["eval_batch_size"],
                             features=inp.dev.features, images=images, amp=amp)
     selection = selection_metric(inp.config["training"])
+    scores = score_matrix(model, img, cap, amp=amp)
+    by_captions = selection.relevance == "captions_of_image"
     computable = selection.name in RETRIEVAL_METRICS or set(selection.components) <= set(RETRIEVAL_METRICS)
-    names = RETRIEVAL_METRICS + (() if computable else (selection.name,))
-    return evaluate(score_matrix(model, img, cap, amp=amp), CaptionsOfImage(), names)
+    names = RETRIEVAL_METRICS + (() if computable or not by_captions else (selection.name,))
+    metrics = evaluate(scores, CaptionsOfImage(inp.dev.texts_per_image), names)
+    predictions = model.label_predictions(img, cap)
+    if by_captions and predictions is None:
+        return metrics
+    # label-wise models: the shared-label ranking metrics (and selection) and each side's micro-F1 per epoch
+    if inp.dev.labels is None:
+        raise HarnessError(f"validation: selection metric {selection.name} or the model's label prediction needs "
+                           f"labels, but the dev split has none")
+    labels = SharedLabels(inp.dev.labels[:n], inp.dev.text_labels()[:n * inp.dev.texts_per_image])
+    metrics.update(evaluate(scores, labels, LABEL_RANKING_METRICS + (() if by_captions else (selection.name,))))
+    if predictions is not None:
+        metrics.update(evaluate(scores, label_prediction_relevance(labels, predictions), LABEL_PREDICTION_METRICS))
+    return metrics
 
 
 class GradientCounter:
@@ -295,9 +311,7 @@ class Trainer:
         augment = (train_transform(inp.crop) if tr["finetune_augment"] == "random_resized_crop_flip"
                    else eval_transform(inp.resize, inp.crop))
         images = ImageFiles(inp.images_dir, inp.train.filenames, augment) if stage["finetune_backbone"] else None
-        dataset = make_train_dataset(tr["batching"], inp.train.captions, inp.vocab, images,
-                                     CaptionAugmentation.from_config(tr, len(inp.vocab)))
-        collate = PairCollator(None if images is not None else inp.train.features, tr["batch_positives"])
+        dataset, collate = training_batches(tr, inp.train, inp.vocab, images)
         for epoch in range(first_epoch, stage["epochs"]):
             skip = first_step if epoch == first_epoch else 0  # batches a preempted run already did
             self.run_epoch(stage_idx, stage, epoch, optimizer, dataset, collate, skip, partial if skip else None)
@@ -364,7 +378,8 @@ class Trainer:
                   "seconds": time.perf_counter() - t0}
         self.history.append(record)
         print(f"[{stage['name']} {epoch + 1}/{stage['epochs']}] loss {record['train_loss']:.4f} "
-              f"val rsum {val['rsum']:.2f} ({record['seconds']:.1f}s)", flush=True)
+              f"val {self.selection.name} {selection_value(val, self.selection.name):.2f} ({record['seconds']:.1f}s)",
+              flush=True)
         value = selection_value(val, self.selection.name)
         if self.keep_last or self.best["value"] is None or self.selection.better(value, self.best["value"]):
             self.best = {"metric": "last" if self.keep_last else self.selection.name, "value": value, "rsum": val["rsum"], "stage": stage_idx,

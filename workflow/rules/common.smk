@@ -9,11 +9,12 @@ from snakemake.logging import logger as snakemake_logger
 
 from methods.config import validate
 from methods.data.checks import check_backbone_weights, check_dataset_inputs, check_word_vectors
+from methods.data.multilabel import check_model_labels, check_source as check_multilabel_source
 from methods.data.datasets import dataset_paths, dataset_payload, features_dir as backbone_features_dir
 from methods.errors import HarnessError
 from methods.features.backbone import check_weights_fit
 from methods.metrics.protocols import check_coco_ids, check_split_sizes, get_protocol
-from methods.plan import Plan, test_splits
+from methods.plan import Plan, data_kind, test_splits
 from methods.report.paper_figures import FIGURE_KINDS
 from methods.runtime import check_gpu_for_local_run, runs_jobs_here
 from methods.retries import FAILED_JOBS_ENV, failed_jobs_dir
@@ -59,6 +60,7 @@ if workflow.is_main_process:
 DEVICE = HARNESS["device"]
 CONDA_ENV = "../../envs/harness.yaml"  # relative to workflow/rules/; for --software-deployment-method conda
 SYNTHETIC = [n for n, d in HARNESS["datasets"].items() if d["kind"] == "synthetic"]
+MULTILABEL = [n for n, d in HARNESS["datasets"].items() if d["kind"] == "multilabel"]
 
 
 wildcard_constraints:
@@ -144,7 +146,10 @@ def checked_dataset(dataset):
     if dataset not in _CHECKED_DATASETS:
         splits = check_dataset_inputs(HARNESS, dataset)
         protocols, karpathy = HARNESS["datasets"][dataset]["protocols"], dataset_paths(HARNESS, dataset)["karpathy_json"]
-        check_split_sizes(dataset, protocols, {n: len(s) for n, s in splits.items()}, str(karpathy))
+        sizes, where = {n: len(s) for n, s in splits.items()}, str(karpathy)
+        if HARNESS["datasets"][dataset]["kind"] == "multilabel":   # the source files' headers (none when generated)
+            sizes, where = check_multilabel_source(HARNESS, dataset), f"datasets.{dataset}.source_dir"
+        check_split_sizes(dataset, protocols, sizes, where)
         check_coco_ids(protocols, splits, karpathy, HARNESS["datasets"][dataset]["splits"])
         _CHECKED_DATASETS.add(dataset)
 
@@ -164,7 +169,8 @@ def data_inputs_of(dataset):
     """Karpathy file and image folder of a dataset; real ones are checked here, at DAG-build time."""
     checked_dataset(dataset)
     paths = dataset_paths(HARNESS, dataset)
-    return {"karpathy": str(paths["karpathy_json"]), "images": str(paths["images_dir"])}
+    images = {"images": str(paths["images_dir"])} if paths["images_dir"] else {}  # multilabel: none
+    return {"karpathy": str(paths["karpathy_json"]), **images}
 
 
 def data_inputs(w):
@@ -237,6 +243,7 @@ def train_inputs_of(dataset, exp_id):
         weights = PLAN.weights_input(exp.backbone)
     data = data_inputs_of(dataset)  # checks the dataset's files first (a configured GloVe file exists, its head parses)
     check_word_vectors(HARNESS, dataset, exp.config["model"], exp_id)
+    check_model_labels(HARNESS, dataset, exp.config["model"], f"experiment {exp_id} ({exp.config['method']})")
     splits = ["train", "dev"] + (test_splits(HARNESS, dataset) if exp.may_evaluate_on_cached_features else [])
     return {
         **data,

@@ -63,3 +63,150 @@ rule vocab:
         benchmark_file("vocab", "{dataset}")
     shell:
         "python -m methods.data.vocab --dataset-config {input.cfg} --out {output} " + TO_LOG
+
+
+# Multi-label datasets (kind multilabel): imported from a source folder in the label-wise code's
+# layout (methods/data/multilabel.py), checked when the DAG is built; a generated one's source
+# folder is written from a synthetic dataset's outputs (methods/data/synthetic_tags.py).
+
+from methods.data.multilabel import source_files as multilabel_source_files, source_split as multilabel_source_split
+
+GENERATED_MULTILABEL = [n for n in MULTILABEL if "generated_from" in HARNESS["datasets"][n]]
+
+
+def multilabel_source_inputs(dataset, split=None):
+    """The source files an import job of ``dataset`` reads (of ``split``, else of every split),
+    checked first; a generated source: its folder, a DAG output."""
+    checked_dataset(dataset)
+    ds, source = HARNESS["datasets"][dataset], dataset_paths(HARNESS, dataset)["source_dir"]
+    if "generated_from" in ds:
+        return [str(source)]
+    return sorted({str(p) for s in ([split] if split else ds["splits"]) for p in multilabel_source_files(ds, source, s)})
+
+
+def synthetic_tags_from(w):
+    """The generating synthetic dataset's Karpathy file and region files of this dataset's splits."""
+    ds = HARNESS["datasets"][w.dataset]
+    checked_dataset(w.dataset)
+    src = ds["generated_from"]["dataset"]
+    return {"json": f"{R}/{src}/data/dataset_{src}.json",
+            "precomp": [f"{R}/{src}/precomp/{multilabel_source_split(ds, s)}_{suffix}"
+                        for s in ds["splits"] for suffix in ("ims.npy", "boxes.npy", "ids.txt")]}
+
+
+def multilabel_cls_input(w):
+    """The detector class scores of a split (``{split}_cls.npy``), needed by region-class targets."""
+    ds, source = HARNESS["datasets"][w.dataset], dataset_paths(HARNESS, w.dataset)["source_dir"]
+    checked_dataset(w.dataset)
+    if "generated_from" in ds:
+        return [str(source)]
+    path = source / f"{multilabel_source_split(ds, w.split)}_cls.npy"
+    if not path.is_file():
+        raise HarnessError(f"datasets.{w.dataset}: {path} not found: region-class targets of split "
+                           f"'{w.split}' need its detector class scores (N, regions, classes)")
+    return [str(path)]
+
+
+rule synthetic_tags_source:
+    """A tag dataset's source folder in the label-wise layout, from a synthetic dataset's regions and scenes."""
+    input:
+        unpack(synthetic_tags_from),
+        cfg=dataset_json,
+    output:
+        directory(f"{R}/{{dataset}}/source"),
+    wildcard_constraints:
+        dataset="|".join(GENERATED_MULTILABEL) or "no-generated-multilabel-dataset",
+    params:
+        from_precomp=lambda w: f"{R}/{HARNESS['datasets'][w.dataset]['generated_from']['dataset']}/precomp",
+        image_size=lambda w: HARNESS["datasets"][HARNESS["datasets"][w.dataset]["generated_from"]["dataset"]]["generator"]["image_size"],
+    threads: res("generate", "threads")
+    resources:
+        mem_mb=res("generate", "mem_mb"),
+        runtime=res("generate", "runtime"),
+        **cpu_partition(res("generate", "gpus")),
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/synthetic_tags_source/{{dataset}}.log",
+    benchmark:
+        benchmark_file("synthetic_tags_source", "{dataset}")
+    shell:
+        "python -m methods.data.synthetic_tags --dataset-config {input.cfg} --from-json {input.json} "
+        "--from-precomp {params.from_precomp} --image-size {params.image_size} --out {output} --results-dir {R} " + TO_LOG
+
+
+rule import_multilabel:
+    """A multi-label dataset's Karpathy-style file (texts and labels of every split) from its source folder."""
+    input:
+        source=lambda w: multilabel_source_inputs(w.dataset),
+        cfg=dataset_json,
+    output:
+        f"{R}/{{dataset}}/data/dataset_{{dataset}}.json",
+    wildcard_constraints:
+        dataset="|".join(MULTILABEL) or "no-multilabel-dataset",
+    threads: res("generate", "threads")
+    resources:
+        mem_mb=res("generate", "mem_mb"),
+        runtime=res("generate", "runtime"),
+        **cpu_partition(res("generate", "gpus")),
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/import_multilabel/{{dataset}}.log",
+    benchmark:
+        benchmark_file("import_multilabel", "{dataset}")
+    shell:
+        "python -m methods.data.multilabel --dataset-config {input.cfg} --json {output} " + TO_LOG
+
+
+rule multilabel_precomp:
+    """One split of a multi-label dataset in the precomputed-regions layout: features linked, texts written."""
+    input:
+        source=lambda w: multilabel_source_inputs(w.dataset, w.split),
+        cfg=dataset_json,
+    output:
+        ims=f"{R}/{{dataset}}/precomp/{{split}}_ims.npy",
+        caps=f"{R}/{{dataset}}/precomp/{{split}}_caps.txt",
+    wildcard_constraints:
+        dataset="|".join(MULTILABEL) or "no-multilabel-dataset",
+    params:
+        out_dir=lambda w: f"{R}/{w.dataset}/precomp",
+    threads: res("regions", "threads")
+    resources:
+        mem_mb=res("regions", "mem_mb"),
+        runtime=res("regions", "runtime"),
+        **cpu_partition(res("regions", "gpus")),
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/multilabel_precomp/{{dataset}}_{{split}}.log",
+    benchmark:
+        benchmark_file("multilabel_precomp", "{dataset}_{split}")
+    shell:
+        "python -m methods.data.multilabel --dataset-config {input.cfg} --split {wildcards.split} "
+        "--out-dir {params.out_dir} --results-dir {R} " + TO_LOG
+
+
+rule multilabel_region_classes:
+    """The detector class of every region of a split (argmax of the source's class scores)."""
+    input:
+        source=multilabel_cls_input,
+        cfg=dataset_json,
+    output:
+        f"{R}/{{dataset}}/precomp/{{split}}_region_classes.npy",
+    wildcard_constraints:
+        dataset="|".join(MULTILABEL) or "no-multilabel-dataset",
+    threads: res("regions", "threads")
+    resources:
+        mem_mb=res("regions", "mem_mb"),
+        runtime=res("regions", "runtime"),
+        **cpu_partition(res("regions", "gpus")),
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/multilabel_region_classes/{{dataset}}_{{split}}.log",
+    benchmark:
+        benchmark_file("multilabel_region_classes", "{dataset}_{split}")
+    shell:
+        "python -m methods.data.multilabel --dataset-config {input.cfg} --split {wildcards.split} "
+        "--region-classes {output} " + TO_LOG

@@ -3,7 +3,9 @@
 # are those benchmark files, so it runs after every other job of the dataset.
 from pathlib import Path
 
-RUNTIME_TABLES = [f"tables/runtime_{name}.md" for name in HARNESS["default_datasets"] if name in SYNTHETIC]
+# datasets whose data the DAG makes: the synthetic one and those generated from it (synthetic tags)
+RUNTIME_TABLES = [f"tables/runtime_{name}.md" for name in HARNESS["default_datasets"]
+                  if data_kind(HARNESS["datasets"][name]) == "synthetic"]
 _RUNTIME_JOBS = {}
 
 
@@ -26,6 +28,10 @@ def runtime_jobs(dataset):
     def add_data(name):
         if HARNESS["datasets"][name]["kind"] == "synthetic":
             add("generate_synthetic", dataset=name)
+        if HARNESS["datasets"][name]["kind"] == "multilabel":   # the import (and for synthtags its source);
+            if "generated_from" in HARNESS["datasets"][name]:    # the synthetic regions it links to are the
+                add("synthetic_tags_source", dataset=name)       # synthetic dataset's own default target
+            add("import_multilabel", dataset=name)
 
     def add_weights(backbone):
         pretrain = HARNESS["backbones"][backbone].get("pretrain")
@@ -50,6 +56,9 @@ def runtime_jobs(dataset):
                     add_features(backbone, split)
             if ds["kind"] == "synthetic" and parent == Path(f"{R}/{dataset}/precomp"):
                 add_regions(split)
+            if ds["kind"] == "multilabel":   # the imported features (linked) and region classes
+                add("multilabel_region_classes" if path.endswith("_region_classes.npy") else "multilabel_precomp",
+                    dataset=dataset, split=split)
 
     add_data(dataset)
     add("vocab", dataset=dataset)

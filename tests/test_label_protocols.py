@@ -1,0 +1,163 @@
+"""The label-wise protocols, tables and figures: labels of a split (texts carry their image's),
+micro-F1 through a protocol's folds against scikit-learn, micro-F1 cells shown to three decimals,
+a synthetic stand-in showing several protocols' reported numbers, and the figures' data."""
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import f1_score
+
+from methods.data.multilabel import check_model_labels, image_filenames, label_count
+from methods.errors import HarnessError
+from methods.io import write_json
+from methods.metrics.protocols import Protocol, evaluate_protocol, label_prediction_relevance, split_labels
+from methods.metrics.label_prediction import LABEL_PREDICTION_METRICS
+from methods.metrics.label_ranking import LABEL_RANKING_METRICS
+from methods.plan import Plan, data_kind, stand_in_protocols
+from methods.report import aggregate, table
+from methods.report.label_figures import ndcg_against_weight, training_curves
+
+
+def labelled_payload(tmp_path, labels, texts_per_image):
+    images = [{"filename": f"im{i}.jpg", "split": "test", "labels": row,
+               "sentences": [{"raw": f"text {i} {k}"} for k in range(texts_per_image)]} for i, row in enumerate(labels)]
+    write_json(tmp_path / "d.json", {"images": images})
+    return {"name": "d", "paths": {"karpathy_json": str(tmp_path / "d.json")},
+            "dataset": {"splits": {"test": ["test"]}, "texts_per_image": texts_per_image}}
+
+
+def test_split_labels_give_each_text_its_images_labels(tmp_path):
+    labels = [[1, 0, 1], [0, 0, 0], [0, 1, 0]]
+    shared = split_labels(labelled_payload(tmp_path, labels, 2), "test", "labelwise_test")
+    np.testing.assert_array_equal(shared.image_labels, labels)
+    np.testing.assert_array_equal(shared.text_labels, [labels[0], labels[0], labels[1], labels[1], labels[2], labels[2]])
+    # a text shares as many labels with an image as its own image does
+    assert shared.graded()[0].tolist() == [2, 2, 0, 0, 0, 0]
+
+
+def test_split_labels_of_a_split_without_labels_is_one_line(tmp_path):
+    payload = labelled_payload(tmp_path, [[1, 0]], 1)
+    data = json.loads((tmp_path / "d.json").read_text())
+    del data["images"][0]["labels"]
+    write_json(tmp_path / "d.json", data)
+    with pytest.raises(HarnessError, match=r"protocol labelwise_test needs labels.*no 'labels'"):
+        split_labels(payload, "test", "labelwise_test")
+
+
+def test_micro_f1_of_a_two_fold_protocol_is_the_mean_of_sklearn_per_fold(tmp_path):
+    rng = np.random.default_rng(0)
+    labels = (rng.random((8, 5)) < 0.4).astype(int).tolist()
+    shared = split_labels(labelled_payload(tmp_path, labels, 3), "test", "label_prediction")
+    image_scores, text_scores = rng.random((8, 5)), rng.random((24, 5))
+    relevance = label_prediction_relevance(shared, (image_scores, text_scores))
+    protocol = Protocol("two_folds", "test", 2, None, "two folds", relevance="label_predictions",
+                        metrics=LABEL_PREDICTION_METRICS)
+    result = evaluate_protocol(torch.zeros(8, 24), protocol, relevance)
+    truth_images, truth_texts = np.array(labels), np.repeat(np.array(labels), 3, axis=0)
+    for side, scores, truth, per_fold in (("image", image_scores, truth_images, 4), ("text", text_scores, truth_texts, 12)):
+        want = np.mean([f1_score(truth[f * per_fold:(f + 1) * per_fold], scores[f * per_fold:(f + 1) * per_fold] >= 0.5,
+                                 average="micro", zero_division=0) for f in range(2)])
+        assert result["metrics"][f"{side}_micro_f1"] == pytest.approx(want, rel=1e-12)
+    assert len(result["folds"]) == 2
+
+
+def _label_eval(tmp_path, seed, image_f1, ndcg):
+    path = tmp_path / "evals" / f"eval_{seed}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"seed": seed, "ensemble_size": 1, "config_hash": f"cfg{seed}", "results": [
+        {"protocol": "label_prediction", "metrics": {"image_micro_f1": image_f1, "text_micro_f1": 0.5}},
+        {"protocol": "labelwise_test", "metrics": {m: ndcg for m in LABEL_RANKING_METRICS}}]}))
+    return str(path)
+
+
+def test_micro_f1_cells_keep_three_decimals_and_the_tolerance_line_names_each_family(tmp_path):
+    rows = tmp_path / "rows" / "ours.json"
+    aggregate.main(["--out", str(rows), _label_eval(tmp_path, 0, 0.6813, 88.0), _label_eval(tmp_path, 1, 0.6925, 90.0)])
+    spec = tmp_path / "t.spec.json"
+    reported = {"label_prediction": {"ensemble_size": 1, "source": "paper", "metrics": {"image_micro_f1": 0.690}}}
+    spec.write_text(json.dumps({
+        "table": "t", "dataset": "mirflickr", "dataset_kind": "multilabel", "titles": ["a paper"],
+        "protocols": ["labelwise_test", "label_prediction"],
+        "tolerance": {"recall": 2.0, "rsum": 6.0, "rank": 1.0, "ranking": 2.0, "f1": 0.02},
+        "rows": [{"id": "ours", "label": "OURS", "paper": "p", "not_reported": None, "ensemble_size": 1,
+                  "reported": reported, "ledger": [{"code": "c", "switches": [], "deviations": []}], "compare_to": None}]}))
+    out_csv, out_md = tmp_path / "t.csv", tmp_path / "t.md"
+    table.main(["--spec", str(spec), "--out-csv", str(out_csv), "--out-md", str(out_md), str(rows)])
+    with open(out_csv) as f:
+        cell = next(r for r in csv.DictReader(f) if r["metric"] == "image_micro_f1")
+    # mean 0.6869, population std 0.0056; |0.6869 - 0.690| = 0.0031 <= 0.02
+    assert (cell["reproduced"], cell["reproduced_std"], cell["verdict"]) == ("0.6869", "0.0056", "within")
+    md = out_md.read_text()
+    assert "0.687 ± 0.006 / 0.69 — within" in md and "89.0 ± 1.0" in md
+    assert "Tolerance: mAP/NDCG ±2.0, R@K ±2.0, micro-F1 ±0.02." in md
+
+
+def test_a_stand_in_shows_the_reported_numbers_of_each_protocol_it_stands_in_for():
+    ds = {"kind": "multilabel", "generated_from": {"dataset": "synthetic"}, "protocols": ["labelwise_test", "label_prediction"],
+          "stands_in_for": {"dataset": "mirflickr", "protocol": ["labelwise_test", "label_prediction"]}}
+    assert stand_in_protocols(ds) == ["labelwise_test", "label_prediction"]
+    assert stand_in_protocols({**ds, "stands_in_for": {"dataset": "flickr", "protocol": "f30k_1k"}}) == ["f30k_1k"]
+    assert data_kind(ds) == "synthetic" and data_kind({"kind": "multilabel"}) == "multilabel"
+    f1 = {"ensemble_size": 1, "source": "s", "metrics": {"image_micro_f1": 0.69}}
+    ndcg = {"ensemble_size": 1, "source": "s", "metrics": {"i2t_ndcg500": 70.0}}
+    shown = Plan._reported_for({"label_prediction": f1, "labelwise_test": ndcg}, ds)
+    assert shown == {"labelwise_test": ndcg, "label_prediction": f1}
+
+
+def test_training_curves_plot_the_seed_mean_of_each_quantity_per_epoch():
+    epoch = lambda f1, ndcg: {"image_micro_f1": f1, "text_micro_f1": f1 / 2, "i2t_ndcg500": ndcg, "t2i_ndcg500": ndcg + 1}  # noqa: E731
+    curves = {"with": [[epoch(0.2, 10), epoch(0.4, 20)], [epoch(0.4, 30), epoch(0.6, 40), epoch(0.9, 50)]],
+              "without": [[epoch(0.1, 5), epoch(0.3, 6)]]}
+    fig = training_curves(curves)
+    classification, retrieval = fig.axes[:2]
+    lines = {(line.get_label(), line.get_linestyle()): list(line.get_ydata()) for line in classification.lines}
+    assert lines[("image: with", "-")] == pytest.approx([0.3, 0.5])       # two epochs: the shorter seed's
+    assert lines[("text: without", ":")] == pytest.approx([0.05, 0.15])
+    t2i = {line.get_label(): list(line.get_ydata()) for line in retrieval.lines}["T2I: with"]
+    assert t2i == pytest.approx([21, 31])
+
+
+def test_ndcg_against_weight_orders_the_rows_by_weight():
+    cell = lambda v: {"t2i_ndcg500": {"mean": v, "std": 0.0, "values": [v]}, "i2t_ndcg500": {"mean": v - 1, "std": 0.0, "values": [v - 1]}}  # noqa: E731
+    fig = ndcg_against_weight([(10.0, cell(70)), (0.0, cell(80)), (0.01, cell(90))], "masked_prediction", "labelwise_test")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "0.01", "10"]
+    t2i = next(line for line in ax.lines if line.get_linestyle() == "-")
+    assert list(t2i.get_ydata()) == [80, 90, 70]
+
+
+def test_image_names_come_from_the_sources_image_paths(tmp_path):
+    assert image_filenames(tmp_path, "test", 2) == ["test_000000", "test_000001"]
+    (tmp_path / "test_image_path.txt").write_text("/home/authors/mirflickr/im10.jpg\n/home/authors/mirflickr/im7.jpg\n")
+    assert image_filenames(tmp_path, "test", 2) == ["im10.jpg", "im7.jpg"]
+    with pytest.raises(HarnessError, match="test_image_path.txt: 2 image paths for 3 images"):
+        image_filenames(tmp_path, "test", 3)
+
+
+def test_a_model_predicting_another_label_count_fails_when_the_dag_is_built():
+    cfg = {"results_dir": "results", "datasets": {
+        "synthtags": {"kind": "multilabel", "generated_from": {"dataset": "synthetic", "seed": 0, "tag_drop": 0.2,
+                                                                "label_groups": ["shape", "colour"]}},
+        "picked": {"kind": "multilabel", "source_dir": None, "label_columns": [0, 3, 5]}}}
+    assert label_count(cfg, "synthtags") == 6 + 8      # the generator's shapes and colours
+    assert label_count(cfg, "picked") == 3
+    check_model_labels(cfg, "synthtags", {"n_classes": 14}, "experiment e")
+    with pytest.raises(HarnessError, match=r"experiment e: model.n_classes is 24, but dataset picked has 3 labels"):
+        check_model_labels(cfg, "picked", {"n_classes": 24}, "experiment e")
+
+
+@pytest.mark.parametrize("dataset, lam", [("mirflickr", 0.1), ("nuswide", 0.1), ("cocolabelwise", 0.01)])
+def test_real_datasets_run_the_supplements_recipe(dataset, lam):
+    from methods import api
+
+    cfg = api.experiment_config("label_wise", dataset)
+    (stage,) = cfg["training"]["stages"]
+    assert (stage["epochs"], stage["lr"], stage["schedule"]["kind"], cfg["training"]["optimizer"]) == (45, 1e-4, "constant", "adam")
+    assert cfg["training"]["batch_size"] == 64 and cfg["model"]["transformer"]["layers"] == 6
+    assert cfg["model"]["transformer"]["heads"] == 8 and cfg["model"]["shared_transformer"] is True
+    weights = {t["kind"]: t.get("weight", 1.0) for t in cfg["loss"]["terms"]}
+    assert weights == {"label_logistic": 1.0, "masked_prediction": lam}
+    con = api.experiment_config("label_wise", dataset, variants=["consistency"])
+    assert {t["kind"]: t.get("weight", 1.0) for t in con["loss"]["terms"]} == {**weights, "consistency": 0.1}
