@@ -11,7 +11,7 @@ from methods.cli import run_command
 from methods.data.datasets import load_dataset_payload
 from methods.errors import HarnessError
 from methods.io import load_npy, read_json, write_json
-from methods.metrics.protocols import evaluate_split, split_relevances
+from methods.metrics.protocols import evaluate_split, get_protocol, split_relevances
 
 
 def average_similarities(paths: list[Path]) -> np.ndarray:
@@ -31,7 +31,9 @@ def _ensemble(args) -> None:
     runs = [Path(m) for m in args.members]
     sims = average_similarities([r / f"sims_{args.split}.npy" for r in runs])
     members = [read_json(r / f"eval_{args.split}.json") for r in runs]
-    results = evaluate_split(sims, payload["dataset"]["protocols"], args.split, relevances)
+    # an ensemble has a score matrix and no label predictions: label-prediction protocols are its members' own
+    protocols = [p for p in payload["dataset"]["protocols"] if get_protocol(p).relevance != "label_predictions"]
+    results = evaluate_split(sims, protocols, args.split, relevances)
     write_json(args.out, {
         "kind": "ensemble", "ensemble_size": len(runs), "dataset": payload["name"], "split": args.split,
         "members": [{"run_dir": str(r), "config_hash": m["config_hash"], "seed": m["seed"]}

@@ -572,8 +572,9 @@ class Plan:
             for row, out in zip(run_rows, rows):
                 cfg = self.experiment(dataset, row.members[0]).config
                 out.update(loss_weights={t["kind"]: float(t.get("weight", 1.0)) for t in term_configs(cfg["loss"])})
-        if fig.rows is not None and fig.kind == "label_training_curves":  # curves from the rows' training logs
-            spec["rows"] = [r for r in rows if r["id"] in fig.rows]
+        if fig.rows is not None and fig.kind == "label_training_curves":  # curves from the rows' training logs,
+            by_id = {r["id"]: r for r in rows}                             # in the figure's order (first: solid)
+            spec["rows"] = [by_id[r] for r in fig.rows]
         elif fig.rows is not None:  # several trained models: each row's first run
             spec.update(trained={r: self.first_run(fig.table, dataset, r) for r in fig.rows},
                         split=test_splits(self.cfg, dataset)[0])

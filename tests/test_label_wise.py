@@ -307,7 +307,7 @@ def test_micro_f1_metrics_by_protocol_and_folds():
 
 # -- method file ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("dataset", ["synthetic", "synthtags", "mirflickr", "nuswide", "cocolabelwise"])
+@pytest.mark.parametrize("dataset", ["synthtags", "mirflickr", "nuswide", "cocolabelwise"])
 def test_method_file_resolves_on_every_dataset_with_its_lambda(dataset):
     for variants in ([], ["independent"], ["consistency"], ["lambda_0"], ["lambda_1"]):
         cfg = api.experiment_config(METHOD, dataset, variants=variants)

@@ -3,6 +3,7 @@
 synthetic tag dataset's source (tags, labels, region classes by IoU)."""
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -267,3 +268,28 @@ def test_config_multilabel_entries_validate():
         assert cfg["datasets"][name]["kind"] == "multilabel"
     assert cfg["datasets"]["synthtags"]["split_sizes"] == {
         {"val": "dev"}.get(k, k): v for k, v in cfg["datasets"]["synthetic"]["generator"]["splits"].items()}
+
+
+@pytest.mark.e2e
+def test_dry_run_of_the_papers_mirflickr_tables_plans_its_runs(tmp_path):
+    """With a source of MIRFlickr's 24 labels configured, the label-wise tables plan the paper's
+    runs (Table 1's three trained rows and the six lambdas, three seeds each)."""
+    work = copy_workflow(tmp_path)
+    tags_source(tmp_path / "src")
+    rng = np.random.default_rng(1)
+    for s, n in SIZES.items():
+        scipy.io.savemat(tmp_path / "src" / f"{s}_label.mat", {"feat": (rng.random((n, 24)) < 0.3).astype(np.int32)})
+    override = override_config(tmp_path, {"mirflickr": {"source_dir": str(tmp_path / "src"), "split_sizes": dict(SIZES),
+                                                        "precomp": {"n_regions": R, "feature_dim": D}}})
+    proc = snakemake(work, "-n", "tables/label_wise_t1_mirflickr.csv", "tables/label_wise_lambda_mirflickr.csv",
+                     "--configfile", "config/config.yaml", str(override))
+    trained = re.findall(r"^rule train_mirflickr:\n(?:    .*\n)*?    wildcards: exp=(\S+), seed=(\d+)", proc.stdout + proc.stderr, re.M)
+    # independent, ours_con, ours; lambda 0 ... 10, lambda 0.1 being ours: 8 configs x 3 seeds
+    assert len(set(trained)) == 24 and {seed for _, seed in trained} == {"0", "1", "2"}
+    # a model predicting another label count than the source's: one line naming the key
+    scipy.io.savemat(tmp_path / "src" / "train_label.mat", {"feat": np.zeros((SIZES["train"], 5), np.int32)})
+    for s in ("dev", "test"):
+        scipy.io.savemat(tmp_path / "src" / f"{s}_label.mat", {"feat": np.zeros((SIZES[s], 5), np.int32)})
+    proc = snakemake(work, "-n", "tables/label_wise_t1_mirflickr.csv", "--configfile", "config/config.yaml",
+                     str(override), check=False)
+    assert proc.returncode != 0 and "model.n_classes is 24, but dataset mirflickr has 5 labels" in proc.stdout + proc.stderr

@@ -72,7 +72,9 @@ def text_batch(n: int, g: torch.Generator) -> dict:
 @pytest.mark.parametrize("kind", MODELS.names())
 def test_model_forward_backward_and_block_scoring(kind):
     torch.manual_seed(0)
-    cfg = api.experiment_config(method_file_of(kind), "synthetic", harness={"backbones": BACKBONES})
+    # each model's built-in dataset: the tag dataset for the label-wise model (tags and labels)
+    dataset = {"label_wise": "synthtags"}.get(kind, "synthetic")
+    cfg = api.experiment_config(method_file_of(kind), dataset, harness={"backbones": BACKBONES})
     cls = MODELS.get(kind)
     assert cls.image_input in IMAGE_INPUTS
     g = torch.Generator().manual_seed(1)

@@ -10,7 +10,7 @@ import torch
 
 from methods.config import validate
 from methods.data.caption_augment import CaptionAugmentation, extra_tokens
-from methods.data.inputs import IMAGE_INPUTS
+from methods.data.inputs import IMAGE_INPUTS, CachedImageFeatures, SplitData
 from methods.data.karpathy import Split, load_splits
 from methods.data.masked_prediction import IGNORE, MaskedPrediction
 from methods.data.precomp import open_precomp
@@ -85,7 +85,6 @@ def test_one_text_per_image_split_labels_and_batches(tmp_path):
 def test_texts_of_an_image_share_its_labels_in_image_batches(tmp_path):
     captions = [f"image {i} text {j}" for i in range(3) for j in range(2)]
     labels = np.array([[1, 0], [0, 1], [1, 1]], dtype=np.uint8)
-    from methods.data.inputs import CachedImageFeatures, SplitData
     data = SplitData("train", captions, CachedImageFeatures(np.zeros((3, 2), np.float32)), None, 2, labels)
     assert data.text_labels().tolist() == [[1, 0], [1, 0], [0, 1], [0, 1], [1, 1], [1, 1]]
     vocab = Vocabulary.build(captions, threshold=1)
@@ -200,7 +199,6 @@ def test_batches_carry_masked_targets_with_both_batchings(tmp_path, batching, po
     texts_per_image = 2
     vocab = Vocabulary.build(captions, threshold=1)
     classes = np.arange(3 * 4, dtype=np.int64).reshape(3, 4) + 100
-    from methods.data.inputs import CachedImageFeatures, SplitData
     split = SplitData("train", captions, CachedImageFeatures(np.zeros((3, 4, 2), np.float32)), None,
                       texts_per_image, np.eye(3, dtype=np.uint8), classes)
     training = {"batching": batching, "batch_positives": positives,
@@ -240,6 +238,12 @@ def test_batches_carry_masked_targets_with_both_batchings(tmp_path, batching, po
 def test_masked_prediction_needs_region_classes_and_shares_the_mask_token():
     with pytest.raises(HarnessError, match="model.region_classes: true"):
         PairCollator(None, "diagonal", None, None, MaskedPrediction(0.15, 0.15, 9))
+    # words only: no region classes needed, and the batch has no region targets
+    words_only = PairCollator(CachedImageFeatures(np.zeros((2, 3, 4), np.float32)), "diagonal", None, None,
+                              MaskedPrediction(1.0, 0.0, 9))
+    batch = words_only([(0, [1, 5, 2], None, [IGNORE, 5, IGNORE]), (1, [1, 9, 6, 2], None, [IGNORE, IGNORE, 6, IGNORE])])
+    assert "region_class_targets" not in batch
+    assert batch["token_targets"].tolist() == [[IGNORE, 5, IGNORE, IGNORE], [IGNORE, IGNORE, 6, IGNORE]]
     masked = {"masked_prediction": {"word_prob": 0.15, "region_prob": 0.15}}
     assert extra_tokens(masked) == 1 and extra_tokens({"masked_prediction": {"word_prob": 0, "region_prob": 0.15}}) == 0
     both = {**masked, "caption_augment": {"prob": 0.2, "mask": 0.5, "replace": 0.1}}

@@ -14,6 +14,9 @@ coco_precomp's train / dev / test / testall), one row per image in every file:
 - ``text: captions`` (COCO, coco_precomp): ``{s}_ims.npy`` (N, R, D), ``{s}_caps.txt``
   (texts_per_image lines per image), ``{s}_label.npy`` (or ``label_files[s]``) with one row per
   image or one per caption (a caption's row equals its image's: checked), optional ``{s}_cls.npy``.
+- both: optional ``label_names.txt`` (a name per label column: the figures show them) and
+  ``{s}_image_path.txt`` (a path per image, as the code's folders hold: the base name is looked up in
+  ``datasets.<name>.images_dir`` by the retrieval-example figures).
 
 Harness layout written under ``results/<name>/``: ``data/dataset_<name>.json`` (Karpathy layout,
 ``labels`` per image after ``label_columns``), ``precomp/{split}_ims.npy`` (a symlink to the
@@ -34,6 +37,7 @@ import scipy.io
 from methods.cli import run_command
 from methods.data.datasets import dataset_paths, load_dataset_payload
 from methods.data.synthetic import LABELS as SYNTHETIC_LABELS
+from methods.data.synthetic import SHAPES
 from methods.data.text import tokenize
 from methods.errors import HarnessError, first_line
 from methods.io import atomic_path, load_npy, open_npy_for_writing, read_lines, write_json, write_text
@@ -234,6 +238,21 @@ def check_model_labels(cfg: dict, name: str, model_cfg: dict, where: str) -> Non
     if count is not None and count != model_cfg["n_classes"]:
         raise HarnessError(f"{where}: model.n_classes is {model_cfg['n_classes']}, but dataset {name} has {count} "
                            f"labels (set the method file's preset for {name}, or datasets.{name}.label_columns)")
+    classes = region_class_count(cfg, name) if model_cfg.get("region_classes") else None
+    if classes is not None and classes > model_cfg["n_region_classes"]:
+        raise HarnessError(f"{where}: model.n_region_classes is {model_cfg['n_region_classes']}, but the detector "
+                           f"scores of dataset {name} have {classes} classes")
+
+
+def region_class_count(cfg: dict, name: str) -> int | None:
+    """Detector classes of a multilabel dataset's regions (the last axis of train ``_cls.npy``,
+    from its header); None when not configured or absent."""
+    ds = cfg["datasets"][name]
+    source_dir = dataset_paths(cfg, name)["source_dir"]
+    if "generated_from" in ds:
+        return len(SHAPES) + 1   # the synthetic tags' region classes: the shapes and background
+    path = None if source_dir is None else source_dir / f"{source_split(ds, 'train')}_cls.npy"
+    return None if path is None or not path.is_file() else load_npy(path).shape[-1]
 
 
 def check_generator(cfg: dict, name: str) -> None:
@@ -313,11 +332,14 @@ def image_filenames(source_dir: Path, split: str, n: int) -> list[str]:
     layout lists the paths on its authors' machine: the harness looks the name up in the dataset's
     ``images_dir``), or ``{split}_{row}`` when the source has no such file (no image to show)."""
     path = source_dir / f"{split}_image_path.txt"
+    fallback = [f"{split}_{row:06d}" for row in range(n)]
     if not path.is_file():
-        return [f"{split}_{row:06d}" for row in range(n)]
+        return fallback
     names = [Path(line.strip()).name for line in read_lines(path)]
-    if len(names) != n:
-        raise HarnessError(f"{path}: {len(names)} image paths for {n} images")
+    if len(names) != n:   # only the example figures read the names: not worth stopping the import for
+        print(f"warning: {path}: {len(names)} image paths for {n} images; the images are named "
+              f"{split}_<row> and the retrieval-example figures cannot show them")
+        return fallback
     return names
 
 

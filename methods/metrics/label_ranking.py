@@ -8,7 +8,8 @@ to an image when they share a label; its gain is the number of labels they share
   queries without any relevant item are left out.
 - ``{i2t,t2i}_ndcg500``: NDCG@500 with graded relevance (shared-label count) as the gain and
   log2(rank + 1) discount, the label-wise code's metric (njustkmg/IJCAI21... utils/evaluation.py
-  i2t_one, threshold 500). Ideal DCG from the sorted gains. A query that shares no label with any
+  i2t_one, threshold 500; on the tag datasets the protocol ranks each distinct tag set once, as that
+  code's ``validate`` does: ``methods.metrics.protocols``). Ideal DCG from the sorted gains. A query that shares no label with any
   candidate scores 0 and counts in the mean, as in that code (and scikit-learn's ``ndcg_score``).
 - ``{i2t,t2i}_label_r{1,5,10}``: R@K with label relevance: the share of queries with an item
   that shares a label among their first K (the caption protocols' R@K, with every item sharing a

@@ -30,11 +30,22 @@ class Protocol:
     description: str
     relevance: str = "captions_of_image"
     metrics: tuple[str, ...] = RETRIEVAL_METRICS
+    # shared-label protocols of tag datasets: identical texts (tag sets) are ranked once, each with
+    # the labels of its first image, as the label-wise code evaluates MIRFlickr and NUS-WIDE
+    # (njustkmg/IJCAI21... utils/evaluation.py ``validate``: np.unique over the tag vectors)
+    unique_texts: bool = False
 
     def __post_init__(self) -> None:
         for m in self.metrics:
             if METRICS.get(m).relevance != self.relevance:
                 raise ValueError(f"protocol {self.name}: metric {m} is not defined for {self.relevance} relevance")
+        if self.unique_texts and (self.relevance != "shared_labels" or self.n_folds != 1):
+            raise ValueError(f"protocol {self.name}: unique texts are a shared-label protocol of one fold")
+
+    @property
+    def relevance_key(self) -> str:
+        """Which relevance object of a split the protocol reads (``split_relevances``)."""
+        return f"{self.relevance}:unique_texts" if self.unique_texts else self.relevance
 
 
 PROTOCOLS: Registry[Protocol] = Registry("protocol")
@@ -52,9 +63,10 @@ for _p in (
              "(extended positives; ECCV Caption's mAP@R, R-Precision and R@1)",
              relevance="extended_positives", metrics=ECCV_METRICS),
     Protocol("labelwise_test", "test", 1, None,
-             "label-wise retrieval on the test split, all items at once: an item is relevant when it shares a "
-             "label with the query, graded by the number of shared labels (NDCG@500, mAP, mAP@R)",
-             relevance="shared_labels", metrics=LABEL_RANKING_METRICS),
+             "label-wise retrieval on the test split of a tag dataset, all items at once: an item is relevant "
+             "when it shares a label with the query, graded by the number of shared labels (NDCG@500, mAP, "
+             "mAP@R); identical tag sets are one text, with its first image's labels, as the label-wise code "
+             "ranks them", relevance="shared_labels", metrics=LABEL_RANKING_METRICS, unique_texts=True),
     Protocol("labelwise_coco_1k_5fold", "testall", 5, 5000,
              "label-wise retrieval on COCO 5K testall (80 object labels) in 5 consecutive folds of 1,000 images "
              "and their captions; every metric averaged over folds", relevance="shared_labels",
@@ -124,7 +136,7 @@ def evaluate_split(scores: torch.Tensor | np.ndarray, protocols: list[str], spli
     """Results of every protocol (of ``protocols``, a dataset's list) that evaluates ``split``;
     ``relevances``: relevance kind -> relevance (``split_relevances``), default captions_of_image."""
     relevances = relevances or {}
-    return [evaluate_protocol(scores, get_protocol(p), relevances.get(get_protocol(p).relevance))
+    return [evaluate_protocol(scores, get_protocol(p), relevances.get(get_protocol(p).relevance_key))
             for p in protocols if get_protocol(p).split == split]
 
 
@@ -136,7 +148,7 @@ def split_relevances(payload: dict, split: str) -> dict:
     for name in payload["dataset"]["protocols"]:
         protocol = get_protocol(name)
         if protocol.split == split:
-            needed.setdefault(protocol.relevance, name)
+            needed.setdefault(protocol.relevance_key, name)
     relevances = {}
     for kind, name in needed.items():
         if kind == "captions_of_image":
@@ -153,6 +165,8 @@ def split_relevances(payload: dict, split: str) -> dict:
         elif kind in ("shared_labels", "label_predictions"):
             # label predictions need the model: evaluation joins them to these labels (label_prediction_relevance)
             relevances[kind] = split_labels(payload, split, name)
+        elif kind == "shared_labels:unique_texts":
+            relevances[kind] = split_labels(payload, split, name, unique_texts=True)
         elif kind == "coco_ids":
             loaded = payload_splits(payload, [split])[split]
             relevances[kind] = split_coco_ids(payload["paths"]["karpathy_json"], loaded,
@@ -163,14 +177,21 @@ def split_relevances(payload: dict, split: str) -> dict:
     return relevances
 
 
-def split_labels(payload: dict, split: str, protocol: str) -> SharedLabels:
-    """The multi-hot labels of a split's images and of its texts (each text has its image's labels)."""
+def split_labels(payload: dict, split: str, protocol: str, unique_texts: bool = False) -> SharedLabels:
+    """The multi-hot labels of a split's images and of its texts (each text has its image's labels);
+    with ``unique_texts`` only the first of identical texts, in the order of their first occurrence
+    (``SharedLabels.text_columns``: their columns of the split's score matrix)."""
     loaded = payload_splits(payload, [split])[split]
     if loaded.labels is None:
         raise HarnessError(f"dataset {payload['name']}: protocol {protocol} needs labels, but the images of split "
                            f"'{split}' in {payload['paths']['karpathy_json']} have no 'labels'")
     image_labels = np.asarray(loaded.labels, dtype=np.uint8)
-    return SharedLabels(image_labels, np.repeat(image_labels, loaded.texts_per_image, axis=0))
+    text_labels = np.repeat(image_labels, loaded.texts_per_image, axis=0)
+    if not unique_texts:
+        return SharedLabels(image_labels, text_labels)
+    _, first = np.unique(np.asarray(loaded.captions, dtype=object).astype(str), return_index=True)
+    columns = np.sort(first)
+    return SharedLabels(image_labels, text_labels[columns], text_columns=columns)
 
 
 def label_prediction_relevance(labels: SharedLabels, predictions: tuple[np.ndarray, np.ndarray]) -> LabelPredictions:
@@ -186,6 +207,10 @@ def evaluate_protocol(scores: torch.Tensor | np.ndarray, protocol: Protocol, rel
     relevance = relevance if relevance is not None else CaptionsOfImage()
     if relevance.kind != protocol.relevance:
         raise HarnessError(f"protocol {protocol.name} needs {protocol.relevance} relevance, got {relevance.kind}")
+    if protocol.unique_texts:   # the columns of the first of identical texts
+        if relevance.text_columns is None:
+            raise HarnessError(f"protocol {protocol.name} ranks unique texts, but its relevance names no text columns")
+        scores = scores[:, torch.as_tensor(relevance.text_columns)]
     relevance.check(scores)
     n = relevance.n_images(scores)
     if protocol.n_images is not None and n != protocol.n_images:

@@ -52,6 +52,9 @@ class CaptionsOfImage:
 class SharedLabels:
     image_labels: np.ndarray   # (N, L) multi-hot
     text_labels: np.ndarray    # (M, L) multi-hot
+    # the score-matrix columns of these texts when they are a subset of a split's texts (the unique
+    # tag sets of a tag dataset, ``methods.metrics.protocols.split_labels``); None: every column
+    text_columns: np.ndarray | None = None
     kind = "shared_labels"
 
     def __post_init__(self) -> None:

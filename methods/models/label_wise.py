@@ -43,7 +43,9 @@ sit, not what is predicted). An item's label scores are therefore its label vect
 its own tokens' unit label vectors: regions; the text's words, never padding) divided by its
 largest component, in [0, 1]; the metric predicts a label at >= 0.5, i.e. at least half the
 item's strongest label (methods/metrics/label_prediction.py). At the loss's optimum the true
-labels share equal components and the others are 0, which this rule recovers exactly.
+labels share equal components and the others are 0, which this rule recovers exactly. An item
+always predicts at least its strongest label (an image without labels counts a false positive),
+and a nearly flat label vector predicts every label.
 
 ``max_length`` cuts texts to their first words (the supplement's maximum sequence length 150; the
 code asserts instead of cutting).

@@ -114,7 +114,7 @@ class PairCollator:
                  masked: MaskedPrediction | None = None):
         if positives not in BATCH_POSITIVES:
             raise ValueError(f"batch positives '{positives}': expected one of {', '.join(BATCH_POSITIVES)}")
-        if masked is not None and region_classes is None:
+        if masked is not None and masked.region_prob > 0 and region_classes is None:
             raise HarnessError("training.masked_prediction needs the detector class of each training region: "
                                "a regions model with model.region_classes: true")
         self.features = features  # cached features, or None when images are loaded
@@ -150,5 +150,6 @@ class PairCollator:
             for row, it in enumerate(items):
                 targets[row, :len(it[3])] = torch.tensor(it[3], dtype=torch.long)
             batch["token_targets"] = targets
-            batch["region_class_targets"] = self.masked.select_regions(self.region_classes[rows.numpy()])
+            if self.masked.region_prob > 0:   # words only otherwise (no region classes needed)
+                batch["region_class_targets"] = self.masked.select_regions(self.region_classes[rows.numpy()])
         return batch
