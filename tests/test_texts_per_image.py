@@ -145,14 +145,15 @@ def test_region_classes_are_read_for_the_train_split_only_when_asked(tmp_path):
     write_regions(tmp_path, "train", 4, classes)
     write_regions(tmp_path, "test", 1)                      # no class file: the test split needs none
     regions, pl = IMAGE_INPUTS.get("regions"), payload(tmp_path)
-    asked = {"region_classes": True}
+    asked = {"region_classes": True, "n_classes": 4}   # a label-wise model: region classes and labels
     assert regions.files("d", "train", asked) == ["d/train_ims.npy", "d/train_caps.txt", "d/train_region_classes.npy"]
     assert regions.files("d", "test", asked) == ["d/test_ims.npy", "d/test_caps.txt"]
     assert regions.files("d", "train", {}) == ["d/train_ims.npy", "d/train_caps.txt"]
     train = regions.load(pl, "train", tmp_path, asked)
     assert isinstance(train.region_classes, np.memmap) and train.region_classes.tolist() == classes.tolist()
     assert train.labels.tolist() == LABELS[:TRAIN] and train.texts_per_image == 1
-    assert regions.load(pl, "train", tmp_path, {}).region_classes is None
+    plain = regions.load(pl, "train", tmp_path, {})     # a model without a label head reads neither
+    assert plain.region_classes is None and plain.labels is None
     test = regions.load(pl, "test", tmp_path, asked)
     assert test.region_classes is None and test.labels.tolist() == LABELS[TRAIN:]
 

@@ -16,7 +16,8 @@ A kind also gives the shape a model is built with (``image_shape``): ``{"dim": C
 ``{"dim": C, "regions": R}`` or ``{"scales": {scale: [H, W, C]}}``.
 
 Every kind also carries the split's ``texts_per_image`` and the images' multi-hot ``labels`` of the
-Karpathy file (None when it has none).
+Karpathy file (None when it has none; ``regions`` reads them only for a model with a label head,
+``model.n_classes``).
 """
 from __future__ import annotations
 
@@ -217,8 +218,10 @@ class RegionInput(ImageInput):
         texts_per_image = payload["dataset"]["texts_per_image"]
         ims, captions, step = open_precomp(directory, split, n_regions, dim, texts_per_image)
         features = CachedImageFeatures(ims, step)
-        # the labels come from the Karpathy file (the captions here are the precomputed ones)
-        labels = label_matrix(payload_splits(payload, [split])[split])
+        # the labels come from the Karpathy file (the captions here are the precomputed ones); only a
+        # model with a label head (model.n_classes) reads them, and COCO's file takes seconds to parse
+        labels = (label_matrix(payload_splits(payload, [split])[split]) if model_cfg.get("n_classes") is not None
+                  else None)
         classes = None
         if reads_region_classes(model_cfg, split):
             classes = open_region_classes(Path(directory) / f"{split}_region_classes.npy", len(features), n_regions)

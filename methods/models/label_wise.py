@@ -166,7 +166,7 @@ class LabelWise(EmbeddingModel):
         def encoder() -> nn.TransformerEncoder:
             enc = code_transformer(embed_dim, transformer["layers"], transformer["heads"], transformer["ff_dim"],
                                    transformer["dropout"])
-            load_encoder_weights(enc, transformer.get("init_weights"))
+            load_encoder_weights(enc, transformer["init_weights"])
             return enc
 
         self.shared = shared_transformer
@@ -189,7 +189,7 @@ class LabelWise(EmbeddingModel):
         return cls(ctx.image("dim", "label_wise"), ctx.vocab_size, cfg["embed_dim"], cfg["n_classes"], text,
                    cfg["transformer"], cfg["shared_transformer"], cfg["text_padding_mask"], cfg["mean_over_padding"],
                    cfg["sigmoid_before_cross_entropy"], cfg["region_classes"], cfg["n_region_classes"],
-                   cfg.get("max_length"))
+                   cfg["max_length"])
 
     @classmethod
     def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
