@@ -1,8 +1,8 @@
 """One training loop for every method: stages (frozen backbone, then fine-tune), Adam/AdamW,
 step or cosine schedule, gradient clipping, hardest-negative warm-up, AMP on CUDA, seeds,
 an atomic checkpoint every epoch, exact resume, and best-epoch selection on a validation metric
-(RSUM, VSRN's R@1+R@5 sum, or the label-wise NDCG@500 sum). Each epoch also records how many negatives give each query a
-gradient (``methods.losses.gradient_count``).
+(RSUM, VSRN's R@1+R@5 sum, or the label-wise NDCG@500 sum). Each epoch also records how many
+negatives give each query a gradient (``methods.losses.gradient_count``).
 
 Resuming: the checkpoint holds model, optimizer, AMP scaler and every RNG state at the end of
 the last finished epoch; each epoch's shuffle comes from a generator seeded by (seed, stage,
