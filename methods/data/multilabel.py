@@ -270,13 +270,9 @@ def check_generator(cfg: dict, name: str) -> None:
         if s not in cfg["datasets"][src]["splits"]:
             raise HarnessError(f"datasets.{name}.splits.{split}: '{s}' is not a split of {src} "
                                f"({', '.join(cfg['datasets'][src]['splits'])})")
-        if ds["split_sizes"].get(s) != cfg["datasets"][src]["generator"]["splits"][_generator_split(cfg, src, s)]:
+        if ds["split_sizes"].get(s) != cfg["datasets"][src]["generator"]["splits"][source_split(cfg["datasets"][src], s)]:
             raise HarnessError(f"datasets.{name}.split_sizes.{s}: must equal the {src} generator's size of that "
                                f"split ({cfg['datasets'][src]['generator']['splits']})")
-
-
-def _generator_split(cfg: dict, src: str, harness_split: str) -> str:
-    return cfg["datasets"][src]["splits"][harness_split][0]
 
 
 # ---------------------------------------------------------------------------------------------

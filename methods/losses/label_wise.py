@@ -63,9 +63,7 @@ def _labels(batch: dict, key: str, vectors: torch.Tensor) -> torch.Tensor:
 
 @LOSS_TERMS.register("label_logistic")
 class LabelLogisticTerm(LossTerm):
-    @classmethod
-    def parameters(cls, kind: str) -> frozenset[str]:
-        return frozenset()
+    keys = ()
 
     def __call__(self, outputs: dict, batch: dict, epoch: int) -> torch.Tensor:
         img, txt = outputs["image_label_vectors"], outputs["text_label_vectors"]
@@ -76,9 +74,7 @@ class LabelLogisticTerm(LossTerm):
 
 @LOSS_TERMS.register("masked_prediction")
 class MaskedPredictionTerm(LossTerm):
-    @classmethod
-    def parameters(cls, kind: str) -> frozenset[str]:
-        return frozenset()
+    keys = ()
 
     def __call__(self, outputs: dict, batch: dict, epoch: int) -> torch.Tensor:
         parts = [(outputs[f"{side}_scores"], outputs[f"{side}_targets"]) for side in ("word", "region")
@@ -95,9 +91,7 @@ class MaskedPredictionTerm(LossTerm):
 
 @LOSS_TERMS.register("consistency")
 class ConsistencyTerm(LossTerm):
-    @classmethod
-    def parameters(cls, kind: str) -> frozenset[str]:
-        return frozenset({"squared"})
+    keys = ("squared",)
 
     def __call__(self, outputs: dict, batch: dict, epoch: int) -> torch.Tensor:
         return consistency(outputs["image_label_vectors"], outputs["text_label_vectors"], batch["positives"],

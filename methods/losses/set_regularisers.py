@@ -54,10 +54,6 @@ class SetTerm(LossTerm):
     """A regulariser of the element sets or residuals (``outputs['sets']`` / ``['residuals']``)."""
     keys: tuple[str, ...] = ()
 
-    @classmethod
-    def parameters(cls, kind: str) -> frozenset[str]:
-        return frozenset(cls.keys)
-
 
 @LOSS_TERMS.register("mmd")
 class MMDTerm(SetTerm):

@@ -11,7 +11,7 @@ which the training loop counts the negatives that receive a gradient.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, ClassVar
 
 import torch
 
@@ -24,10 +24,12 @@ OneDirection = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 class LossTerm:
     """A term built from its config block (``kind``, ``weight`` and its own parameters)."""
 
+    keys: ClassVar[tuple[str, ...]]   # its parameters: every term class declares them (or overrides ``parameters``)
+
     @classmethod
     def parameters(cls, kind: str) -> frozenset[str]:
         """The config keys a term of ``kind`` takes besides ``kind`` and ``weight``."""
-        raise NotImplementedError
+        return frozenset(cls.keys)
 
     @classmethod
     def family(cls, kind: str) -> str:

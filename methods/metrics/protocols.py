@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from methods.data.datasets import payload_splits
+from methods.data.inputs import label_matrix
 from methods.data.positives import split_positives
 from methods.errors import HarnessError
 from methods.metrics.eccv import ECCV_METRICS
@@ -185,7 +186,7 @@ def split_labels(payload: dict, split: str, protocol: str, unique_texts: bool = 
     if loaded.labels is None:
         raise HarnessError(f"dataset {payload['name']}: protocol {protocol} needs labels, but the images of split "
                            f"'{split}' in {payload['paths']['karpathy_json']} have no 'labels'")
-    image_labels = np.asarray(loaded.labels, dtype=np.uint8)
+    image_labels = label_matrix(loaded)   # uint8 (N, C), checked multi-hot
     text_labels = np.repeat(image_labels, loaded.texts_per_image, axis=0)
     if not unique_texts:
         return SharedLabels(image_labels, text_labels)

@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from methods.models.layers import SCAN_L2NORM_EPS, at_least_float32, l2norm
+from methods.models.layers import SCAN_L2NORM_EPS, ItemTensors, at_least_float32, l2norm
 
 # Elements of the per-pair intermediates of one block (pairs x per-pair elements). On a GPU, large blocks
 # keep the kernels busy (H100, 1K x 5K SGR under fp16 autocast: 2**29 is 11% faster than 2**28, peak
@@ -30,25 +30,9 @@ def default_block_elements(device: torch.device) -> int:
 
 
 @dataclass
-class RegionFeatures:
+class RegionFeatures(ItemTensors):
     regions: torch.Tensor   # (N, R, D)
     glob: torch.Tensor      # (N, D)
-
-    def __len__(self) -> int:
-        return self.regions.shape[0]
-
-    def __getitem__(self, index) -> "RegionFeatures":
-        return RegionFeatures(self.regions[index], self.glob[index])
-
-    def at_least_float32(self) -> "RegionFeatures":
-        return RegionFeatures(at_least_float32(self.regions), at_least_float32(self.glob))
-
-    def to(self, device) -> "RegionFeatures":
-        return RegionFeatures(self.regions.to(device), self.glob.to(device))
-
-    @staticmethod
-    def cat(parts: list["RegionFeatures"]) -> "RegionFeatures":
-        return RegionFeatures(torch.cat([p.regions for p in parts]), torch.cat([p.glob for p in parts]))
 
 
 @dataclass

@@ -64,7 +64,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from methods.errors import HarnessError
 from methods.models.base import MODELS, SIMILARITIES, BuildContext, EmbeddingModel
 from methods.models.description import DescribeContext, gru_text, regions_text
-from methods.models.layers import PLAIN_L2NORM_EPS, SCAN_L2NORM_EPS, at_least_float32, l2norm, xavier_linear
+from methods.models.layers import PLAIN_L2NORM_EPS, SCAN_L2NORM_EPS, ItemTensors, l2norm, xavier_linear
 from methods.models.text import GRUTextEncoder
 
 IGNORE = -100           # a token / region without a masked-prediction target
@@ -77,27 +77,11 @@ def relative_to_largest(label_vectors: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class LabelEncoding:
+class LabelEncoding(ItemTensors):
     """A split's (or batch's) encodings: the unit retrieval embeddings (N, C) and the label
     scores (N, C, in [0, 1]) that micro-F1 reads."""
     embedding: torch.Tensor
     label_scores: torch.Tensor
-
-    def __len__(self) -> int:
-        return self.embedding.shape[0]
-
-    def __getitem__(self, index) -> "LabelEncoding":
-        return LabelEncoding(self.embedding[index], self.label_scores[index])
-
-    def at_least_float32(self) -> "LabelEncoding":
-        return LabelEncoding(at_least_float32(self.embedding), at_least_float32(self.label_scores))
-
-    def to(self, device) -> "LabelEncoding":
-        return LabelEncoding(self.embedding.to(device), self.label_scores.to(device))
-
-    @staticmethod
-    def cat(parts: list["LabelEncoding"]) -> "LabelEncoding":
-        return LabelEncoding(torch.cat([p.embedding for p in parts]), torch.cat([p.label_scores for p in parts]))
 
 
 def code_transformer(dim: int, layers: int, heads: int, ff_dim: int, dropout: float) -> nn.TransformerEncoder:
