@@ -5,23 +5,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
-
 from methods.cli import run_command
 from methods.data.datasets import load_dataset_payload
-from methods.errors import HarnessError
-from methods.io import load_npy, read_json, write_json
+from methods.io import read_json, write_json
 from methods.metrics.protocols import evaluate_split, get_protocol, split_relevances
-
-
-def average_similarities(paths: list[Path]) -> np.ndarray:
-    total = None
-    for path in paths:
-        sims = load_npy(path)
-        if total is not None and sims.shape != total.shape:
-            raise HarnessError(f"{path}: shape {sims.shape} differs from the other members' {total.shape}")
-        total = np.array(sims, dtype=np.float64) if total is None else total + sims
-    return (total / len(paths)).astype(np.float32)
+from methods.scoring import average_similarities
 
 
 def _ensemble(args) -> None:

@@ -6,8 +6,8 @@ Writes ``eval_<split>.json`` (metrics per protocol, config, hash, commit, seed, 
 times) and ``sims_<split>.npy`` (the score matrix, used by ensembles). A model that reports
 embedding statistics (set models: within-set circular variance) adds them under the protocol
 ``set_statistics``. ``--views`` evaluates the run's model with only some elements of its sets
-(``methods.models.element_views``): ``eval_<split>@<view>.json`` per view, no score matrix and no
-statistics; the split is encoded once for all of them.
+(``methods.models.element_views``): ``eval_<split>@<view>.json`` and ``sims_<split>@<view>.npy``
+(for claim checks) per view, no statistics; the split is encoded once for all of them.
 """
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
     """Evaluate the trained model ``run_dir/model.pt`` on one test split under every protocol of
     its dataset; writes ``eval_<split>.json`` and ``sims_<split>.npy`` and returns the results.
     ``relevances``: ``split_relevances(payload, split)``, read before training when given.
-    ``views``: evaluation views instead (``eval_<split>@<view>.json`` each, no score matrix): the
-    split is encoded once and scored once per view."""
+    ``views``: evaluation views instead (``eval_<split>@<view>.json`` and ``sims_<split>@<view>.npy``
+    each): the split is encoded once and scored once per view."""
     t0 = time.time()
     ds, paths = payload["dataset"], payload["paths"]
     if relevances is None:
@@ -91,8 +91,7 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
         statistics = model.evaluation_statistics(img, txt) if view is None else {}
         if statistics:
             results.append(statistics_result(statistics, split, len(data.captions) // data.texts_per_image))
-        if view is None:
-            save_npy(run_dir / f"sims_{split}.npy", scores.numpy())
+        save_npy(run_dir / (f"sims_{split}.npy" if view is None else f"sims_{split}@{view}.npy"), scores.numpy())
         write_json(run_dir / (f"eval_{split}.json" if view is None else f"eval_{split}@{view}.json"), {
             "kind": "single", "ensemble_size": 1, "dataset": payload["name"], "split": split, "view": view,
             "config": cfg, "config_hash": ckpt["config_hash"], "seed": ckpt["seed"],

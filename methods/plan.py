@@ -17,9 +17,12 @@ from methods.fidelity import (config_value, load_method_file, merge_ledgers, row
                               stand_in_deviation)
 from methods.losses import rebase_term, term_configs
 from methods.metrics.protocols import STATISTICS_PROTOCOL, get_protocol
+from methods.metrics.query_units import check_claimable
+from methods.metrics.registry import base_metrics
 from methods.models import image_input_of, model_class
 from methods.models.element_views import check_elements, view_name
 from methods.models.description import DescribeContext, describe_run, finetunes
+from methods.report.claim_form import Comparison, parse_comparison
 
 ENSEMBLE_SEED_STRIDE = 1000  # a repeated ensemble member trains with seed s + 1000 * (earlier repeats)
 
@@ -244,6 +247,23 @@ class Figure:
     paper: str | None = None      # the key of the paper file that declares it
 
 
+@dataclass
+class Claim:
+    id: str
+    paper: str                    # the key of the paper file that states it
+    words: str
+    paraphrased: bool
+    where: str
+    table: str
+    comparison: Comparison        # left rows above right rows on one metric
+    margin: float
+    protocols: list[str]          # the dataset's protocols that report the metric
+
+    @property
+    def form(self) -> str:
+        return self.comparison.text() + (f" + {self.margin:g}" if self.margin else "")
+
+
 def data_kind(ds_cfg: dict) -> str:
     """What tables and figures say of a dataset's data: ``synthetic`` for the built-in dataset and
     for datasets the DAG generates from it (synthetic tags), else its kind."""
@@ -272,9 +292,16 @@ class Plan:
         self.tables: dict[tuple[str, str], Table] = {}
         self.figures: dict[tuple[str, str], Figure] = {}
         self.papers: dict[str, str] = {}   # paper key -> paper (as its file names it), in config order
+        self.paper_notes: dict[str, str] = {}
+        self.paper_tables: dict[str, list[str]] = {}   # paper key -> the tables its file declares
+        self.claims: dict[tuple[str, str], list[Claim]] = {}   # (paper key, dataset) -> claims checked there
         self._method_files: dict[Path, dict] = {}
+        stated = []
         for paper_file in cfg["papers"]:
-            self._add_paper(REPO_ROOT / paper_file if not Path(paper_file).is_absolute() else Path(paper_file))
+            path = REPO_ROOT / paper_file if not Path(paper_file).is_absolute() else Path(paper_file)
+            stated.append((path, self._add_paper(path)))
+        for path, paper in stated:   # after every paper: a claim may compare with another file's row of its table
+            self._add_claims(path, paper)
         for dataset, ds_cfg in cfg["datasets"].items():
             declared = {name for name, ds in self.tables if ds == dataset}
             unknown = set(ds_cfg.get("table_seeds", {})) - declared
@@ -325,12 +352,19 @@ class Plan:
         self.experiments.setdefault((dataset, exp.id), exp)
         return exp
 
-    def _add_paper(self, path: Path) -> None:
+    def _add_paper(self, path: Path) -> dict:
         paper = validate(load_yaml(path), "paper", str(path))
+        if paper["key"] in self.papers:
+            raise HarnessError(f"{path}: key '{paper['key']}' is the key of another paper file in config papers")
         self.papers[paper["key"]] = paper["paper"]
+        self.paper_notes[paper["key"]] = paper.get("notes", "")
+        self.paper_tables[paper["key"]] = list(paper["tables"])
         for table_name, table in paper["tables"].items():
             if table_name == "runtime":
                 raise HarnessError(f"{path}: table name 'runtime' is taken by the runtime tables (tables/runtime_<dataset>)")
+            if table_name.startswith("claims_"):
+                raise HarnessError(f"{path}: table name '{table_name}': names starting 'claims_' are taken by the claim "
+                                   f"tables (tables/claims_<paper>_<dataset>)")
             for dataset in table["datasets"]:
                 if dataset not in self.cfg["datasets"]:
                     raise HarnessError(f"{path}: tables.{table_name}.datasets: no dataset '{dataset}' is configured "
@@ -394,6 +428,36 @@ class Plan:
                     self.figures[(fig_name, dataset)] = Figure(fig_name, dataset, fig["kind"], fig["table"],
                                                                fig["title"], row=fig.get("row"), rows=fig.get("rows"),
                                                                paper=paper["key"])
+        return paper
+
+    def _add_claims(self, path: Path, paper: dict) -> None:
+        """Each claim of a paper file, checked on every dataset of its table: rows the table has and
+        runs, a metric that is a mean over test queries, a protocol of the dataset that reports it."""
+        for claim_id, claim in (paper.get("claims") or {}).items():
+            where = f"{path}: claims.{claim_id}"
+            if claim["table"] not in paper["tables"]:
+                raise HarnessError(f"{where}.table: '{claim['table']}' is not a table of this paper file "
+                                   f"(tables: {', '.join(paper['tables'])})")
+            comparison = parse_comparison(claim["compare"], f"{where}.compare")
+            check_claimable(comparison.metric, f"{where}.compare")
+            for dataset in paper["tables"][claim["table"]]["datasets"]:
+                rows = {r.id: r for r in self.tables[(claim["table"], dataset)].rows}
+                for row_id in comparison.rows:
+                    if row_id not in rows:
+                        raise HarnessError(f"{where}.compare: table {claim['table']} has no row '{row_id}' on "
+                                           f"{dataset} (rows: {', '.join(rows)})")
+                    if not rows[row_id].runs_models:
+                        raise HarnessError(f"{where}.compare: row '{row_id}' is reported only: there are no runs "
+                                           f"to test the claim on")
+                protocols = [p for p in self.cfg["datasets"][dataset]["protocols"]
+                             if set(base_metrics(comparison.metric)) <= set(get_protocol(p).metrics)]
+                if not protocols:
+                    raise HarnessError(f"{where}.compare: no protocol of datasets.{dataset}.protocols "
+                                       f"({', '.join(self.cfg['datasets'][dataset]['protocols'])}) reports "
+                                       f"{comparison.metric}")
+                self.claims.setdefault((paper["key"], dataset), []).append(Claim(
+                    claim_id, paper["key"], claim["words"], claim.get("paraphrased", False), claim["where"],
+                    claim["table"], comparison, float(claim.get("margin", 0.0)), protocols))
 
     def _check_row(self, path: Path, table_name: str, table_datasets: list[str], row: dict, paper: dict) -> None:
         """What a row names that no resolved config shows: its overrides (each key one of the method
@@ -513,7 +577,77 @@ class Plan:
             if names:
                 targets.append(f"figures/reproduced_vs_reported_{dataset}.png")
             targets += sorted(f"figures/{f}_{dataset}.png" for f, d in self.figures if d == dataset)
+            for paper in self.papers:
+                if dataset in self.paper_datasets(paper):
+                    targets.append(f"reports/{paper}_{dataset}.md")
+                if (paper, dataset) in self.claims:
+                    targets += [f"tables/claims_{paper}_{dataset}.csv", f"figures/claims_{paper}_{dataset}.png"]
         return targets
+
+    # -- claims and reports ---------------------------------------------------------------
+    def paper_datasets(self, paper: str) -> list[str]:
+        """The datasets a paper file's tables are built for (its reports), in config order."""
+        if paper not in self.papers:
+            raise HarnessError(f"no paper file has key '{paper}' (config papers give: {', '.join(self.papers)})")
+        return [d for d in self.cfg["datasets"] if any((t, d) in self.tables for t in self.paper_tables[paper])]
+
+    def paper_claims(self, paper: str, dataset: str) -> list[Claim]:
+        """The claims of a paper checked on a dataset (an unknown paper or dataset is an error)."""
+        self.check_target_dataset(dataset, f"claims_{paper}_{dataset}")
+        if dataset not in self.paper_datasets(paper):
+            raise HarnessError(f"paper '{paper}' has no table on dataset '{dataset}' (its datasets: "
+                               f"{', '.join(self.paper_datasets(paper)) or 'none'})")
+        return self.claims.get((paper, dataset), [])
+
+    def _claim_rows(self, paper: str, dataset: str) -> dict[tuple[str, str], Row]:
+        """(table, row id) of every row the paper's claims on ``dataset`` compare -> its Row."""
+        return {(c.table, r): self.row(c.table, dataset, r) for c in self.paper_claims(paper, dataset)
+                for r in c.comparison.rows}
+
+    def score_files(self, row: Row, dataset: str, split: str) -> list[list[str]]:
+        """Per seed of a row, the score matrices of ``split`` it averages (one per ensemble member;
+        an evaluation view's own matrix)."""
+        suffix = "" if row.view is None else f"@{row.view}"
+        return [[f"{self.run_dir(dataset, exp, row.member_seed(s, i))}/sims_{split}{suffix}.npy"
+                 for i, exp in enumerate(row.members)] for s in row.seeds]
+
+    def claims_spec(self, paper: str, dataset: str) -> dict:
+        """What the claims job of a paper on a dataset reads: each claim, and each compared row's
+        seeds, score files per protocol and reported numbers."""
+        claims = self.paper_claims(paper, dataset)
+        ds_cfg = self.cfg["datasets"][dataset]
+        rows = {}
+        for (table, row_id), row in self._claim_rows(paper, dataset).items():
+            protocols = sorted({p for c in claims if c.table == table and row_id in c.comparison.rows
+                                for p in c.protocols})
+            rows[f"{table}/{row_id}"] = {
+                "table": table, "id": row_id, "label": row.label, "seeds": row.seeds,
+                "ensemble_size": row.ensemble_size, "view": row.view, "reported": row.reported,
+                "scores": {p: self.score_files(row, dataset, get_protocol(p).split) for p in protocols}}
+        return {"paper": paper, "paper_name": self.papers[paper], "dataset": dataset, "dataset_kind": data_kind(ds_cfg),
+                "reported_dataset": ds_cfg.get("stands_in_for", {}).get("dataset", dataset),
+                "bootstrap": self.cfg["claims"], "rows": rows,
+                "claims": [{"id": c.id, "words": c.words, "paraphrased": c.paraphrased, "where": c.where,
+                            "table": c.table, "form": c.form, "left": list(c.comparison.left),
+                            "right": list(c.comparison.right), "metric": c.comparison.metric, "margin": c.margin,
+                            "protocols": c.protocols} for c in claims]}
+
+    def claims_score_files(self, paper: str, dataset: str) -> list[str]:
+        spec = self.claims_spec(paper, dataset)
+        return sorted({f for row in spec["rows"].values() for per_seed in row["scores"].values()
+                       for files in per_seed for f in files})
+
+    def report_spec(self, paper: str, dataset: str) -> dict:
+        """What a paper's reproduction report on a dataset shows beyond its tables and claims."""
+        ds_cfg = self.cfg["datasets"][dataset]
+        return {"paper": paper, "paper_name": self.papers[paper], "notes": self.paper_notes[paper], "dataset": dataset,
+                "dataset_kind": data_kind(ds_cfg), "reported_dataset": ds_cfg.get("stands_in_for", {}).get("dataset", dataset),
+                "tables": self.report_tables(paper, dataset), "has_claims": bool(self.paper_claims(paper, dataset)),
+                "bootstrap": self.cfg["claims"], "tolerance": self.cfg["tolerance"]}
+
+    def report_tables(self, paper: str, dataset: str) -> list[str]:
+        """The paper file's tables built for ``dataset``, in its order."""
+        return [t for t in self.paper_tables[paper] if (t, dataset) in self.tables]
 
     def image_feature_dir(self, dataset: str, exp_id: str) -> str:
         """Where the experiment's image input lives on this dataset (cached features, precomputed regions)."""

@@ -2,20 +2,25 @@
 
 Each side is encoded once, in batches (``model.encode_images`` / ``model.encode_texts``); the
 score matrix is the model's own (``model.score_matrix``: one GEMM per block for embedding
-models, length-sorted pair blocks for cross-attention models).
+models, length-sorted pair blocks for cross-attention models). ``average_similarities`` averages
+saved score matrices (ensembles, and the claims' ensemble rows).
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
 from methods.data.inputs import CachedGridFeatures, CachedImageFeatures
 from methods.data.text import pad_tokens
+from methods.errors import HarnessError
 from methods.features.images import ImageFiles
 from methods.models.base import RetrievalModel
 from methods.models.layers import at_least_float32
+from methods.io import load_npy
 from methods.runtime import autocast, to_device
 
 
@@ -73,3 +78,15 @@ def encode_split(model: RetrievalModel, token_lists: list[list[int]], n_images: 
 def score_matrix(model: RetrievalModel, img: Any, txt: Any, amp: bool = False) -> torch.Tensor:
     """(N_img, N_txt) scores on the CPU: float32 (float64 for a float64 model)."""
     return model.score_matrix(img, txt, amp=amp)
+
+
+def average_similarities(paths: list[Path]) -> np.ndarray:
+    """The mean of several runs' score matrices of one split (an ensemble: VSRN, SCAN t-i + i-t,
+    SGRAF), summed in float64, returned in float32 as each run's own."""
+    total = None
+    for path in paths:
+        sims = load_npy(path)
+        if total is not None and sims.shape != total.shape:
+            raise HarnessError(f"{path}: shape {sims.shape} differs from the other members' {total.shape}")
+        total = np.array(sims, dtype=np.float64) if total is None else total + sims
+    return (total / len(paths)).astype(np.float32)

@@ -8,8 +8,10 @@ import pytest
 import torch
 import yaml
 
+from methods.config import load_harness_config
 from methods.metrics.retrieval import retrieval_metrics
-from tests.conftest import fitting_weights, flickr_layout, snakemake
+from methods.plan import Plan
+from tests.conftest import REPO, fitting_weights, flickr_layout, snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -244,11 +246,66 @@ def test_sgraf_tables_figure_and_ensemble_of_sgr_and_saf(tiny_dag):
     assert ev["config"]["model"]["heads"] == ["saf"] and ev["config"]["model"]["kind"] == "sgraf"
 
 
+def test_dry_run_of_the_sgraf_report_on_configured_flickr_plans_its_runs(tiny_dag):
+    """reports/sgraf_flickr.md needs every SGRAF table on Flickr30K (table1 merges the other papers'
+    rows) and the claims, which read the compared rows' score matrices: the plan trains every run
+    of those tables, once."""
+    flickr = flickr_config(tiny_dag, "flickr.yaml", "resnet152", with_precomp=True)
+    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", flickr, "-n", "reports/sgraf_flickr.md")
+    counts = job_counts(proc)
+    repo = Plan(load_harness_config(REPO / "config" / "config.yaml"))
+    tables = ["sgraf_t1", "sgraf_t3", "sgraf_t4", "sgraf_t5", "sgraf_t7", "table1"]
+    runs = {run for t in tables for row in repo.table(t, "flickr").rows if row.runs_models
+            for run in repo.row_runs(row, "flickr")}
+    assert counts["train_flickr"] == len(runs) and counts["table"] == len(tables)
+    assert counts["claims"] == 1 and counts["reproduction_report"] == 1 and "claims_figure" not in counts
+
+
+def test_claims_and_reproduction_reports_of_every_paper(tiny_dag):
+    papers = {"vsepp": "synthetic", "metric_learning": "synthetic", "sgraf": "synthetic", "scan": "synthetic",
+              "mvsa": "synthetic", "set_test": "synthetic", "label_tiny": "synthtags"}
+    for paper, dataset in papers.items():
+        claims = read_table(tiny_dag / "tables" / f"claims_{paper}_{dataset}.csv")
+        assert claims and all(c["verdict"].endswith("(synthetic data)") for c in claims), paper
+        assert (tiny_dag / "figures" / f"claims_{paper}_{dataset}.png").stat().st_size > 0
+        report = (tiny_dag / "reports" / f"{paper}_{dataset}.md").read_text()
+        for section in ("## 1. Scope of reproducibility", "## 2. What was run", "## 3. Results",
+                        "## 4. What could not be reproduced, and why"):
+            assert section in report, (paper, section)
+        assert all(f"| {c['claim']} |" in report for c in claims)
+    for paper in ("deviations", "ensemble_test", "resume_test"):   # no claims: a report of the tables alone
+        assert "states no claim" in (tiny_dag / "reports" / f"{paper}_synthetic.md").read_text()
+        assert not (tiny_dag / "tables" / f"claims_{paper}_synthetic.csv").exists()
+    # the compared values are the rows' table values; the margin decides the verdict
+    table = {(r["row"], r["metric"]): float(r["reproduced"]) for r in read_table(tiny_dag / "tables/settest_synthetic.csv")
+             if r["protocol"] == "synthetic_test"}
+    claims = {c["claim"]: c for c in read_table(tiny_dag / "tables/claims_set_test_synthetic.csv")}
+    view = claims["whole_set_beats_one_element"]
+    assert float(view["left_reproduced"]) == pytest.approx(table[("slots", "rsum")], abs=0.006)
+    assert float(view["right_reproduced"]) == pytest.approx(table[("slots_element_1", "rsum")], abs=0.006)
+    margin = claims["ensemble_beats_the_others"]
+    assert float(margin["right_reproduced"]) == pytest.approx(
+        (table[("pie", "i2t_r5")] + table[("slots_grid", "i2t_r5")]) / 2, abs=0.006)
+    low, high = float(margin["ci_low"]), float(margin["ci_high"])
+    assert margin["verdict"].split()[0] == ("supported" if low > 1.5 else "contradicted" if high < 1.5 else "inconclusive")
+    label = read_table(tiny_dag / "tables/claims_label_tiny_synthtags.csv")[0]   # "ours_con < ours": ours on the left
+    ndcg = {r["row"]: float(r["reproduced"]) for r in read_table(tiny_dag / "tables/label_tiny_synthtags.csv")
+            if r["metric"] == "t2i_ndcg500"}
+    assert label["left_rows"] == "ours" and float(label["left_reproduced"]) == pytest.approx(ndcg["ours"], abs=0.006)
+    # the report counts this paper's cells of each table by verdict
+    report = (tiny_dag / "reports" / "set_test_synthetic.md").read_text()
+    cells = read_table(tiny_dag / "tables/settestk_synthetic.csv")
+    kinds = [sum(c["verdict"].startswith(k) for c in cells) for k in ("within", "outside", "not comparable",
+                                                                        "not reported", "reported only")]
+    assert "| `tables/settestk_synthetic.md` | " + " | ".join(map(str, kinds)) + " |" in report
+
+
 def test_report_holds_the_tables_and_figures_and_runs_carry_provenance(tiny_dag):
     proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "--report", "report.html")
     html = (tiny_dag / "report.html").read_text(errors="replace")
     for name in ("table1_synthetic.csv", "sgraf_t1_synthetic.csv", "metric_learning_synthetic.png",
-                 "sgraf_saf_weights_synthetic.png", "reproduced_vs_reported_synthetic.png"):
+                 "sgraf_saf_weights_synthetic.png", "reproduced_vs_reported_synthetic.png", "claims_sgraf_synthetic.csv",
+                 "claims_sgraf_synthetic.png", "sgraf_synthetic.md"):
         assert name in html, f"{name} missing from the report ({proc.stderr[-500:]})"
     for path in (tiny_dag / "results/synthetic/runs").glob("*/seed*/eval_test.json"):
         run = json.loads(path.read_text())
@@ -338,9 +395,11 @@ def test_set_embedding_statistics_views_ensembles_and_figures(tiny_dag):
     view = json.loads((runs / members["slots"][0] / "seed0/eval_test@i0_tall.json").read_text())
     full = json.loads((runs / members["slots"][0] / "seed0/eval_test.json").read_text())
     assert view["view"] == "i0_tall" and view["config_hash"] == full["config_hash"]
-    assert not (runs / members["slots"][0] / "seed0/sims_test@i0_tall.npy").exists()
     rsum = {r: float(cells[(r, "synthetic_test", "rsum")]["reproduced"]) for r in ("slots", "slots_element_1")}
     assert rsum["slots_element_1"] != rsum["slots"]
+    # its own score matrix (read by the claims) scores as its table row
+    view_sims = np.load(runs / members["slots"][0] / "seed0/sims_test@i0_tall.npy")
+    assert rsum["slots_element_1"] == pytest.approx(retrieval_metrics(view_sims)["rsum"], abs=0.006)
     # the two-seed ensemble averages seeds 0 and 1000 of the same config
     sims = (np.load(runs / members["slots"][0] / "seed0/sims_test.npy")
             + np.load(runs / members["slots"][0] / "seed1000/sims_test.npy")) / 2

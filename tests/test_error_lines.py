@@ -22,7 +22,7 @@ from methods.data.karpathy import load_karpathy
 from methods.data.positives import load_positives
 from methods.data.precomp import check_npy_header, open_precomp
 from methods.data.text import Vocabulary
-from methods.ensemble import average_similarities
+from methods.scoring import average_similarities
 from methods.errors import MAX_MESSAGE_CHARS, HarnessError, run_cli
 from methods.io import read_json, torch_save, write_json, write_text
 from methods.models.checkpoint import load_trained_model, read_model_file, save_trained_model

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from methods.ensemble import average_similarities
+from methods.scoring import average_similarities
 from methods.report.aggregate import aggregate
 from methods.report.table import verdict
 from methods.data.inputs import CachedImageFeatures

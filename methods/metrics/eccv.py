@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from methods.metrics.registry import EvaluationContext, register_metric
-from methods.metrics.retrieval import ARROW, DIRECTIONS
+from methods.metrics.retrieval import ARROW, DIRECTIONS, QUERIES
 
 CHUNK_ELEMENTS = 1 << 22   # scores sorted at once (queries x gallery), bounds memory on COCO-sized splits
 KINDS = {"map_r": "mAP@R", "rp": "R-P", "r1": "R@1"}   # ECCV Caption's order
@@ -69,4 +69,5 @@ for _d in DIRECTIONS:
     for _k, _label in KINDS.items():
         register_metric(f"{_d}_{_k}_ext", lambda c, d=_d, k=_k: 100.0 * float(extended_per_query(c, d)[k].mean()),
                         relevance="extended_positives", direction="higher", label=f"{ARROW[_d]} {_label} (ext.)",
-                        tolerance="ranking", scale="percent")
+                        tolerance="ranking", scale="percent",
+                        per_query=lambda c, d=_d, k=_k: 100.0 * extended_per_query(c, d)[k], queries=QUERIES[_d])

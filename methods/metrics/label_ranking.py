@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from methods.metrics.registry import EvaluationContext, register_metric
-from methods.metrics.retrieval import ARROW
+from methods.metrics.retrieval import ARROW, QUERIES
 
 NDCG_KS = (500,)
 LABEL_RECALL_KS = (1, 5, 10)
@@ -49,53 +49,83 @@ def ranked_gains(context: EvaluationContext, direction: str) -> np.ndarray:
     return context.cached(f"{direction}_ranked_gains", compute)
 
 
+def average_precisions(context: EvaluationContext, direction: str) -> np.ndarray:
+    """Each query's average precision over the whole ranked list (a fraction), NaN for a query
+    without any relevant item (mAP leaves it out)."""
+    def compute():
+        relevant = ranked_gains(context, direction) > 0
+        precision = np.cumsum(relevant, axis=1) / np.arange(1, relevant.shape[1] + 1)[None, :]
+        n_rel = relevant.sum(axis=1)
+        return np.divide((precision * relevant).sum(axis=1), n_rel, out=np.full(len(n_rel), np.nan), where=n_rel > 0)
+    return context.cached(f"{direction}_average_precisions", compute)
+
+
+def average_precisions_at_r(context: EvaluationContext, direction: str) -> np.ndarray:
+    """Each query's AP@R (a fraction), NaN for a query without any relevant item (left out)."""
+    def compute():
+        relevant = ranked_gains(context, direction) > 0
+        n_rel = relevant.sum(axis=1)
+        ranks = np.arange(1, relevant.shape[1] + 1)[None, :]
+        precision = np.cumsum(relevant, axis=1) / ranks
+        summed = (precision * relevant * (ranks <= n_rel[:, None])).sum(axis=1)
+        return np.divide(summed, n_rel, out=np.full(len(n_rel), np.nan), where=n_rel > 0)
+    return context.cached(f"{direction}_average_precisions_at_r", compute)
+
+
+def mean_of_counted(fractions: np.ndarray) -> float:
+    """The mean in % over the queries that count (not NaN); 0 when none does."""
+    counted = fractions[~np.isnan(fractions)]
+    return 100.0 * float(counted.mean()) if counted.size else 0.0
+
+
 def mean_average_precision(context: EvaluationContext, direction: str) -> float:
-    relevant = ranked_gains(context, direction) > 0
-    hits = np.cumsum(relevant, axis=1)
-    precision = hits / np.arange(1, relevant.shape[1] + 1)[None, :]
-    n_rel = relevant.sum(axis=1)
-    keep = n_rel > 0
-    ap = (precision * relevant).sum(axis=1)[keep] / n_rel[keep]
-    return 100.0 * float(ap.mean()) if keep.any() else 0.0
-
-
-def ndcg_at(context: EvaluationContext, direction: str, k: int) -> float:
-    gains = ranked_gains(context, direction)[:, :k]
-    discounts = 1.0 / np.log2(np.arange(2, gains.shape[1] + 2))
-    dcg = (gains * discounts[None, :]).sum(axis=1)
-    _, all_gains = graded_orientation(context, direction)
-    ideal = (-np.sort(-all_gains, axis=1)[:, :k] * discounts[None, :]).sum(axis=1)
-    ndcg = np.divide(dcg, ideal, out=np.zeros_like(dcg), where=ideal > 0)
-    return 100.0 * float(ndcg.mean())
-
-
-def label_recall_at(context: EvaluationContext, direction: str, k: int) -> float:
-    hits = (ranked_gains(context, direction)[:, :k] > 0).any(axis=1)
-    return 100.0 * float(hits.mean())
+    return mean_of_counted(average_precisions(context, direction))
 
 
 def map_at_r(context: EvaluationContext, direction: str) -> float:
-    relevant = ranked_gains(context, direction) > 0
-    n_rel = relevant.sum(axis=1)
-    ranks = np.arange(1, relevant.shape[1] + 1)[None, :]
-    within_r = ranks <= n_rel[:, None]
-    precision = np.cumsum(relevant, axis=1) / ranks
-    keep = n_rel > 0
-    ap = (precision * relevant * within_r).sum(axis=1)[keep] / n_rel[keep]
-    return 100.0 * float(ap.mean()) if keep.any() else 0.0
+    return mean_of_counted(average_precisions_at_r(context, direction))
+
+
+def ndcg_fractions(context: EvaluationContext, direction: str, k: int) -> np.ndarray:
+    """Each query's NDCG@k in [0, 1] (0 for a query that shares no label with any candidate)."""
+    def compute():
+        gains = ranked_gains(context, direction)[:, :k]
+        discounts = 1.0 / np.log2(np.arange(2, gains.shape[1] + 2))
+        dcg = (gains * discounts[None, :]).sum(axis=1)
+        _, all_gains = graded_orientation(context, direction)
+        ideal = (-np.sort(-all_gains, axis=1)[:, :k] * discounts[None, :]).sum(axis=1)
+        return np.divide(dcg, ideal, out=np.zeros_like(dcg), where=ideal > 0)
+    return context.cached(f"{direction}_ndcg{k}_fractions", compute)
+
+
+def ndcg_at(context: EvaluationContext, direction: str, k: int) -> float:
+    return 100.0 * float(ndcg_fractions(context, direction, k).mean())
+
+
+def label_hits(context: EvaluationContext, direction: str, k: int) -> np.ndarray:
+    """Per query: an item sharing a label is among its first k."""
+    return (ranked_gains(context, direction)[:, :k] > 0).any(axis=1)
+
+
+def label_recall_at(context: EvaluationContext, direction: str, k: int) -> float:
+    return 100.0 * float(label_hits(context, direction, k).mean())
 
 
 for _d in ("i2t", "t2i"):
     register_metric(f"{_d}_map", lambda c, d=_d: mean_average_precision(c, d), relevance="shared_labels",
-                    direction="higher", label=f"{ARROW[_d]} mAP", tolerance="ranking", scale="percent")
+                    direction="higher", label=f"{ARROW[_d]} mAP", tolerance="ranking", scale="percent",
+                    per_query=lambda c, d=_d: 100.0 * average_precisions(c, d), queries=QUERIES[_d])
     register_metric(f"{_d}_map_at_r", lambda c, d=_d: map_at_r(c, d), relevance="shared_labels",
-                    direction="higher", label=f"{ARROW[_d]} mAP@R", tolerance="ranking", scale="percent")
+                    direction="higher", label=f"{ARROW[_d]} mAP@R", tolerance="ranking", scale="percent",
+                    per_query=lambda c, d=_d: 100.0 * average_precisions_at_r(c, d), queries=QUERIES[_d])
     for _k in NDCG_KS:
         register_metric(f"{_d}_ndcg{_k}", lambda c, d=_d, k=_k: ndcg_at(c, d, k), relevance="shared_labels",
-                        direction="higher", label=f"{ARROW[_d]} NDCG@{_k}", tolerance="ranking", scale="percent")
+                        direction="higher", label=f"{ARROW[_d]} NDCG@{_k}", tolerance="ranking", scale="percent",
+                        per_query=lambda c, d=_d, k=_k: 100.0 * ndcg_fractions(c, d, k), queries=QUERIES[_d])
     for _k in LABEL_RECALL_KS:
         register_metric(f"{_d}_label_r{_k}", lambda c, d=_d, k=_k: label_recall_at(c, d, k), relevance="shared_labels",
-                        direction="higher", label=f"{ARROW[_d]} R@{_k} (label)", tolerance="recall", scale="percent")
+                        direction="higher", label=f"{ARROW[_d]} R@{_k} (label)", tolerance="recall", scale="percent",
+                        per_query=lambda c, d=_d, k=_k: 100.0 * label_hits(c, d, k), queries=QUERIES[_d])
 LABEL_RANKING_METRICS = tuple(f"{d}_{m}" for d in ("i2t", "t2i")
                               for m in (*(f"ndcg{k}" for k in NDCG_KS), "map", "map_at_r",
                                         *(f"label_r{k}" for k in LABEL_RECALL_KS)))

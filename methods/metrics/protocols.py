@@ -192,7 +192,8 @@ def split_labels(payload: dict, split: str, protocol: str, unique_texts: bool = 
         return SharedLabels(image_labels, text_labels)
     _, first = np.unique(np.asarray(loaded.captions, dtype=object).astype(str), return_index=True)
     columns = np.sort(first)
-    return SharedLabels(image_labels, text_labels[columns], text_columns=columns)
+    return SharedLabels(image_labels, text_labels[columns], text_columns=columns,
+                        text_owners=columns // loaded.texts_per_image)
 
 
 def label_prediction_relevance(labels: SharedLabels, predictions: tuple[np.ndarray, np.ndarray]) -> LabelPredictions:

@@ -4,6 +4,10 @@ Tables, model selection and figures read these declarations; nothing else lists 
 
 ``evaluate(scores, relevance, names)`` computes several metrics of one score matrix, sharing
 the expensive intermediates (ranks per direction) through an ``EvaluationContext``.
+
+A metric that is a mean over queries also declares ``per_query`` (each query's value in the
+metric's scale, NaN for a query the mean leaves out) and which items are its ``queries`` (images
+or texts): the claim checks resample test images with their queries (``methods.metrics.query_units``).
 """
 from __future__ import annotations
 
@@ -47,6 +51,9 @@ class Metric:
     scale: str                  # "percent" (0-100), "percent_sum", "rank", "unit" (0-1)
     in_table: bool = True       # shown as a table column (else computed, e.g. for selection)
     components: tuple[str, ...] = ()   # a sum of these metrics (RSUM), computable from their values
+    # the metric is the mean of these per-query values over the queries (NaN: left out), or None
+    per_query: Callable[[EvaluationContext], np.ndarray] | None = None
+    queries: str | None = None  # "images" or "texts": the items that query (with per_query)
 
     def better(self, new: float, old: float) -> bool:
         return new > old if self.direction == "higher" else new < old
@@ -57,16 +64,20 @@ METRICS: Registry[Metric] = Registry("metric")
 
 def register_metric(name: str, compute: Callable[[EvaluationContext], float] | None, *, relevance: str,
                     direction: str, label: str, tolerance: str | None, scale: str, in_table: bool = True,
-                    components: tuple[str, ...] = ()) -> Metric:
-    """Register a metric; ``compute`` None with ``components``: the sum of those metrics."""
+                    components: tuple[str, ...] = (), per_query: Callable[[EvaluationContext], np.ndarray] | None = None,
+                    queries: str | None = None) -> Metric:
+    """Register a metric; ``compute`` None with ``components``: the sum of those metrics.
+    ``per_query`` with ``queries``: the per-query values whose mean (NaN left out) is the metric."""
     if direction not in ("higher", "lower"):
         raise ValueError(f"metric {name}: direction must be 'higher' or 'lower'")
+    if (per_query is None) != (queries is None) or queries not in (None, "images", "texts"):
+        raise ValueError(f"metric {name}: per_query needs queries 'images' or 'texts' (and the reverse)")
     if compute is None:
         if not components:
             raise ValueError(f"metric {name}: give compute or components")
         compute = lambda context: sum(context.value(c) for c in components)  # noqa: E731
     return METRICS.register(name, Metric(name, compute, relevance, direction, label, tolerance, scale, in_table,
-                                         components))
+                                         components, per_query, queries))
 
 
 def value_from(metrics: dict[str, float], name: str) -> float:
@@ -88,6 +99,11 @@ def evaluate(scores: torch.Tensor | np.ndarray, relevance, names: list[str] | tu
                                f"not {relevance.kind}")
         out[name] = context.value(name)
     return out
+
+
+def base_metrics(name: str) -> tuple[str, ...]:
+    """The metrics ``name`` sums (its components), or itself."""
+    return METRICS.get(name).components or (name,)
 
 
 def table_metrics(names: list[str] | tuple[str, ...]) -> list[str]:

@@ -41,6 +41,10 @@ class CaptionsOfImage:
     def n_images(self, scores: torch.Tensor) -> int:
         return scores.shape[0]
 
+    def text_images(self, scores: torch.Tensor) -> np.ndarray:
+        """The image (row) each text (column) belongs to."""
+        return np.arange(scores.shape[1]) // self.captions_per_image
+
     def fold(self, scores: torch.Tensor, fold: int, n_folds: int) -> tuple[torch.Tensor, "CaptionsOfImage"]:
         """Fold ``fold`` of ``n_folds`` consecutive image blocks, with their captions."""
         size = scores.shape[0] // n_folds
@@ -55,6 +59,8 @@ class SharedLabels:
     # the score-matrix columns of these texts when they are a subset of a split's texts (the unique
     # tag sets of a tag dataset, ``methods.metrics.protocols.split_labels``); None: every column
     text_columns: np.ndarray | None = None
+    # the image (row) each of these texts belongs to; None: texts in image order, an equal number per image
+    text_owners: np.ndarray | None = None
     kind = "shared_labels"
 
     def __post_init__(self) -> None:
@@ -76,6 +82,16 @@ class SharedLabels:
 
     def n_images(self, scores: torch.Tensor) -> int:
         return scores.shape[0]
+
+    def text_images(self, scores: torch.Tensor) -> np.ndarray:
+        """The image (row) each text (column) belongs to."""
+        if self.text_owners is not None:
+            return np.asarray(self.text_owners)
+        n, m = scores.shape
+        if m % n:
+            raise HarnessError(f"shared-label relevance: {m} texts are not an equal number per each of {n} images, "
+                               f"and the relevance names no image of each text")
+        return np.arange(m) // (m // n)
 
     def graded(self) -> np.ndarray:
         """(N, M) number of labels each (image, text) pair shares."""
@@ -119,6 +135,10 @@ class ExtendedPositives:
 
     def n_images(self, scores: torch.Tensor) -> int:
         return scores.shape[0]
+
+    def text_images(self, scores: torch.Tensor) -> np.ndarray:
+        """The image (row) each caption (column) belongs to (its Karpathy image)."""
+        return np.arange(scores.shape[1]) // self.captions_per_image
 
     def fold(self, scores: torch.Tensor, fold: int, n_folds: int) -> tuple[torch.Tensor, "ExtendedPositives"]:
         """Fold ``fold`` of ``n_folds`` consecutive image blocks, with their captions (positives

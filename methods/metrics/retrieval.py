@@ -70,6 +70,10 @@ def _recall(direction: str, k: int):
     return lambda context: 100.0 * float(np.mean(ranks(context, direction) < k))
 
 
+def _hits(direction: str, k: int):
+    return lambda context: 100.0 * (ranks(context, direction) < k).astype(np.float64)
+
+
 def _median_rank(direction: str):
     return lambda context: float(math.floor(np.median(ranks(context, direction))) + 1)
 
@@ -78,17 +82,26 @@ def _mean_rank(direction: str):
     return lambda context: float(np.mean(ranks(context, direction)) + 1)
 
 
+def _one_based_ranks(direction: str):
+    return lambda context: ranks(context, direction).astype(np.float64) + 1
+
+
+QUERIES = {"i2t": "images", "t2i": "texts"}   # the items that query in each direction
+
+
 for _d in DIRECTIONS:
     for _k in RECALL_KS:
         register_metric(f"{_d}_r{_k}", _recall(_d, _k), relevance="captions_of_image", direction="higher",
-                        label=f"{ARROW[_d]} R@{_k}", tolerance="recall", scale="percent")
+                        label=f"{ARROW[_d]} R@{_k}", tolerance="recall", scale="percent",
+                        per_query=_hits(_d, _k), queries=QUERIES[_d])
 register_metric("rsum", None, components=RECALLS, relevance="captions_of_image", direction="higher",
                 label="RSUM", tolerance="rsum", scale="percent_sum")
 for _d in DIRECTIONS:
     register_metric(f"{_d}_medr", _median_rank(_d), relevance="captions_of_image", direction="lower",
                     label=f"{ARROW[_d]} medr", tolerance="rank", scale="rank")
     register_metric(f"{_d}_meanr", _mean_rank(_d), relevance="captions_of_image", direction="lower",
-                    label=f"{ARROW[_d]} meanr", tolerance=None, scale="rank", in_table=False)
+                    label=f"{ARROW[_d]} meanr", tolerance=None, scale="rank", in_table=False,
+                    per_query=_one_based_ranks(_d), queries=QUERIES[_d])
 # VSRN's train.py keeps the epoch with the best R@1 + R@5 both ways (R@10 left out).
 register_metric("r1_r5_sum", None, components=tuple(f"{d}_r{k}" for d in DIRECTIONS for k in (1, 5)),
                 relevance="captions_of_image", direction="higher", label="R@1+R@5 sum", tolerance=None,

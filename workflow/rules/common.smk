@@ -67,6 +67,7 @@ wildcard_constraints:
     dataset="[a-z0-9]+",
     figure="|".join(sorted({f for f, _ in PLAN.figures})) or "no-paper-figure",
     table="[a-z0-9_]+",
+    paper="[a-z0-9_]+",   # a paper file's key
     row="[a-z0-9_]+",
     exp="[a-z0-9_]+-[0-9a-f]{10}",
     ens="ens-[0-9a-f]{10}",

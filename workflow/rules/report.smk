@@ -38,7 +38,7 @@ rule table:
         csv=report("tables/{table}_{dataset}.csv", category="Tables", caption="../report/table.rst"),
         md="tables/{table}_{dataset}.md",
     wildcard_constraints:
-        table=r"(?!runtime_[a-z0-9]+\.)[a-z0-9_]+",  # tables/runtime_{dataset}.*: rule runtime
+        table=r"(?!runtime_[a-z0-9]+\.)(?!claims_)[a-z0-9_]+",  # tables/runtime_*: rule runtime; tables/claims_*: rule claims
     localrule: True
     conda:
         CONDA_ENV
@@ -102,3 +102,112 @@ rule paper_figure:
         benchmark_file("paper_figure", "{figure}_{dataset}")
     shell:
         "python -m methods.report.paper_figures --spec {input.spec} --out {output} {params.extra} {input.rows} " + TO_LOG
+
+
+# Claims and reproduction reports, per paper file (its key) and dataset: the claims job scores the
+# compared rows' runs (score matrices) with a paired bootstrap over test images; the report reads
+# the paper's tables and claims. A paper with no claim on a dataset still gets its report.
+def claims_inputs(w):
+    if not PLAN.paper_claims(w.paper, w.dataset):   # an unknown paper or dataset fails there, in one line
+        raise HarnessError(f"target tables/claims_{w.paper}_{w.dataset}.csv: paper file '{w.paper}' states no claim "
+                           f"checked on {w.dataset} (its report, reports/{w.paper}_{w.dataset}.md, has its tables)")
+    checked_dataset(w.dataset)
+    return {"spec": f"{R}/{w.dataset}/claims/{w.paper}.spec.json", "cfg": dataset_json(w),
+            **positives_inputs_of(w.dataset), "scores": PLAN.claims_score_files(w.paper, w.dataset)}
+
+
+def report_inputs(w):
+    claims = PLAN.paper_claims(w.paper, w.dataset)   # an unknown paper, or a dataset it has no table on: one line
+    tables = PLAN.report_tables(w.paper, w.dataset)
+    return {"spec": f"{R}/{w.dataset}/reports/{w.paper}.spec.json",
+            "tables": [f"tables/{t}_{w.dataset}.csv" for t in tables],
+            "table_specs": [f"{R}/{w.dataset}/tables/{t}.spec.json" for t in tables],
+            "claims": [f"tables/claims_{w.paper}_{w.dataset}.csv"] if claims else []}
+
+
+rule claims_spec:
+    """The claims of a paper on a dataset, with the compared rows' score files and reported numbers."""
+    output:
+        f"{R}/{{dataset}}/claims/{{paper}}.spec.json",
+    params:
+        spec=lambda w: json.dumps(PLAN.claims_spec(w.paper, w.dataset)),
+    localrule: True
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/claims_spec/{{dataset}}/{{paper}}.log",
+    shell:
+        "python -m methods.io --out {output} --json {params.spec:q} " + TO_LOG
+
+
+rule claims:
+    """Each claim of a paper on a dataset: the paper's difference, ours with its bootstrap interval, a verdict."""
+    input:
+        unpack(claims_inputs),
+    output:
+        csv=report("tables/claims_{paper}_{dataset}.csv", category="Claims", caption="../report/claims.rst"),
+        md="tables/claims_{paper}_{dataset}.md",
+    threads: 1
+    resources:
+        mem_mb=dataset_res("evaluate", "mem_mb"),
+        runtime=res("evaluate", "runtime"),
+        **cpu_partition(0),  # score matrices and resampling: no GPU
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/claims/{{paper}}_{{dataset}}.log",
+    benchmark:
+        benchmark_file("claims", "{paper}_{dataset}")
+    shell:
+        "python -m methods.report.claims --spec {input.spec} --dataset-config {input.cfg} --out-csv {output.csv} "
+        "--out-md {output.md} " + TO_LOG
+
+
+rule claims_figure:
+    """Each claim's difference with its interval, the paper's difference as a marker, the zero line."""
+    input:
+        "tables/claims_{paper}_{dataset}.csv",
+    output:
+        report("figures/claims_{paper}_{dataset}.png", category="Claims", caption="../report/claims_figure.rst"),
+    localrule: True
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/claims_figure/{{paper}}_{{dataset}}.log",
+    benchmark:
+        benchmark_file("claims_figure", "{paper}_{dataset}")
+    shell:
+        "python -m methods.report.claims_figure --claims {input} --out {output} " + TO_LOG
+
+
+rule report_spec:
+    """Paper, notes, tables and statistics settings of a reproduction report."""
+    output:
+        f"{R}/{{dataset}}/reports/{{paper}}.spec.json",
+    params:
+        spec=lambda w: json.dumps(PLAN.report_spec(w.paper, w.dataset)),
+    localrule: True
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/report_spec/{{dataset}}/{{paper}}.log",
+    shell:
+        "python -m methods.io --out {output} --json {params.spec:q} " + TO_LOG
+
+
+rule reproduction_report:
+    """A paper's reproduction report on a dataset (ML Reproducibility Challenge structure), from its tables and claims."""
+    input:
+        unpack(report_inputs),
+    output:
+        report("reports/{paper}_{dataset}.md", category="Reports", caption="../report/reproduction.rst"),
+    localrule: True
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/reproduction_report/{{paper}}_{{dataset}}.log",
+    benchmark:
+        benchmark_file("reproduction_report", "{paper}_{dataset}")
+    shell:
+        "python -m methods.report.reproduction --spec {input.spec} --out {output} "
+        "--tables {input.tables} --table-specs {input.table_specs} --claims {input.claims} " + TO_LOG

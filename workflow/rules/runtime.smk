@@ -10,7 +10,7 @@ _RUNTIME_JOBS = {}
 
 
 def runtime_jobs(dataset):
-    """Every job behind the dataset's default targets (its tables and figures, and for a synthetic
+    """Every job behind the dataset's default targets (its tables, figures, claims and reports, and for a synthetic
     dataset the region features of every split), but the local config writers, as
     {benchmark file: {"rule": its rule, "papers": keys of the papers whose rows, tables or figures
     need it}}. The dataset's own jobs (data, vocabulary, backbone pre-training, features) name no
@@ -92,6 +92,12 @@ def runtime_jobs(dataset):
             if "trained_run" in needs or "trained_runs" in needs:
                 for row_id in [fig.row] if fig.row else fig.rows:
                     add_image_input(PLAN.row(fig.table, dataset, row_id).members[0], PLAN.figure_spec(name, dataset)["split"])
+    for paper in PLAN.papers:   # reproduction reports, and the claims of the papers that state some here
+        if dataset in PLAN.paper_datasets(paper):
+            add("reproduction_report", {paper}, paper=paper, dataset=dataset)
+        if PLAN.claims.get((paper, dataset)):
+            add("claims", {paper}, paper=paper, dataset=dataset)
+            add("claims_figure", {paper}, paper=paper, dataset=dataset)
     for exp_id in dict.fromkeys(exp_id for tbl in tables for row in tbl.rows for exp_id in row.members):
         exp = PLAN.experiment(dataset, exp_id)
         if exp.backbone is not None:

@@ -85,7 +85,7 @@ rule ensemble:
 
 # One view-evaluation rule per dataset and experiment whose rows declare evaluation views (set
 # models, methods/models/element_views.py): a job encodes the run's test split once and scores
-# it once per view, writing every view's eval_<split>@<view>.json.
+# it once per view, writing every view's eval_<split>@<view>.json and sims_<split>@<view>.npy.
 for _name in HARNESS["datasets"]:
     for _exp, _views in PLAN.experiment_views(_name).items():
 
@@ -96,6 +96,7 @@ for _name in HARNESS["datasets"]:
                 unpack(lambda w, name=_name, exp=_exp: view_inputs_of(name, exp, w.seed, w.split)),
             output:
                 [f"{R}/{_name}/runs/{_exp}/seed{{seed}}/eval_{{split}}@{v}.json" for v in _views],
+                [f"{R}/{_name}/runs/{_exp}/seed{{seed}}/sims_{{split}}@{v}.npy" for v in _views],
             params:
                 features=lambda w, name=_name, exp=_exp: image_features_dir(name, exp),
                 run_dir=lambda w, name=_name, exp=_exp: run_dir(name, exp, w.seed),

@@ -1,0 +1,94 @@
+"""Per-image units of a protocol's metrics: what the claim checks' paired bootstrap resamples.
+
+A metric that is a mean over queries (``Metric.per_query``: image queries or text queries) is,
+on any multiset of test images, the sum of the per-query values of those images' queries divided
+by the number of those queries that count (a query a metric leaves out, e.g. one without a
+relevant item for mAP, does not count). So each test image carries, per metric, the sum of its
+queries' values and their count: its own query for an image→text metric, the queries of its
+texts for a text→image one (each text belongs to one image; on tag datasets that rank identical
+tag sets once, an image whose tags repeat an earlier image's carries no text). Resampling these
+units resamples each image with all of its texts; the gallery stays the whole split (a query's
+value is the one it has against the whole test split, or its fold).
+
+Sum of the sums over images / sum of the counts = the metric on the split (folded protocols:
+each image is scored within its fold, and with folds of equal size and every query counted the
+ratio equals the mean over folds that the tables report; where a metric leaves queries out, it is
+the mean over folds weighted by counted queries).
+
+Metrics that are not a mean over queries (median rank, micro-F1, the ``eccv_caption`` package's
+metrics, embedding statistics) have no units: a claim cannot test them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from methods.errors import HarnessError
+from methods.metrics.protocols import Protocol
+from methods.metrics.registry import METRICS, EvaluationContext, base_metrics
+
+
+@dataclass(frozen=True)
+class QueryUnits:
+    """Per test image (last axis) and base metric (first axis): the sum of its queries' values and
+    the number of its queries that count."""
+    metrics: tuple[str, ...]
+    sums: np.ndarray     # (metrics, images) float64
+    counts: np.ndarray   # (metrics, images) float64
+
+    def rows(self, metric: str) -> list[int]:
+        """The rows of the base metrics a metric sums (itself, or e.g. RSUM's six recalls)."""
+        return [self.metrics.index(m) for m in base_metrics(metric)]
+
+    def value(self, metric: str) -> float:
+        """A metric (a base metric, or a sum of them such as RSUM) over every test image."""
+        return float(sum(self.sums[r].sum() / self.counts[r].sum() for r in self.rows(metric)))
+
+
+def check_claimable(metric: str, where: str) -> None:
+    """``metric`` is registered and a mean over queries (or a sum of such metrics)."""
+    if metric not in METRICS:
+        raise HarnessError(f"{where}: unknown metric '{metric}' (registered: {', '.join(METRICS.names())})")
+    missing = [m for m in base_metrics(metric) if METRICS.get(m).per_query is None]
+    if missing:
+        raise HarnessError(f"{where}: metric '{metric}' is not a mean over test queries ({', '.join(missing)} "
+                           f"has no per-query form), so a bootstrap over test images cannot test it")
+
+
+def protocol_units(scores: torch.Tensor | np.ndarray, protocol: Protocol, relevance, metrics: list[str]) -> QueryUnits:
+    """Units of the base metrics of ``metrics`` for the score matrix of one split under ``protocol``
+    (``relevance``: that protocol's, from ``split_relevances``)."""
+    base = tuple(dict.fromkeys(m for name in metrics for m in base_metrics(name)))
+    for name in base:
+        check_claimable(name, f"protocol {protocol.name}")
+        if name not in protocol.metrics:
+            raise HarnessError(f"protocol {protocol.name} does not report metric '{name}'")
+    scores = torch.as_tensor(scores)
+    if protocol.unique_texts:   # the columns of the first of identical texts, as evaluate_protocol ranks them
+        scores = scores[:, torch.as_tensor(relevance.text_columns)]
+    relevance.check(scores)
+    n = relevance.n_images(scores)
+    if n % protocol.n_folds:
+        raise HarnessError(f"protocol {protocol.name}: {n} images do not split into {protocol.n_folds} folds")
+    size = n // protocol.n_folds
+    sums, counts = np.zeros((len(base), n)), np.zeros((len(base), n))
+    for fold in range(protocol.n_folds):
+        # one fold: the relevance itself (it may name the image of each text), else its fold
+        fold_scores, fold_relevance = (scores, relevance) if protocol.n_folds == 1 else relevance.fold(
+            scores, fold, protocol.n_folds)
+        context = EvaluationContext(fold_scores, fold_relevance)
+        owners = {"images": np.arange(size), "texts": fold_relevance.text_images(fold_scores)}
+        images = slice(fold * size, (fold + 1) * size)
+        for row, name in enumerate(base):
+            metric = METRICS.get(name)
+            values = np.asarray(metric.per_query(context), dtype=np.float64)
+            counted = ~np.isnan(values)
+            owner = owners[metric.queries]
+            sums[row, images] = np.bincount(owner, weights=np.where(counted, values, 0.0), minlength=size)
+            counts[row, images] = np.bincount(owner, weights=counted.astype(np.float64), minlength=size)
+    empty = [m for m, c in zip(base, counts) if c.sum() == 0]
+    if empty:
+        raise HarnessError(f"protocol {protocol.name}: no test query counts for {', '.join(empty)}")
+    return QueryUnits(base, sums, counts)

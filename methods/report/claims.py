@@ -1,0 +1,199 @@
+"""Check a paper's claims on one dataset: ``tables/claims_<paper>_<dataset>.csv`` (+ ``.md``).
+
+A claim (``claims`` in a paper file, ``methods.report.claim_form``) says that one row, or the mean
+of several rows, of a table is above another on one metric. For every protocol of the dataset
+that reports the metric, this job
+
+- scores each compared row on the test split from its runs' score matrices (``sims_<split>.npy``;
+  an ensemble averages its members' matrices for each seed, as its table row does; an evaluation
+  view reads its own ``sims_<split>@<view>.npy``), as per-image units
+  (``methods.metrics.query_units``), averaged over the row's seeds;
+- takes the difference (left − right) of the seed-mean metric, its spread over seeds (the rows'
+  per-seed differences, when the rows share their seeds), and its interval from a paired
+  bootstrap over the test images, each resampled with all its texts (``methods.report.bootstrap``:
+  scipy, BCa by default, seeded; ``claims`` in the harness config);
+- gives the verdict: ``supported`` when the interval lies above the claimed margin (0 unless the
+  claim sets one), ``contradicted`` when below, else ``inconclusive``; on synthetic data the
+  verdict says so (a claim about Flickr30K is not tested by a synthetic stand-in);
+- puts the paper's own difference beside it where the rows' reported numbers give both sides
+  (on a stand-in dataset, those of the dataset it stands in for).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from methods.cli import run_command
+from methods.data.datasets import load_dataset_payload
+from methods.errors import HarnessError
+from methods.io import load_npy, read_json, write_text
+from methods.metrics.protocols import get_protocol, split_relevances
+from methods.metrics.query_units import QueryUnits, protocol_units
+from methods.metrics.registry import base_metrics, value_from
+from methods.report.bootstrap import mean_over_seeds, paired_difference_interval, verdict
+from methods.report.claim_form import number, ours_difference
+from methods.scoring import average_similarities
+
+COLUMNS = ("paper", "dataset", "data", "claim", "words", "paraphrased", "where", "table", "compare", "margin",
+           "protocol", "metric", "left_rows", "right_rows", "left_reproduced", "right_reproduced",
+           "reproduced_difference", "difference_seed_std", "seeds_above_margin", "n_seeds", "seeds", "ci_low",
+           "ci_high", "confidence", "interval_method", "n_resamples", "bootstrap_seed", "n_images", "reported_dataset",
+           "left_reported", "right_reported", "reported_difference", "reported_sources", "verdict")
+DIGITS = 4
+
+
+class RowScores:
+    """The per-image units of the compared rows, per protocol and seed (each score matrix loaded once)."""
+
+    def __init__(self, spec: dict, payload: dict):
+        self.spec, self.payload = spec, payload
+        self._relevances: dict[tuple[str, str], object] = {}   # (split, relevance key) -> relevance
+        self.units: dict[tuple[str, str], list[QueryUnits]] = {}   # (row key, protocol) -> one per seed
+        for key, row in spec["rows"].items():
+            metrics = sorted({c["metric"] for c in spec["claims"] if c["table"] == row["table"]
+                              and row["id"] in c["left"] + c["right"]})
+            by_split: dict[str, list[str]] = {}
+            for protocol in row["scores"]:
+                by_split.setdefault(get_protocol(protocol).split, []).append(protocol)
+            for split, protocols in by_split.items():
+                for seed_index in range(len(row["seeds"])):
+                    scores = self._scores(row["scores"][protocols[0]][seed_index])
+                    for protocol in protocols:
+                        wanted = [m for m in metrics if set(base_metrics(m)) <= set(get_protocol(protocol).metrics)]
+                        self.units.setdefault((key, protocol), []).append(protocol_units(
+                            scores, get_protocol(protocol), self._relevance(split, protocol), wanted))
+
+    def _relevance(self, split: str, protocol: str):
+        """The protocol's relevance on its split (built once per kind: only those the claims need)."""
+        kind = get_protocol(protocol).relevance_key
+        if (split, kind) not in self._relevances:
+            only = {**self.payload, "dataset": {**self.payload["dataset"], "protocols": [protocol]}}
+            self._relevances[(split, kind)] = split_relevances(only, split)[kind]
+        return self._relevances[(split, kind)]
+
+    @staticmethod
+    def _scores(files: list[str]) -> np.ndarray:
+        """One seed's score matrix: the run's, or the mean of an ensemble's members' (as ``methods.ensemble``)."""
+        return np.array(load_npy(files[0])) if len(files) == 1 else average_similarities([Path(f) for f in files])
+
+
+def reported_value(row: dict, protocol: str, metric: str) -> tuple[float | None, str | None]:
+    """A row's reported metric under a protocol (a sum such as RSUM from its parts), and its source."""
+    reported = (row["reported"] or {}).get(protocol)
+    if not reported:
+        return None, None
+    metrics = reported["metrics"]
+    if metric in metrics:   # as printed (a printed RSUM may differ from the sum of the printed recalls)
+        return float(metrics[metric]), reported["source"]
+    try:
+        return value_from(metrics, metric), reported["source"]
+    except KeyError:
+        return None, reported["source"]
+
+
+def check_claim(claim: dict, protocol: str, spec: dict, scores: RowScores) -> dict:
+    rows = spec["rows"]
+    sides = {side: [f"{claim['table']}/{r}" for r in claim[side]] for side in ("left", "right")}
+    per_seed = {key: scores.units[(key, protocol)] for keys in sides.values() for key in keys}
+    picked = {key: units[0].rows(claim["metric"]) for key, units in per_seed.items()}
+    counts = {key: units[0].counts[picked[key]] for key, units in per_seed.items()}
+    reference = next(iter(counts.values()))
+    for key, c in counts.items():
+        if c.shape != reference.shape or not np.array_equal(c, reference):
+            raise HarnessError(f"claim {claim['id']}: rows {list(counts)} are not scored on the same test queries "
+                               f"under {protocol}")
+    seed_mean = {key: mean_over_seeds([u.sums[picked[key]] for u in units]) for key, units in per_seed.items()}
+    b = spec["bootstrap"]
+    interval = paired_difference_interval(np.stack([seed_mean[k] for k in sides["left"]]),
+                                          np.stack([seed_mean[k] for k in sides["right"]]), reference,
+                                          n_resamples=b["n_resamples"], seed=b["seed"], confidence=b["confidence"],
+                                          method=b["method"])
+    seed_values = {key: [u.value(claim["metric"]) for u in units] for key, units in per_seed.items()}
+    side_means = {side: float(np.mean([np.mean(seed_values[k]) for k in keys])) for side, keys in sides.items()}
+    seed_lists = {tuple(rows[k]["seeds"]) for k in per_seed}
+    seed_std, above = None, None
+    if len(seed_lists) == 1 and len(next(iter(seed_lists))) > 1:   # shared seeds: the spread of the per-seed differences
+        differences = (np.mean([seed_values[k] for k in sides["left"]], axis=0)
+                       - np.mean([seed_values[k] for k in sides["right"]], axis=0))
+        seed_std, above = float(np.std(differences)), int(np.sum(differences > claim["margin"]))
+    reported = {side: [reported_value(rows[k], protocol, claim["metric"]) for k in keys] for side, keys in sides.items()}
+    reported_means = {side: (float(np.mean([v for v, _ in values])) if all(v is not None for v, _ in values) else None)
+                      for side, values in reported.items()}
+    reported_difference = (None if None in reported_means.values()
+                           else reported_means["left"] - reported_means["right"])
+    said = verdict(interval["low"], interval["high"], claim["margin"])
+    if spec["dataset_kind"] == "synthetic":
+        said += " (synthetic data)"
+    return {
+        "paper": spec["paper"], "dataset": spec["dataset"], "data": spec["dataset_kind"], "claim": claim["id"],
+        "words": claim["words"], "paraphrased": claim["paraphrased"], "where": claim["where"], "table": claim["table"],
+        "compare": claim["form"], "margin": claim["margin"], "protocol": protocol, "metric": claim["metric"],
+        "left_rows": "; ".join(claim["left"]), "right_rows": "; ".join(claim["right"]),
+        "left_reproduced": side_means["left"], "right_reproduced": side_means["right"],
+        "reproduced_difference": interval["estimate"], "difference_seed_std": seed_std, "seeds_above_margin": above,
+        "n_seeds": len(rows[sides["left"][0]]["seeds"]) if len(seed_lists) == 1 else None,
+        "seeds": " ".join(map(str, sorted(seed_lists)[0])) if len(seed_lists) == 1 else "per row",
+        "ci_low": interval["low"], "ci_high": interval["high"], "confidence": interval["confidence"],
+        "interval_method": interval["method"], "n_resamples": interval["n_resamples"],
+        "bootstrap_seed": interval["seed"], "n_images": interval["n_images"],
+        "reported_dataset": spec["reported_dataset"], "left_reported": reported_means["left"],
+        "right_reported": reported_means["right"], "reported_difference": reported_difference,
+        "reported_sources": "; ".join(dict.fromkeys(s for values in reported.values() for _, s in values if s)),
+        "verdict": said}
+
+
+def claims_frame(spec: dict, payload: dict) -> pd.DataFrame:
+    scores = RowScores(spec, payload)
+    records = [check_claim(claim, protocol, spec, scores) for claim in spec["claims"] for protocol in claim["protocols"]]
+    frame = pd.DataFrame(records, columns=list(COLUMNS))
+    floats = [c for c in COLUMNS if c.endswith(("_reproduced", "_reported", "_difference", "_std", "ci_low", "ci_high"))]
+    frame[floats] = frame[floats].astype(float).round(DIGITS)
+    frame[["seeds_above_margin", "n_seeds"]] = frame[["seeds_above_margin", "n_seeds"]].astype("Int64")
+    return frame
+
+
+def markdown(frame: pd.DataFrame, spec: dict) -> str:
+    kind = "" if spec["dataset_kind"] != "synthetic" else (
+        f" The data is synthetic (standing in for {spec['reported_dataset']}): the verdicts test the harness's "
+        f"runs of each method on it, not the paper's claim on its data; the paper's differences are its "
+        f"{spec['reported_dataset']} numbers.")
+    b = spec["bootstrap"]
+    lines = [f"# Claims of {spec['paper_name']} on {spec['dataset']}", "",
+             f"Ours: the difference of the seed-mean metric (left − right) over the test split, its spread over "
+             f"seeds, and its {b['confidence']:.0%} {b['method']} interval from {b['n_resamples']} paired resamples of "
+             f"the test images, each with all its texts (bootstrap seed {b['seed']}). Supported: the interval lies "
+             f"above the claimed margin; contradicted: below it.{kind}", "",
+             "| claim | paper's words | where | compared | protocol | paper Δ | ours Δ (± seeds) | interval | verdict |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in frame.itertuples():
+        words = f"{r.words} (paraphrase)" if r.paraphrased else f"“{r.words}”"
+        lines.append(f"| {r.claim} | {words} | {r.where} | `{r.compare}` | {r.protocol} | "
+                     f"{number(r.reported_difference, signed=True)} | {ours_difference(r)} | "
+                     f"[{number(r.ci_low, signed=True)}, {number(r.ci_high, signed=True)}] | {r.verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+def _claims(args) -> None:
+    spec = read_json(args.spec)
+    if not spec["claims"]:
+        raise HarnessError(f"{args.spec}: paper {spec['paper']} states no claim on {spec['dataset']}")
+    frame = claims_frame(spec, load_dataset_payload(args.dataset_config))
+    write_text(args.out_csv, frame.to_csv(index=False))
+    write_text(args.out_md, markdown(frame, spec))
+    print(frame[["claim", "protocol", "reproduced_difference", "ci_low", "ci_high", "verdict"]].to_string(index=False))
+
+
+def _arguments(parser) -> None:
+    parser.add_argument("--spec", required=True, help="the claims spec of the paper on the dataset (methods.plan)")
+    parser.add_argument("--out-csv", required=True)
+    parser.add_argument("--out-md", required=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_command(__doc__, _arguments, _claims, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""A paper's reproduction report on one dataset (``reports/<paper>_<dataset>.md``), in the
+structure the ML Reproducibility Challenge asks for: scope (the claims tested), what was run (the
+paper's rows, their seeds and ensembles, what their runs ran, the deviation ledger, the
+statistics), results (each claim: the paper's difference beside ours, interval, verdict; each
+table: how many cells are within tolerance, outside, not comparable, not reported), and what
+could not be reproduced and why. Every number comes from the tables and claim files it reads;
+nothing in it is written by hand.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+
+from methods.cli import run_command
+from methods.io import read_json, write_text
+from methods.report.claim_form import number, ours_difference
+
+CELL_KINDS = ("within", "outside", "not comparable", "not reported", "reported only")
+LISTED_CELLS = 25   # cells outside tolerance listed by name; the rest are counted
+
+
+def _cell_kind(verdict: str) -> str:
+    return next(kind for kind in CELL_KINDS if verdict.startswith(kind))
+
+
+def _escape(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def scope(spec: dict, claims: pd.DataFrame | None) -> list[str]:
+    lines = ["## 1. Scope of reproducibility", ""]
+    if claims is None:
+        return lines + [f"The paper file states no claim checked on {spec['dataset']}: this report compares its "
+                        f"tables cell by cell only.", ""]
+    first = claims.drop_duplicates("claim")
+    lines += [f"The claims of {spec['paper_name']} tested here ({len(first)}), each as an ordering between rows of "
+              f"one table on one metric (`left > right`):", "",
+              "| claim | the paper's words | where | tested as |", "|---|---|---|---|"]
+    for r in first.itertuples():
+        words = f"{_escape(r.words)} (paraphrase)" if str(r.paraphrased) == "True" else f"“{_escape(r.words)}”"
+        lines.append(f"| {r.claim} | {words} | {_escape(r.where)} | `{r.compare}` ({r.table}) |")
+    return lines + [""]
+
+
+def _rows_named(ids: list[str], every: list[str]) -> str:
+    ids = list(dict.fromkeys(ids))
+    return "every row" if ids == list(dict.fromkeys(every)) else ", ".join(ids)
+
+
+def ledger_lines(rows: list[dict]) -> list[str]:
+    """The deviation ledger of the rows run (each entry once, with the rows it applies to)."""
+    every = [row["id"] for row in rows]
+    switches: dict[tuple, list[str]] = {}
+    deviations: dict[tuple, list[str]] = {}
+    for row in rows:
+        for member in row["ledger"]:
+            for s in member.get("switches", []):
+                switches.setdefault((s["key"], str(s["runs"]), str(s["source"]), s.get("behaviour", "")), []).append(row["id"])
+            for d in member.get("deviations", []):
+                deviations.setdefault((d["name"], d["ours"], d["source"], d["why"]), []).append(row["id"])
+    codes = sorted({member["code"] for row in rows for member in row["ledger"] if member.get("code")})
+    lines = ["### Deviation ledger", ""]
+    if codes:
+        lines += ["Source code the rows follow: " + "; ".join(codes) + ".", ""]
+    for intro, header, entries in (
+            ("Config switches run at a value other than the source code's:",
+             ("key", "runs", "source", "source behaviour"), {(f"`{k[0]}`", *k[1:]): ids for k, ids in switches.items()}),
+            ("Source behaviours not reproduced (deviations):", ("deviation", "ours", "source", "why"), deviations)):
+        if entries:
+            lines += [intro, "", "| " + " | ".join(header) + " | rows |", "|---" * (len(header) + 1) + "|"]
+            lines += ["| " + " | ".join(_escape(cell) for cell in entry) + f" | {_rows_named(ids, every)} |"
+                      for entry, ids in entries.items()]
+            lines.append("")
+    if not switches and not deviations:
+        lines += ["No switch off the source's value and no deviation is declared for these rows.", ""]
+    return lines
+
+
+def compared_rows(claims: pd.DataFrame | None) -> set[tuple[str, str]]:
+    """(table, row id) of every row the claims compare."""
+    if claims is None:
+        return set()
+    return {(r.table, row) for r in claims.itertuples() for side in (r.left_rows, r.right_rows)
+            for row in side.split("; ")}
+
+
+def what_was_run(spec: dict, table_specs: list[dict], compared: set[tuple[str, str]]) -> list[str]:
+    b = spec["bootstrap"]
+    lines = ["## 2. What was run", "",
+             f"Dataset `{spec['dataset']}` ({spec['dataset_kind']} data"
+             + (f", standing in for {spec['reported_dataset']}" if spec["reported_dataset"] != spec["dataset"] else "")
+             + f"). Paper notes: {_escape(spec['notes']) or 'none'}", "",
+             f"Statistics: each row's metric is the mean (± population std) over its seeds; a claim's interval is "
+             f"a {b['confidence']:.0%} {b['method']} interval from {b['n_resamples']} paired bootstrap resamples of "
+             f"the test images, each with all its texts, on the seed-mean difference (bootstrap seed {b['seed']}). "
+             f"Cell tolerances: " + ", ".join(f"{k} {v:g}" for k, v in spec["tolerance"].items()) + ".", ""]
+    run = {}   # each row run once, whatever tables show it
+    for table in table_specs:
+        # this paper's rows, and the rows of other paper files (merged tables) that its claims compare
+        rows = [r for r in table["rows"] if r["paper"] == spec["paper"] or (table["table"], r["id"]) in compared]
+        lines += [f"### Table `{table['table']}`", "", *[f"- {_escape(t)}" for t in table["titles"]], "",
+                  "| row | label | seeds | ensemble | ran |", "|---|---|---|---|---|"]
+        for r in rows:
+            label = _escape(r["label"]) + ("" if r["paper"] == spec["paper"] else f" (paper file `{r['paper']}`)")
+            if r["reported_only"]:
+                lines.append(f"| {r['id']} | {label} | – | – | not run: {_escape(r['reported_only'])} |")
+            else:
+                lines.append(f"| {r['id']} | {label} | {' '.join(map(str, r['seeds']))} | "
+                             f"{r['ensemble_size']} | {_escape(r['ran'])} |")
+                run[r["id"]] = r
+        lines.append("")
+    return lines + ledger_lines(list(run.values()))
+
+
+def results(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.DataFrame]) -> list[str]:
+    lines = ["## 3. Results", "", "### Claims", ""]
+    if claims is None:
+        lines += ["No claim is tested on this dataset.", ""]
+    else:
+        verdicts = Counter(v.split(" ")[0] for v in claims["verdict"])
+        lines += [f"{len(claims)} check{'s' if len(claims) > 1 else ''} (claim × protocol): " + ", ".join(f"{verdicts[v]} {v}" for v in
+                                                                           ("supported", "contradicted", "inconclusive"))
+                  + (" — on synthetic data, which tests the harness's runs, not the paper's claims."
+                     if spec["dataset_kind"] == "synthetic" else "."), "",
+                  f"| claim | protocol | metric | paper Δ ({spec['reported_dataset']}) | ours Δ ± seeds | interval | verdict |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in claims.itertuples():
+            lines.append(f"| {r.claim} | {r.protocol} | {r.metric} | {number(r.reported_difference, signed=True)} | "
+                         f"{ours_difference(r)} | [{number(r.ci_low, signed=True)}, "
+                         f"{number(r.ci_high, signed=True)}] | {r.verdict} |")
+        lines += ["", f"Per claim: `tables/claims_{spec['paper']}_{spec['dataset']}.md` (and `.csv`, with the rows' "
+                      f"values and the reported sources); as a figure: `figures/claims_{spec['paper']}_{spec['dataset']}.png`.", ""]
+    lines += ["### Tables", "", "Cells of this paper's rows (row × protocol × metric):", "",
+              "| table | " + " | ".join(CELL_KINDS) + " |", "|---|" + "---|" * len(CELL_KINDS)]
+    for name, frame in cells.items():
+        counts = Counter(frame["verdict"].map(_cell_kind))
+        lines.append(f"| `tables/{name}_{spec['dataset']}.md` | " + " | ".join(str(counts[k]) for k in CELL_KINDS) + " |")
+    return lines + [""]
+
+
+def not_reproduced(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.DataFrame],
+                   table_specs: list[dict]) -> list[str]:
+    lines = ["## 4. What could not be reproduced, and why", ""]
+    synthetic = spec["dataset_kind"] == "synthetic"
+    if synthetic:
+        lines += [f"Nothing here says whether the paper reproduces: the data is synthetic, standing in for "
+                  f"{spec['reported_dataset']}, so no cell is compared with a reported number and the claims are "
+                  f"tested on the harness's stand-in runs. Run the same targets with {spec['reported_dataset']} "
+                  f"configured for the reproduction itself.", ""]
+    findings = []
+    for r in claims.itertuples() if claims is not None else []:
+        interval = f"[{number(r.ci_low, signed=True)}, {number(r.ci_high, signed=True)}]"
+        seeds = "seeds per row" if pd.isna(r.n_seeds) else f"{int(r.n_seeds)} seed{'s' if r.n_seeds > 1 else ''}"
+        if r.verdict.startswith("contradicted"):
+            findings.append(f"- Claim `{r.claim}` ({r.protocol}) is contradicted: the interval of the difference "
+                            f"{interval} lies below the claimed margin ({r.margin:g}).")
+        elif r.verdict.startswith("inconclusive"):
+            findings.append(f"- Claim `{r.claim}` ({r.protocol}) is inconclusive: the interval {interval} contains "
+                            f"the claimed margin ({r.margin:g}); {r.n_images} test images and {seeds} do not tell "
+                            f"the difference from it.")
+    for frame in cells.values():   # a single model is never judged against an ensemble number
+        incomparable = frame[frame["verdict"].str.startswith("not comparable (ensemble")]
+        for (row, why), group in incomparable.groupby(["row", "verdict"]):
+            findings.append(f"- Row `{row}`: {len(group)} cells {why}.")
+    for row_id, reason in dict.fromkeys(
+            (r["id"], f"is not run: {r['reported_only']}" if r["reported_only"]
+             else f"has cells the sources give no number for: {r['not_reported']}")
+            for table in table_specs for r in table["rows"]
+            if r["paper"] == spec["paper"] and (r["reported_only"] or r["not_reported"])):
+        findings.append(f"- Row `{row_id}` {reason.rstrip('.')}.")
+    lines += findings
+    outside = pd.concat([f[f["verdict"] == "outside"] for f in cells.values()]) if cells else pd.DataFrame()
+    if len(outside):
+        lines += ["", f"Cells outside tolerance ({len(outside)}):", "",
+                  "| table | row | protocol | metric | reported | reproduced | difference |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r.table} | {r.row} | {r.protocol} | {r.metric} | {r.reported} | {r.reproduced} | {r.difference} |"
+                  for r in outside.head(LISTED_CELLS).itertuples()]
+        if len(outside) > LISTED_CELLS:
+            lines.append(f"| … {len(outside) - LISTED_CELLS} more in the tables | | | | | | |")
+    if not findings and not len(outside) and not synthetic:
+        lines.append("Every claim tested is supported, and every cell compared is within tolerance.")
+    return lines + [""]
+
+
+def build_report(spec: dict, table_csvs: list[str], table_spec_paths: list[str], claims_csv: str | None) -> str:
+    table_specs = [read_json(p) for p in table_spec_paths]
+    cells = {}
+    for path, table in zip(table_csvs, table_specs):
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+        cells[table["table"]] = frame[frame["paper"] == spec["paper"]]
+    claims = pd.read_csv(claims_csv) if claims_csv else None
+    title = [f"# Reproduction report: {spec['paper_name']} on {spec['dataset']}", "",
+             "Generated by the harness from the runs behind the tables and claims below; no number in it is written "
+             "by hand." + (f" **Synthetic data** (standing in for {spec['reported_dataset']}): the verdicts describe "
+                           f"the harness's runs on it, not the paper." if spec["dataset_kind"] == "synthetic" else ""), ""]
+    return "\n".join(title + scope(spec, claims) + what_was_run(spec, table_specs, compared_rows(claims))
+                     + results(spec, claims, cells)
+                     + not_reproduced(spec, claims, cells, table_specs))
+
+
+def _report(args) -> None:
+    if len(args.tables) != len(args.table_specs):
+        raise ValueError("one table spec per table")
+    text = build_report(read_json(args.spec), args.tables, args.table_specs, args.claims[0] if args.claims else None)
+    write_text(args.out, text)
+    print(f"{Path(args.out)}: {len(text.splitlines())} lines")
+
+
+def _arguments(parser) -> None:
+    parser.add_argument("--spec", required=True, help="the report spec (methods.plan)")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--tables", nargs="+", required=True, help="tables/<table>_<dataset>.csv of the paper")
+    parser.add_argument("--table-specs", nargs="+", required=True, help="their specs, in the same order")
+    parser.add_argument("--claims", nargs="*", default=[], help="tables/claims_<paper>_<dataset>.csv (none: no claims)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_command(__doc__, _arguments, _report, argv, dataset_config=False)
+
+
+if __name__ == "__main__":
+    main()
