@@ -270,6 +270,11 @@ def data_kind(ds_cfg: dict) -> str:
     return "synthetic" if ds_cfg["kind"] == "synthetic" or "generated_from" in ds_cfg else ds_cfg["kind"]
 
 
+def reported_dataset(dataset: str, ds_cfg: dict) -> str:
+    """The dataset whose reported numbers a dataset's tables show: the one it stands in for, or itself."""
+    return ds_cfg.get("stands_in_for", {}).get("dataset", dataset)
+
+
 def stand_in_protocols(ds_cfg: dict) -> list[str]:
     """The protocols of the real dataset a synthetic one stands in for (``stands_in_for.protocol``:
     one name, or a list when its tables report under several, e.g. retrieval and label prediction)."""
@@ -362,9 +367,9 @@ class Plan:
         for table_name, table in paper["tables"].items():
             if table_name == "runtime":
                 raise HarnessError(f"{path}: table name 'runtime' is taken by the runtime tables (tables/runtime_<dataset>)")
-            if table_name.startswith("claims_"):
-                raise HarnessError(f"{path}: table name '{table_name}': names starting 'claims_' are taken by the claim "
-                                   f"tables (tables/claims_<paper>_<dataset>)")
+            if table_name == "claims" or table_name.startswith("claims_"):
+                raise HarnessError(f"{path}: table name '{table_name}': 'claims' and names starting 'claims_' are taken "
+                                   f"by the claim tables (tables/claims_<paper>_<dataset>)")
             for dataset in table["datasets"]:
                 if dataset not in self.cfg["datasets"]:
                     raise HarnessError(f"{path}: tables.{table_name}.datasets: no dataset '{dataset}' is configured "
@@ -373,7 +378,7 @@ class Plan:
                 self._check_row(path, table_name, table["datasets"], row, paper)
             for dataset in table["datasets"]:
                 ds_cfg = self.cfg["datasets"][dataset]
-                reported_key = ds_cfg.get("stands_in_for", {}).get("dataset", dataset)
+                reported_key = reported_dataset(dataset, ds_cfg)
                 key = (table_name, dataset)
                 tbl = self.tables.setdefault(key, Table(table_name, dataset, [], []))
                 tbl.titles.append(f"{paper['paper']}: {table['title']}")
@@ -410,6 +415,9 @@ class Plan:
                     self._check_distinct_runs(path, tbl.rows[-1], dataset)
                 self._check_comparisons(path, tbl)
         for fig_name, fig in (paper.get("figures") or {}).items():
+            if fig_name == "claims" or fig_name.startswith("claims_"):
+                raise HarnessError(f"{path}: figure name '{fig_name}': 'claims' and names starting 'claims_' are taken "
+                                   f"by the claim figures (figures/claims_<paper>_<dataset>.png)")
             if fig["table"] not in paper["tables"]:
                 raise HarnessError(f"{path}: figure '{fig_name}' names table '{fig['table']}', which this paper "
                                    f"file does not declare")
@@ -591,9 +599,10 @@ class Plan:
             raise HarnessError(f"no paper file has key '{paper}' (config papers give: {', '.join(self.papers)})")
         return [d for d in self.cfg["datasets"] if any((t, d) in self.tables for t in self.paper_tables[paper])]
 
-    def paper_claims(self, paper: str, dataset: str) -> list[Claim]:
-        """The claims of a paper checked on a dataset (an unknown paper or dataset is an error)."""
-        self.check_target_dataset(dataset, f"claims_{paper}_{dataset}")
+    def paper_claims(self, paper: str, dataset: str, target: str | None = None) -> list[Claim]:
+        """The claims of a paper checked on a dataset (an unknown paper or dataset is an error that
+        names ``target``, by default the claims table)."""
+        self.check_target_dataset(dataset, target or f"tables/claims_{paper}_{dataset}.csv")
         if dataset not in self.paper_datasets(paper):
             raise HarnessError(f"paper '{paper}' has no table on dataset '{dataset}' (its datasets: "
                                f"{', '.join(self.paper_datasets(paper)) or 'none'})")
@@ -625,8 +634,7 @@ class Plan:
                 "ensemble_size": row.ensemble_size, "view": row.view, "reported": row.reported,
                 "scores": {p: self.score_files(row, dataset, get_protocol(p).split) for p in protocols}}
         return {"paper": paper, "paper_name": self.papers[paper], "dataset": dataset, "dataset_kind": data_kind(ds_cfg),
-                "reported_dataset": ds_cfg.get("stands_in_for", {}).get("dataset", dataset),
-                "bootstrap": self.cfg["claims"], "rows": rows,
+                "reported_dataset": reported_dataset(dataset, ds_cfg), "bootstrap": self.cfg["claims"], "rows": rows,
                 "claims": [{"id": c.id, "words": c.words, "paraphrased": c.paraphrased, "where": c.where,
                             "table": c.table, "form": c.form, "left": list(c.comparison.left),
                             "right": list(c.comparison.right), "metric": c.comparison.metric, "margin": c.margin,
@@ -641,7 +649,7 @@ class Plan:
         """What a paper's reproduction report on a dataset shows beyond its tables and claims."""
         ds_cfg = self.cfg["datasets"][dataset]
         return {"paper": paper, "paper_name": self.papers[paper], "notes": self.paper_notes[paper], "dataset": dataset,
-                "dataset_kind": data_kind(ds_cfg), "reported_dataset": ds_cfg.get("stands_in_for", {}).get("dataset", dataset),
+                "dataset_kind": data_kind(ds_cfg), "reported_dataset": reported_dataset(dataset, ds_cfg),
                 "tables": self.report_tables(paper, dataset), "has_claims": bool(self.paper_claims(paper, dataset)),
                 "bootstrap": self.cfg["claims"], "tolerance": self.cfg["tolerance"]}
 

@@ -82,7 +82,7 @@ def score_matrix(model: RetrievalModel, img: Any, txt: Any, amp: bool = False) -
 
 def average_similarities(paths: list[Path]) -> np.ndarray:
     """The mean of several runs' score matrices of one split (an ensemble: VSRN, SCAN t-i + i-t,
-    SGRAF), summed in float64, returned in float32 as each run's own."""
+    SGRAF), summed in float64, returned in float32 (what the evaluation of a float32 run saves)."""
     total = None
     for path in paths:
         sims = load_npy(path)

@@ -16,7 +16,9 @@ from methods.io import save_npy
 from methods.metrics.retrieval import retrieval_metrics
 from methods.plan import Plan
 from methods.report import claims as claims_job
+from methods.report.bootstrap import verdict
 from methods.report.claim_form import parse_comparison
+from methods.report.claims_figure import plot_claims
 from methods.report.reproduction import build_report
 
 CONFIG = REPO_ROOT / "config" / "config.yaml"
@@ -222,3 +224,17 @@ def test_the_report_counts_cells_by_verdict_and_says_what_did_not_reproduce(tmp_
     assert "- Row `c`: 1 cells not comparable (ensemble of 2 vs 1)." in text
     assert "- Row `d` has cells the sources give no number for: not found." in text
     assert "Every claim tested is supported" not in text and "synthetic" not in text
+
+
+def test_the_figure_draws_intervals_that_leave_out_the_estimate_and_undefined_ones(planted, tmp_path):
+    import matplotlib.image
+
+    root, _, spec, payload = planted
+    frame = claims_job.claims_frame(spec, payload)
+    # a BCa interval may leave out the estimate; an undefined one is NaN
+    frame.loc[0, ["ci_low", "ci_high"]] = frame.loc[0, "reproduced_difference"] + np.array([1.0, 2.0])
+    frame.loc[1, ["ci_low", "ci_high", "verdict"]] = [np.nan, np.nan, "undetermined (synthetic data)"]
+    frame.to_csv(tmp_path / "claims.csv", index=False)
+    assert plot_claims(str(tmp_path / "claims.csv"), str(tmp_path / "claims.png")) == 3
+    assert matplotlib.image.imread(tmp_path / "claims.png")[..., :3].std() > 0.05
+    assert verdict(float("nan"), float("nan")) == "undetermined"

@@ -240,7 +240,8 @@ EXPECTED_PLACEMENT = {
     "pretrain_backbone": "gpu", "features_synthetic": "gpu", "train_synthetic": "gpu", "evaluate_views_*": "gpu",
     "dataset_config": "local", "experiment_config": "local", "aggregate_row": "local", "table_spec": "local",
     "table": "local", "figure_spec": "local", "paper_figure": "local", "figure_reproduced_vs_reported": "local",
-    "runtime_spec": "local", "runtime": "local",
+    "runtime_spec": "local", "runtime": "local", "claims": "cpu", "claims_spec": "local", "claims_figure": "local",
+    "report_spec": "local", "reproduction_report": "local",
 }
 
 

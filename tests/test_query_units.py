@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from methods.errors import HarnessError
-from methods.metrics.protocols import Protocol, get_protocol
+from methods.metrics.protocols import Protocol, evaluate_protocol, get_protocol
 from methods.metrics.query_units import check_claimable, protocol_units
 from methods.metrics.registry import METRICS, EvaluationContext
 from methods.metrics.relevance import CaptionsOfImage, ExtendedPositives, SharedLabels
@@ -103,3 +103,20 @@ def test_folded_protocols_score_each_image_within_its_fold():
 def test_a_protocol_that_does_not_report_the_metric_is_refused():
     with pytest.raises(HarnessError, match="does not report metric 't2i_ndcg500'"):
         protocol_units(np.zeros((2, 10)), get_protocol("synthetic_test"), CaptionsOfImage(TPI), ["t2i_ndcg500"])
+
+
+def test_folds_that_leave_out_different_numbers_of_queries_average_as_the_table_does():
+    """mAP leaves out queries without a relevant item; with more of them in one fold, the units
+    still give the mean over folds, the value the table reports."""
+    rng = np.random.default_rng(7)
+    labels = rng.integers(0, 2, size=(8, 3)).astype(np.uint8)
+    labels[[0, 1, 2]] = 0            # fold 0 (images 0-3) has three images without labels, fold 1 none
+    labels[4:, 0] = 1
+    relevance = SharedLabels(labels, np.repeat(labels, TPI, axis=0))
+    scores = rng.normal(size=(8, 8 * TPI))
+    folded = Protocol("labels_2fold", "test", 2, None, "two folds", relevance="shared_labels",
+                      metrics=("i2t_map", "t2i_map", "i2t_ndcg500"))
+    u = protocol_units(scores, folded, relevance, ["i2t_map", "t2i_map", "i2t_ndcg500"])
+    table = evaluate_protocol(scores, folded, relevance)["metrics"]
+    for name in ("i2t_map", "t2i_map", "i2t_ndcg500"):
+        assert u.value(name) == pytest.approx(table[name], rel=1e-12)

@@ -106,6 +106,7 @@ def test_model_forward_backward_and_block_scoring(kind):
 def bf_captions(name: str, scores: np.ndarray) -> float:
     values = brute_force_metrics(scores)
     values["r1_r5_sum"] = sum(values[f"{d}_r{k}"] for d in ("i2t", "t2i") for k in (1, 5))
+    values["r1_r10_sum"] = sum(values[f"{d}_r{k}"] for d in ("i2t", "t2i") for k in (1, 10))
     return values[name]
 
 

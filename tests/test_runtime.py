@@ -135,7 +135,8 @@ def test_a_paper_table_named_runtime_is_refused(tmp_path):
         Plan(cfg)
 
 
-CONFIG_WRITERS = {"dataset_config", "experiment_config", "table_spec", "figure_spec", "runtime_spec", "all"}
+CONFIG_WRITERS = {"dataset_config", "experiment_config", "table_spec", "figure_spec", "claims_spec", "report_spec",
+                  "runtime_spec", "all"}
 
 
 def dry_run_jobs(workdir, *targets) -> list[dict]:

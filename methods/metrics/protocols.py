@@ -202,11 +202,10 @@ def label_prediction_relevance(labels: SharedLabels, predictions: tuple[np.ndarr
     return LabelPredictions(image_scores, labels.image_labels, text_scores, labels.text_labels)
 
 
-def evaluate_protocol(scores: torch.Tensor | np.ndarray, protocol: Protocol, relevance=None) -> dict:
-    """Metrics of ``scores`` under ``protocol``; folds are consecutive image (and text) blocks.
-    ``relevance`` defaults to captions_of_image with 5 captions per image."""
+def protocol_scores(scores: torch.Tensor | np.ndarray, protocol: Protocol, relevance) -> tuple[torch.Tensor, int]:
+    """The columns of ``scores`` the protocol ranks (on tag datasets, the first of identical texts),
+    checked against its relevance, image count and folds; and the number of images."""
     scores = torch.as_tensor(scores)
-    relevance = relevance if relevance is not None else CaptionsOfImage()
     if relevance.kind != protocol.relevance:
         raise HarnessError(f"protocol {protocol.name} needs {protocol.relevance} relevance, got {relevance.kind}")
     if protocol.unique_texts:   # the columns of the first of identical texts
@@ -220,6 +219,14 @@ def evaluate_protocol(scores: torch.Tensor | np.ndarray, protocol: Protocol, rel
                            f"'{protocol.split}', the score matrix has {n}")
     if n % protocol.n_folds:
         raise HarnessError(f"protocol {protocol.name}: {n} images do not split into {protocol.n_folds} folds")
+    return scores, n
+
+
+def evaluate_protocol(scores: torch.Tensor | np.ndarray, protocol: Protocol, relevance=None) -> dict:
+    """Metrics of ``scores`` under ``protocol``; folds are consecutive image (and text) blocks.
+    ``relevance`` defaults to captions_of_image with 5 captions per image."""
+    relevance = relevance if relevance is not None else CaptionsOfImage()
+    scores, n = protocol_scores(scores, protocol, relevance)
     folds = [evaluate(*relevance.fold(scores, f, protocol.n_folds), protocol.metrics)
              for f in range(protocol.n_folds)]
     mean = {k: float(np.mean([m[k] for m in folds])) for k in protocol.metrics}

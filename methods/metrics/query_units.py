@@ -10,10 +10,11 @@ tag sets once, an image whose tags repeat an earlier image's carries no text). R
 units resamples each image with all of its texts; the gallery stays the whole split (a query's
 value is the one it has against the whole test split, or its fold).
 
-Sum of the sums over images / sum of the counts = the metric on the split (folded protocols:
-each image is scored within its fold, and with folds of equal size and every query counted the
-ratio equals the mean over folds that the tables report; where a metric leaves queries out, it is
-the mean over folds weighted by counted queries).
+Sum of the sums over images / sum of the counts = the metric on the split. Folded protocols
+(COCO 1K) score each image within its fold, and the tables report the mean over folds: where a
+metric leaves out a different number of queries in each fold (mAP on images without labels), each
+fold's units are weighted by (mean counted queries per fold / the fold's), which makes the ratio
+the mean over folds (equal counts: weight 1, the units as they are).
 
 Metrics that are not a mean over queries (median rank, micro-F1, the ``eccv_caption`` package's
 metrics, embedding statistics) have no units: a claim cannot test them.
@@ -26,7 +27,7 @@ import numpy as np
 import torch
 
 from methods.errors import HarnessError
-from methods.metrics.protocols import Protocol
+from methods.metrics.protocols import Protocol, protocol_scores
 from methods.metrics.registry import METRICS, EvaluationContext, base_metrics
 
 
@@ -65,13 +66,7 @@ def protocol_units(scores: torch.Tensor | np.ndarray, protocol: Protocol, releva
         check_claimable(name, f"protocol {protocol.name}")
         if name not in protocol.metrics:
             raise HarnessError(f"protocol {protocol.name} does not report metric '{name}'")
-    scores = torch.as_tensor(scores)
-    if protocol.unique_texts:   # the columns of the first of identical texts, as evaluate_protocol ranks them
-        scores = scores[:, torch.as_tensor(relevance.text_columns)]
-    relevance.check(scores)
-    n = relevance.n_images(scores)
-    if n % protocol.n_folds:
-        raise HarnessError(f"protocol {protocol.name}: {n} images do not split into {protocol.n_folds} folds")
+    scores, n = protocol_scores(scores, protocol, relevance)
     size = n // protocol.n_folds
     sums, counts = np.zeros((len(base), n)), np.zeros((len(base), n))
     for fold in range(protocol.n_folds):
@@ -88,7 +83,13 @@ def protocol_units(scores: torch.Tensor | np.ndarray, protocol: Protocol, releva
             owner = owners[metric.queries]
             sums[row, images] = np.bincount(owner, weights=np.where(counted, values, 0.0), minlength=size)
             counts[row, images] = np.bincount(owner, weights=counted.astype(np.float64), minlength=size)
-    empty = [m for m, c in zip(base, counts) if c.sum() == 0]
+    fold_counts = counts.reshape(len(base), protocol.n_folds, size).sum(axis=2)   # (metrics, folds)
+    empty = [m for m, c in zip(base, fold_counts) if (c == 0).any()]
     if empty:
-        raise HarnessError(f"protocol {protocol.name}: no test query counts for {', '.join(empty)}")
+        raise HarnessError(f"protocol {protocol.name}: no test query counts for {', '.join(empty)} in a fold")
+    for row, totals in enumerate(fold_counts):
+        if (totals != totals[0]).any():   # weight each fold's queries by mean count / fold count: ratio = fold mean
+            weights = np.repeat(totals.mean() / totals, size)
+            sums[row] *= weights
+            counts[row] *= weights
     return QueryUnits(base, sums, counts)

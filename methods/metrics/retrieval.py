@@ -106,6 +106,10 @@ for _d in DIRECTIONS:
 register_metric("r1_r5_sum", None, components=tuple(f"{d}_r{k}" for d in DIRECTIONS for k in (1, 5)),
                 relevance="captions_of_image", direction="higher", label="R@1+R@5 sum", tolerance=None,
                 scale="percent_sum", in_table=False)
+# SGRAF's ablation tables (3-5, 7) print R@1 and R@10 both ways, no RSUM: the claims on them compare this sum.
+register_metric("r1_r10_sum", None, components=tuple(f"{d}_r{k}" for d in DIRECTIONS for k in (1, 10)),
+                relevance="captions_of_image", direction="higher", label="R@1+R@10 sum", tolerance=None,
+                scale="percent_sum", in_table=False)
 
 
 def chance_recalls(n_images: int, captions_per_image: int = 5) -> dict[str, float]:

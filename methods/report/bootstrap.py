@@ -16,7 +16,8 @@ bootstrap over test *images*, each resampled with all of its texts.
   a seeded generator: the same units give the same interval, bit for bit.
 - ``verdict``: a claim that A exceeds B by more than ``margin`` (0: A above B) is ``supported``
   when the interval lies above the margin, ``contradicted`` when it lies below it (with margin 0:
-  the interval excludes 0 in the other direction), else ``inconclusive``.
+  the interval excludes 0 in the other direction), else ``inconclusive``; ``undetermined`` when the
+  interval is not defined.
 """
 from __future__ import annotations
 
@@ -79,11 +80,14 @@ def paired_difference_interval(sums_a: np.ndarray, sums_b: np.ndarray, counts: n
             "n_images": int(n_images)}
 
 
-VERDICTS = ("supported", "contradicted", "inconclusive")
+VERDICTS = ("supported", "contradicted", "inconclusive", "undetermined")
 
 
 def verdict(low: float, high: float, margin: float = 0.0) -> str:
-    """The verdict on a claim that A − B exceeds ``margin``, from the interval of A − B."""
+    """The verdict on a claim that A − B exceeds ``margin``, from the interval of A − B;
+    ``undetermined`` when the interval is not defined (e.g. a resample with no counted query)."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "undetermined"
     if low > margin:
         return "supported"
     if high < margin:

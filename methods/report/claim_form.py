@@ -3,7 +3,7 @@
 
 ``parse_comparison`` turns it into a ``Comparison`` that always reads "left above right": a claim
 written with ``<`` has its sides swapped (``a.meanr < b.meanr`` is ``b.meanr > a.meanr``).
-``number`` and ``ours_difference`` write a checked claim's numbers the same way in the claims
+``number``, ``ours_difference`` and ``escape_cell`` write a checked claim the same way in the claims
 table and the reproduction report.
 """
 from __future__ import annotations
@@ -74,3 +74,8 @@ def ours_difference(r) -> str:
         return f"{number(r.reproduced_difference, signed=True)} ({seeds} seed{'s' if seeds > 1 else ''})"
     return (f"{number(r.reproduced_difference, signed=True)} ± {number(r.difference_seed_std)} ({seeds} seeds, "
             f"{int(r.seeds_above_margin)} above the margin)")
+
+
+def escape_cell(text) -> str:
+    """Text for a markdown table cell: pipes escaped, one line."""
+    return str(text).replace("|", "\\|").replace("\n", " ")

@@ -33,7 +33,7 @@ from methods.metrics.protocols import get_protocol, split_relevances
 from methods.metrics.query_units import QueryUnits, protocol_units
 from methods.metrics.registry import base_metrics, value_from
 from methods.report.bootstrap import mean_over_seeds, paired_difference_interval, verdict
-from methods.report.claim_form import number, ours_difference
+from methods.report.claim_form import escape_cell, number, ours_difference
 from methods.scoring import average_similarities
 
 COLUMNS = ("paper", "dataset", "data", "claim", "words", "paraphrased", "where", "table", "compare", "margin",
@@ -168,8 +168,8 @@ def markdown(frame: pd.DataFrame, spec: dict) -> str:
              "| claim | paper's words | where | compared | protocol | paper Δ | ours Δ (± seeds) | interval | verdict |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in frame.itertuples():
-        words = f"{r.words} (paraphrase)" if r.paraphrased else f"“{r.words}”"
-        lines.append(f"| {r.claim} | {words} | {r.where} | `{r.compare}` | {r.protocol} | "
+        words = f"{escape_cell(r.words)} (paraphrase)" if r.paraphrased else f"“{escape_cell(r.words)}”"
+        lines.append(f"| {r.claim} | {words} | {escape_cell(r.where)} | `{r.compare}` | {r.protocol} | "
                      f"{number(r.reported_difference, signed=True)} | {ours_difference(r)} | "
                      f"[{number(r.ci_low, signed=True)}, {number(r.ci_high, signed=True)}] | {r.verdict} |")
     return "\n".join(lines) + "\n"

@@ -13,7 +13,7 @@ from methods.cli import run_command  # noqa: E402
 from methods.errors import HarnessError  # noqa: E402
 from methods.io import atomic_path  # noqa: E402
 
-COLOURS = {"supported": "tab:green", "contradicted": "tab:red", "inconclusive": "tab:gray"}
+COLOURS = {"supported": "tab:green", "contradicted": "tab:red", "inconclusive": "tab:gray", "undetermined": "tab:purple"}
 
 
 def plot_claims(claims_csv: str, out: str) -> int:
@@ -25,8 +25,10 @@ def plot_claims(claims_csv: str, out: str) -> int:
     ys = list(range(n))[::-1]   # first claim on top
     for y, r in zip(ys, frame.itertuples()):
         colour = COLOURS[r.verdict.split(" ")[0]]
-        ax.errorbar(r.reproduced_difference, y, xerr=[[r.reproduced_difference - r.ci_low], [r.ci_high - r.reproduced_difference]],
-                    fmt="o", color=colour, capsize=3, ms=5)
+        # a BCa interval need not contain the estimate: the bars are the interval's ends, not lengths
+        ax.errorbar(r.reproduced_difference, y, fmt="o", color=colour, ms=5)
+        ax.hlines(y, r.ci_low, r.ci_high, color=colour, lw=1.5)
+        ax.plot([r.ci_low, r.ci_high], [y, y], "|", color=colour, ms=8)
         if not pd.isna(r.reported_difference):
             ax.plot(r.reported_difference, y, marker="D", mfc="none", mec="black", ms=7, ls="none")
         if r.margin:

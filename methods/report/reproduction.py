@@ -15,21 +15,20 @@ import pandas as pd
 
 from methods.cli import run_command
 from methods.io import read_json, write_text
-from methods.report.claim_form import number, ours_difference
+from methods.report.bootstrap import VERDICTS
+from methods.report.claim_form import escape_cell, number, ours_difference
 
 CELL_KINDS = ("within", "outside", "not comparable", "not reported", "reported only")
 LISTED_CELLS = 25   # cells outside tolerance listed by name; the rest are counted
 
 
 def _cell_kind(verdict: str) -> str:
+    """A table cell's verdict without its reason (``not comparable (synthetic data)``: ``not comparable``)."""
     return next(kind for kind in CELL_KINDS if verdict.startswith(kind))
 
 
-def _escape(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def scope(spec: dict, claims: pd.DataFrame | None) -> list[str]:
+    """Section 1: the claims tested, in the paper's words, where it states them, and their machine form."""
     lines = ["## 1. Scope of reproducibility", ""]
     if claims is None:
         return lines + [f"The paper file states no claim checked on {spec['dataset']}: this report compares its "
@@ -39,8 +38,8 @@ def scope(spec: dict, claims: pd.DataFrame | None) -> list[str]:
               f"one table on one metric (`left > right`):", "",
               "| claim | the paper's words | where | tested as |", "|---|---|---|---|"]
     for r in first.itertuples():
-        words = f"{_escape(r.words)} (paraphrase)" if str(r.paraphrased) == "True" else f"“{_escape(r.words)}”"
-        lines.append(f"| {r.claim} | {words} | {_escape(r.where)} | `{r.compare}` ({r.table}) |")
+        words = f"{escape_cell(r.words)} (paraphrase)" if str(r.paraphrased) == "True" else f"“{escape_cell(r.words)}”"
+        lines.append(f"| {r.claim} | {words} | {escape_cell(r.where)} | `{r.compare}` ({r.table}) |")
     return lines + [""]
 
 
@@ -70,7 +69,7 @@ def ledger_lines(rows: list[dict]) -> list[str]:
             ("Source behaviours not reproduced (deviations):", ("deviation", "ours", "source", "why"), deviations)):
         if entries:
             lines += [intro, "", "| " + " | ".join(header) + " | rows |", "|---" * (len(header) + 1) + "|"]
-            lines += ["| " + " | ".join(_escape(cell) for cell in entry) + f" | {_rows_named(ids, every)} |"
+            lines += ["| " + " | ".join(escape_cell(cell) for cell in entry) + f" | {_rows_named(ids, every)} |"
                       for entry, ids in entries.items()]
             lines.append("")
     if not switches and not deviations:
@@ -87,11 +86,12 @@ def compared_rows(claims: pd.DataFrame | None) -> set[tuple[str, str]]:
 
 
 def what_was_run(spec: dict, table_specs: list[dict], compared: set[tuple[str, str]]) -> list[str]:
+    """Section 2: the data, the statistics, each table's rows (seeds, ensemble, what ran), the ledger."""
     b = spec["bootstrap"]
     lines = ["## 2. What was run", "",
              f"Dataset `{spec['dataset']}` ({spec['dataset_kind']} data"
              + (f", standing in for {spec['reported_dataset']}" if spec["reported_dataset"] != spec["dataset"] else "")
-             + f"). Paper notes: {_escape(spec['notes']) or 'none'}", "",
+             + f"). Paper notes: {escape_cell(spec['notes']) or 'none'}", "",
              f"Statistics: each row's metric is the mean (± population std) over its seeds; a claim's interval is "
              f"a {b['confidence']:.0%} {b['method']} interval from {b['n_resamples']} paired bootstrap resamples of "
              f"the test images, each with all its texts, on the seed-mean difference (bootstrap seed {b['seed']}). "
@@ -100,28 +100,29 @@ def what_was_run(spec: dict, table_specs: list[dict], compared: set[tuple[str, s
     for table in table_specs:
         # this paper's rows, and the rows of other paper files (merged tables) that its claims compare
         rows = [r for r in table["rows"] if r["paper"] == spec["paper"] or (table["table"], r["id"]) in compared]
-        lines += [f"### Table `{table['table']}`", "", *[f"- {_escape(t)}" for t in table["titles"]], "",
+        lines += [f"### Table `{table['table']}`", "", *[f"- {escape_cell(t)}" for t in table["titles"]], "",
                   "| row | label | seeds | ensemble | ran |", "|---|---|---|---|---|"]
         for r in rows:
-            label = _escape(r["label"]) + ("" if r["paper"] == spec["paper"] else f" (paper file `{r['paper']}`)")
+            label = escape_cell(r["label"]) + ("" if r["paper"] == spec["paper"] else f" (paper file `{r['paper']}`)")
             if r["reported_only"]:
-                lines.append(f"| {r['id']} | {label} | – | – | not run: {_escape(r['reported_only'])} |")
+                lines.append(f"| {r['id']} | {label} | – | – | not run: {escape_cell(r['reported_only'])} |")
             else:
                 lines.append(f"| {r['id']} | {label} | {' '.join(map(str, r['seeds']))} | "
-                             f"{r['ensemble_size']} | {_escape(r['ran'])} |")
+                             f"{r['ensemble_size']} | {escape_cell(r['ran'])} |")
                 run[r["id"]] = r
         lines.append("")
     return lines + ledger_lines(list(run.values()))
 
 
 def results(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.DataFrame]) -> list[str]:
+    """Section 3: each claim checked (paper vs ours, interval, verdict), and each table's cells by verdict."""
     lines = ["## 3. Results", "", "### Claims", ""]
     if claims is None:
         lines += ["No claim is tested on this dataset.", ""]
     else:
         verdicts = Counter(v.split(" ")[0] for v in claims["verdict"])
-        lines += [f"{len(claims)} check{'s' if len(claims) > 1 else ''} (claim × protocol): " + ", ".join(f"{verdicts[v]} {v}" for v in
-                                                                           ("supported", "contradicted", "inconclusive"))
+        tally = ", ".join(f"{verdicts[v]} {v}" for v in VERDICTS if verdicts[v] or v != "undetermined")
+        lines += [f"{len(claims)} check{'s' if len(claims) > 1 else ''} (claim × protocol): {tally}"
                   + (" — on synthetic data, which tests the harness's runs, not the paper's claims."
                      if spec["dataset_kind"] == "synthetic" else "."), "",
                   f"| claim | protocol | metric | paper Δ ({spec['reported_dataset']}) | ours Δ ± seeds | interval | verdict |",
@@ -130,8 +131,9 @@ def results(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.DataFra
             lines.append(f"| {r.claim} | {r.protocol} | {r.metric} | {number(r.reported_difference, signed=True)} | "
                          f"{ours_difference(r)} | [{number(r.ci_low, signed=True)}, "
                          f"{number(r.ci_high, signed=True)}] | {r.verdict} |")
-        lines += ["", f"Per claim: `tables/claims_{spec['paper']}_{spec['dataset']}.md` (and `.csv`, with the rows' "
-                      f"values and the reported sources); as a figure: `figures/claims_{spec['paper']}_{spec['dataset']}.png`.", ""]
+        name = f"{spec['paper']}_{spec['dataset']}"
+        lines += ["", f"Per claim: `tables/claims_{name}.md` (and `.csv`, with the rows' values and the reported "
+                      f"sources); as a figure: `figures/claims_{name}.png`.", ""]
     lines += ["### Tables", "", "Cells of this paper's rows (row × protocol × metric):", "",
               "| table | " + " | ".join(CELL_KINDS) + " |", "|---|" + "---|" * len(CELL_KINDS)]
     for name, frame in cells.items():
@@ -142,6 +144,8 @@ def results(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.DataFra
 
 def not_reproduced(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.DataFrame],
                    table_specs: list[dict]) -> list[str]:
+    """Section 4: the claims not supported, cells outside tolerance or not comparable, rows not run or
+    not reported, each with its reason."""
     lines = ["## 4. What could not be reproduced, and why", ""]
     synthetic = spec["dataset_kind"] == "synthetic"
     if synthetic:
@@ -156,6 +160,9 @@ def not_reproduced(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.
         if r.verdict.startswith("contradicted"):
             findings.append(f"- Claim `{r.claim}` ({r.protocol}) is contradicted: the interval of the difference "
                             f"{interval} lies below the claimed margin ({r.margin:g}).")
+        elif r.verdict.startswith("undetermined"):
+            findings.append(f"- Claim `{r.claim}` ({r.protocol}) is undetermined: its bootstrap interval is not "
+                            f"defined (a resample of the test images had no query the metric counts).")
         elif r.verdict.startswith("inconclusive"):
             findings.append(f"- Claim `{r.claim}` ({r.protocol}) is inconclusive: the interval {interval} contains "
                             f"the claimed margin ({r.margin:g}); {r.n_images} test images and {seeds} do not tell "
@@ -180,7 +187,8 @@ def not_reproduced(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.
         if len(outside) > LISTED_CELLS:
             lines.append(f"| … {len(outside) - LISTED_CELLS} more in the tables | | | | | | |")
     if not findings and not len(outside) and not synthetic:
-        lines.append("Every claim tested is supported, and every cell compared is within tolerance.")
+        lines.append(("Every claim tested is supported, and every" if claims is not None else "Every")
+                     + " cell compared is within tolerance.")
     return lines + [""]
 
 

@@ -109,8 +109,8 @@ def cpu_partition(gpus):
 # Every rule that computes something writes a Snakemake benchmark (wall and CPU seconds, max RSS)
 # to {R}/benchmarks/<rule>/<the wildcards of its log path>.tsv; the runtime table reads them
 # (workflow/rules/runtime.smk). Left out: dataset_config, experiment_config, table_spec,
-# figure_spec and runtime_spec, local rules that only write the JSON their params hold (well
-# under a second; a benchmark would time Python's start-up).
+# figure_spec, claims_spec, report_spec and runtime_spec, local rules that only write the JSON
+# their params hold (well under a second; a benchmark would time Python's start-up).
 BENCHMARKS = {}  # rule name -> benchmark path pattern
 
 

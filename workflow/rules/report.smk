@@ -117,7 +117,8 @@ def claims_inputs(w):
 
 
 def report_inputs(w):
-    claims = PLAN.paper_claims(w.paper, w.dataset)   # an unknown paper, or a dataset it has no table on: one line
+    # an unknown paper, or a dataset it has no table on: one line
+    claims = PLAN.paper_claims(w.paper, w.dataset, f"reports/{w.paper}_{w.dataset}.md")
     tables = PLAN.report_tables(w.paper, w.dataset)
     return {"spec": f"{R}/{w.dataset}/reports/{w.paper}.spec.json",
             "tables": [f"tables/{t}_{w.dataset}.csv" for t in tables],
