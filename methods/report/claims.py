@@ -13,8 +13,9 @@ that reports the metric, this job
   bootstrap over the test images, each resampled with all its texts (``methods.report.bootstrap``:
   scipy, BCa by default, seeded; ``claims`` in the harness config);
 - gives the verdict: ``supported`` when the interval lies above the claimed margin (0 unless the
-  claim sets one), ``contradicted`` when below, else ``inconclusive``; on synthetic data the
-  verdict says so (a claim about Flickr30K is not tested by a synthetic stand-in);
+  claim sets one), ``contradicted`` when below, else ``inconclusive`` (``undetermined``: no
+  interval); on synthetic data the verdict says so (a claim about Flickr30K is not tested by a
+  synthetic stand-in). The seeds' spread is shown, not part of the verdict;
 - puts the paper's own difference beside it where the rows' reported numbers give both sides
   (on a stand-in dataset, those of the dataset it stands in for).
 """
