@@ -8,9 +8,12 @@ import, which the 20-minute default job feels."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Callable
 
+from methods import numerics
 from methods.errors import run_cli
+from methods.io import read_json
 
 __all__ = ["run_cli", "run_command"]  # run_cli lives in methods.errors so that methods.io can use it too
 
@@ -20,7 +23,10 @@ def run_command(doc: str, add_arguments: Callable[[argparse.ArgumentParser], Non
                 dataset_config: bool = True,
                 compute: Callable[[argparse.Namespace], None] | None = None) -> None:
     """Parse ``argv`` (``doc``'s first line is the description), then ``run(args)``; a compute
-    job's ``compute(args)`` (``--device``, ``--threads`` added) runs first."""
+    job's ``compute(args)`` (``--device``, ``--threads`` added) runs first. A command of a dataset
+    in portable numerics (``datasets.<name>.numerics``) runs in that mode's environment (started
+    again with it if it was not; a call with ``argv`` from Python code runs in its caller's
+    numerics) and, where it imported torch, with the mode's torch settings."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     if dataset_config:
         parser.add_argument("--dataset-config", required=True, help="results/<dataset>/dataset.json")
@@ -31,8 +37,22 @@ def run_command(doc: str, add_arguments: Callable[[argparse.ArgumentParser], Non
     args = parser.parse_args(argv)
 
     def _run() -> None:
+        if dataset_config and argv is None:  # a command (python -m ...), not a call from Python code
+            mode = dataset_numerics(args.dataset_config)
+            numerics.ensure_environment(mode, getattr(args, "threads", 1))
+        if "torch" in sys.modules:  # report jobs never import it: their start stays short
+            numerics.apply_torch_settings(sys.modules["torch"])
         if compute is not None:
             compute(args)
         run(args)
 
     run_cli(_run)
+
+
+def dataset_numerics(path: str) -> str:
+    """The numerics mode of the dataset whose config a job reads (native for a dataset config
+    written before the mode existed)."""
+    payload = read_json(path)
+    dataset = payload.get("dataset") if isinstance(payload, dict) else None
+    mode = dataset.get("numerics", "native") if isinstance(dataset, dict) else "native"
+    return numerics.check_mode(mode, f"{path}: dataset.numerics")

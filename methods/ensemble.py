@@ -1,5 +1,8 @@
 """Ensemble = average of the members' similarity matrices (how VSRN, SCAN t-i+i-t and SGRAF
-report their ensemble rows), evaluated under the dataset's protocols like a single model."""
+report their ensemble rows), evaluated under the dataset's protocols like a single model (with the
+training check of the averaged matrix); each member's entry carries its own evaluation's training
+checks per protocol (None: an evaluation written before the check), so that an ensemble of a member
+that did not train is flagged too."""
 from __future__ import annotations
 
 import time
@@ -24,7 +27,8 @@ def _ensemble(args) -> None:
     results = evaluate_split(sims, protocols, args.split, relevances)
     write_json(args.out, {
         "kind": "ensemble", "ensemble_size": len(runs), "dataset": payload["name"], "split": args.split,
-        "members": [{"run_dir": str(r), "config_hash": m["config_hash"], "seed": m["seed"]}
+        "members": [{"run_dir": str(r), "config_hash": m["config_hash"], "seed": m["seed"],
+                     "training_checks": {res["protocol"]: res.get("training_check") for res in m["results"]}}
                     for r, m in zip(runs, members)],
         "seed": members[0]["seed"], "results": results, "provenance": members[0]["provenance"],
         "wall_seconds": {"total": time.time() - t0}})

@@ -2,7 +2,8 @@
 do it for their test splits when they end: ``methods.train --evaluate``; this command re-evaluates
 a run by hand).
 
-Writes ``eval_<split>.json`` (metrics per protocol, config, hash, commit, seed, device, wall
+Writes ``eval_<split>.json`` (metrics per protocol, each with its training check where the protocol
+has a main metric: ``methods.metrics.training_check``; config, hash, commit, seed, device, wall
 times) and ``sims_<split>.npy`` (the score matrix, used by ensembles). A model that reports
 embedding statistics (set models: within-set circular variance) adds them under the protocol
 ``set_statistics``. ``--views`` evaluates the run's model with only some elements of its sets
@@ -101,6 +102,11 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
         for r in results:
             print(f"{split}{'' if view is None else '@' + view} {r['protocol']}: "
                   + ", ".join(f"{k} {v:.4g}" for k, v in r["metrics"].items()))
+            if "training_check" in r:
+                check = r["training_check"]
+                print(f"  training check: {check['main_metric']} {check['value']:.4g} vs chance {check['chance']:.4g} "
+                      f"(max {check['max']:g}, gain share {check['gain_share']:.3g}), score spread "
+                      f"{check['score_spread']:.3g}")
         return results
 
     if not elements:

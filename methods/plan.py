@@ -16,7 +16,7 @@ from methods.errors import HarnessError
 from methods.fidelity import (config_value, load_method_file, merge_ledgers, row_ledger, source_ledger,
                               stand_in_deviation)
 from methods.losses import rebase_term, term_configs
-from methods.metrics.protocols import STATISTICS_PROTOCOL, get_protocol
+from methods.metrics.protocols import CHECKED_PROTOCOLS, STATISTICS_PROTOCOL, get_protocol
 from methods.metrics.query_units import check_claimable
 from methods.metrics.registry import base_metrics
 from methods.models import image_input_of, model_class
@@ -353,6 +353,10 @@ class Plan:
                            variants: list[str] | None = None) -> Experiment:
         cfg = resolve_method_config(method_file, dataset, overrides, variants, self.cfg["backbones"],
                                     self.method_file(method_file))
+        if self.cfg["datasets"][dataset]["numerics"] == "portable":
+            # portable kernels give other bits than a host's native ones: each mode's runs have their
+            # own hash (and run folder); native adds nothing, so earlier runs keep their hashes
+            cfg = {**cfg, "numerics": "portable"}
         exp = Experiment(f"{cfg['method']}-{config_hash(cfg)}", dataset, cfg["method"], cfg)
         self.experiments.setdefault((dataset, exp.id), exp)
         return exp
@@ -365,8 +369,9 @@ class Plan:
         self.paper_notes[paper["key"]] = paper.get("notes", "")
         self.paper_tables[paper["key"]] = list(paper["tables"])
         for table_name, table in paper["tables"].items():
-            if table_name == "runtime":
-                raise HarnessError(f"{path}: table name 'runtime' is taken by the runtime tables (tables/runtime_<dataset>)")
+            if table_name in ("runtime", "summary"):
+                raise HarnessError(f"{path}: table name '{table_name}' is taken by the {table_name} tables "
+                                   f"(tables/{table_name}_<dataset>)")
             if table_name == "claims" or table_name.startswith("claims_"):
                 raise HarnessError(f"{path}: table name '{table_name}': 'claims' and names starting 'claims_' are taken "
                                    f"by the claim tables (tables/claims_<paper>_<dataset>)")
@@ -590,6 +595,8 @@ class Plan:
                     targets.append(f"reports/{paper}_{dataset}.md")
                 if (paper, dataset) in self.claims:
                     targets += [f"tables/claims_{paper}_{dataset}.csv", f"figures/claims_{paper}_{dataset}.png"]
+            if names:
+                targets.append(f"tables/summary_{dataset}.md")
         return targets
 
     # -- claims and reports ---------------------------------------------------------------
@@ -620,9 +627,13 @@ class Plan:
         return [[f"{self.run_dir(dataset, exp, row.member_seed(s, i))}/sims_{split}{suffix}.npy"
                  for i, exp in enumerate(row.members)] for s in row.seeds]
 
+    def row_aggregate(self, dataset: str, table: str, row_id: str) -> str:
+        """The aggregate of a run row's seeds (rule aggregate_row): its metrics and training checks."""
+        return f"{self.cfg['results_dir']}/{dataset}/rows/{table}/{row_id}.json"
+
     def claims_spec(self, paper: str, dataset: str) -> dict:
         """What the claims job of a paper on a dataset reads: each claim, and each compared row's
-        seeds, score files per protocol and reported numbers."""
+        seeds, score files per protocol, reported numbers and aggregate (its training checks)."""
         claims = self.paper_claims(paper, dataset)
         ds_cfg = self.cfg["datasets"][dataset]
         rows = {}
@@ -632,9 +643,11 @@ class Plan:
             rows[f"{table}/{row_id}"] = {
                 "table": table, "id": row_id, "label": row.label, "seeds": row.seeds,
                 "ensemble_size": row.ensemble_size, "view": row.view, "reported": row.reported,
-                "scores": {p: self.score_files(row, dataset, get_protocol(p).split) for p in protocols}}
+                "scores": {p: self.score_files(row, dataset, get_protocol(p).split) for p in protocols},
+                "aggregate": self.row_aggregate(dataset, table, row_id)}
         return {"paper": paper, "paper_name": self.papers[paper], "dataset": dataset, "dataset_kind": data_kind(ds_cfg),
-                "reported_dataset": reported_dataset(dataset, ds_cfg), "bootstrap": self.cfg["claims"], "rows": rows,
+                "reported_dataset": reported_dataset(dataset, ds_cfg), "bootstrap": self.cfg["claims"],
+                "training_check": self.cfg["training_check"], "rows": rows,
                 "claims": [{"id": c.id, "words": c.words, "paraphrased": c.paraphrased, "where": c.where,
                             "table": c.table, "form": c.form, "left": list(c.comparison.left),
                             "right": list(c.comparison.right), "metric": c.comparison.metric, "margin": c.margin,
@@ -645,13 +658,48 @@ class Plan:
         return sorted({f for row in spec["rows"].values() for per_seed in row["scores"].values()
                        for files in per_seed for f in files})
 
+    def claims_row_aggregates(self, paper: str, dataset: str) -> list[str]:
+        """The aggregates of the rows the claims compare (their training checks; built for the tables anyway)."""
+        return sorted(row["aggregate"] for row in self.claims_spec(paper, dataset)["rows"].values())
+
     def report_spec(self, paper: str, dataset: str) -> dict:
         """What a paper's reproduction report on a dataset shows beyond its tables and claims."""
         ds_cfg = self.cfg["datasets"][dataset]
         return {"paper": paper, "paper_name": self.papers[paper], "notes": self.paper_notes[paper], "dataset": dataset,
                 "dataset_kind": data_kind(ds_cfg), "reported_dataset": reported_dataset(dataset, ds_cfg),
                 "tables": self.report_tables(paper, dataset), "has_claims": bool(self.paper_claims(paper, dataset)),
-                "bootstrap": self.cfg["claims"], "tolerance": self.cfg["tolerance"]}
+                "bootstrap": self.cfg["claims"], "tolerance": self.cfg["tolerance"],
+                "training_check": self.cfg["training_check"]}
+
+    def summary_spec(self, dataset: str) -> dict:
+        """What the summary of a dataset reads (``methods.report.summary``): per paper with a table
+        on it, each table's run rows with their aggregates, and its claims table where it states
+        claims; the dataset's first protocol with a training check gives the main metric."""
+        self.check_target_dataset(dataset, f"tables/summary_{dataset}.md")
+        ds_cfg = self.cfg["datasets"][dataset]
+        papers = []
+        for paper in self.papers:
+            if dataset not in self.paper_datasets(paper):
+                continue
+            tables = [{"table": t, "rows": [{"id": r.id, "label": r.label, "seeds": r.seeds,
+                                             "ensemble_size": r.ensemble_size,
+                                             "aggregate": self.row_aggregate(dataset, t, r.id)}
+                                            for r in self.table(t, dataset).rows if r.runs_models]}
+                      for t in self.report_tables(paper, dataset)]
+            papers.append({"paper": paper, "paper_name": self.papers[paper], "tables": tables,
+                           "claims": f"tables/claims_{paper}_{dataset}.csv" if (paper, dataset) in self.claims else None})
+        checked = [p for p in ds_cfg["protocols"] if get_protocol(p).main_metric is not None]
+        if not checked:
+            raise HarnessError(f"tables/summary_{dataset}.md: no protocol of datasets.{dataset}.protocols has a main "
+                               f"metric to summarise ({', '.join(ds_cfg['protocols'])})")
+        return {"dataset": dataset, "dataset_kind": data_kind(ds_cfg), "reported_dataset": reported_dataset(dataset, ds_cfg),
+                "protocol": checked[0], "checked_protocols": sorted(CHECKED_PROTOCOLS),
+                "training_check": self.cfg["training_check"], "papers": papers}
+
+    def summary_inputs(self, dataset: str) -> list[str]:
+        spec = self.summary_spec(dataset)
+        return sorted({row["aggregate"] for p in spec["papers"] for t in p["tables"] for row in t["rows"]}
+                      | {p["claims"] for p in spec["papers"] if p["claims"]})
 
     def report_tables(self, paper: str, dataset: str) -> list[str]:
         """The paper file's tables built for ``dataset``, in its order."""
@@ -720,8 +768,10 @@ class Plan:
         elif fig.rows is not None:  # several trained models: each row's first run
             spec.update(trained={r: self.first_run(fig.table, dataset, r) for r in fig.rows},
                         split=test_splits(self.cfg, dataset)[0])
-        if fig.row is not None:  # one trained model: the row's first member, first seed, first test split
-            spec.update(row=fig.row, run=self.first_run(fig.table, dataset, fig.row), split=test_splits(self.cfg, dataset)[0])
+        if fig.row is not None:  # one trained model: the row's first member, first seed, first test split,
+            # and the thresholds that say whether it trained (a figure of an untrained one says so)
+            spec.update(row=fig.row, run=self.first_run(fig.table, dataset, fig.row), split=test_splits(self.cfg, dataset)[0],
+                        training_check=self.cfg["training_check"])
         return spec
 
     def first_run(self, table: str, dataset: str, row_id: str) -> str:
@@ -738,7 +788,7 @@ class Plan:
     def table_spec(self, table: str, dataset: str) -> dict:
         tbl = self.table(table, dataset)
         return {"table": table, "dataset": dataset, "dataset_kind": data_kind(self.cfg["datasets"][dataset]),
-                "titles": tbl.titles, "tolerance": self.cfg["tolerance"],
+                "titles": tbl.titles, "tolerance": self.cfg["tolerance"], "training_check": self.cfg["training_check"],
                 "protocols": self.cfg["datasets"][dataset]["protocols"] + ([STATISTICS_PROTOCOL] if tbl.statistics else []),
                 "rows": [{"id": r.id, "label": r.label, "paper": r.paper, "seeds": r.seeds,
                           "ensemble_size": r.ensemble_size, "members": r.members, "reported": r.reported,

@@ -16,6 +16,7 @@ from typing import IO, Callable
 import numpy as np
 import torch
 
+from methods import numerics
 from methods.config import REPO_ROOT
 from methods.errors import HarnessError
 
@@ -91,6 +92,12 @@ def claim_local_gpu(environ=os.environ) -> int | None:
 
 
 def resolve_device(setting: str) -> torch.device:
+    if numerics.environment_mode() == "portable":
+        # portable numerics are CPU kernels: GPU results differ between GPU models and from the CPU's
+        if setting == "cuda":
+            raise HarnessError("device: cuda was asked for, but this dataset runs portable numerics, which run on "
+                               "the CPU (datasets.<name>.numerics: native to use the GPU)")
+        return torch.device("cpu")
     if setting in ("cuda", "auto"):
         claim_local_gpu()
     if setting == "cuda":
@@ -132,8 +139,10 @@ def exact_fp32() -> None:
 
 
 def set_threads(n: int) -> None:
-    """Honour the thread count Snakemake gave the job (rules declare ``threads:``)."""
-    torch.set_num_threads(max(1, n))
+    """Honour the thread count Snakemake gave the job (rules declare ``threads:``); in portable
+    numerics the mode's fixed count stays (results must not depend on ``--cores``)."""
+    if numerics.environment_mode() == "native":
+        torch.set_num_threads(max(1, n))
 
 
 def compute_setup(args) -> None:
@@ -146,6 +155,14 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
+
+
+def seed_worker(worker_id: int) -> None:
+    """A DataLoader worker's numpy and Python RNGs from the torch seed the loader gave it (torch
+    seeds only its own RNG per worker), so anything drawn in a worker repeats with the run's seed."""
+    seed = torch.initial_seed() % (2**32)
+    random.seed(seed)
+    np.random.seed(seed)
 
 
 def git_commit() -> str:
@@ -168,6 +185,7 @@ def provenance(device: torch.device) -> dict:
         "python": platform.python_version(),
         "host": platform.node(),
         "threads": torch.get_num_threads(),
+        "numerics": numerics.describe(torch),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
     }
 

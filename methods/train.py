@@ -38,6 +38,10 @@ def _train(args) -> None:
     payload = load_dataset_payload(args.dataset_config)
     ds, paths = payload["dataset"], payload["paths"]
     cfg = read_json(args.experiment)
+    planned, mode = cfg.get("numerics", "native"), ds.get("numerics", "native")
+    if planned != mode:  # the experiment's hash says which numerics its results come from
+        raise HarnessError(f"{args.experiment} was planned for {planned} numerics but {args.dataset_config} runs "
+                           f"{mode} (datasets.{payload['name']}.numerics): plan the experiment again")
     # the test relevances first: a bad positives file fails before training, not after it
     relevances = {split: split_relevances(payload, split) for split in args.evaluate}
     device = resolve_device(args.device)

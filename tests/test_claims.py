@@ -3,6 +3,7 @@ planted score matrices (values against the metrics of each run, a planted revers
 a rebuild byte-identical)."""
 import copy
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,10 +13,12 @@ import yaml
 from methods.config import REPO_ROOT, load_harness_config
 from methods.errors import HarnessError
 from methods.data.datasets import dataset_payload
-from methods.io import save_npy
-from methods.metrics.retrieval import retrieval_metrics
+from methods.io import save_npy, write_json
+from methods.metrics.protocols import evaluate_protocol, get_protocol
+from methods.metrics.retrieval import chance_recalls, retrieval_metrics
 from methods.plan import Plan
 from methods.report import claims as claims_job
+from methods.report.aggregate import aggregate
 from methods.report.bootstrap import verdict
 from methods.report.claim_form import parse_comparison
 from methods.report.claims_figure import plot_claims
@@ -23,6 +26,7 @@ from methods.report.reproduction import build_report
 
 CONFIG = REPO_ROOT / "config" / "config.yaml"
 TPI = 5
+TRAINING_CHECK = {"min_gain_share": 0.05, "min_score_spread": 1e-4, "saturated_share": 0.99}
 
 
 @pytest.fixture(scope="module")
@@ -121,11 +125,34 @@ def test_the_claims_spec_names_each_rows_score_files_per_seed(plan):
     sets = plan.claims_spec("set_embeddings", "flickr")["rows"]["set_embeddings_t5/image_only_1"]
     assert all(f.endswith("/sims_test@i0_tall.npy") for per_seed in sets["scores"]["f30k_1k"] for f in per_seed)
     assert spec["bootstrap"] == {"n_resamples": 2000, "confidence": 0.95, "method": "BCa", "seed": 0}
+    # the rows' aggregates (their training checks), as rule aggregate_row writes them, with the thresholds
+    assert ensemble["aggregate"] == "results/coco/rows/sgraf_t1/sgraf.json"
+    assert spec["training_check"] == plan.cfg["training_check"]
+    assert "results/coco/rows/sgraf_t1/sgraf.json" in plan.claims_row_aggregates("sgraf", "coco")
 
 
 # -- the claims job on planted score matrices --------------------------------------------------
 def planted_scores(rng, n: int, strength: float) -> np.ndarray:
     return rng.normal(size=(n, n * TPI)) + strength * np.repeat(np.eye(n), TPI, axis=1)
+
+
+def write_aggregate(path, seeds: list[int], files: list[list[str]]) -> str:
+    """The row aggregate rule aggregate_row writes from the runs' evaluations: each seed's run (one
+    file), or an ensemble's members (several) evaluated alone and averaged, under synthetic_test."""
+    protocol = get_protocol("synthetic_test")
+    evals = []
+    for seed, members in zip(seeds, files):
+        matrices = [np.load(f) for f in members]
+        result = evaluate_protocol(np.mean(matrices, axis=0), protocol)
+        ev = {"seed": seed, "ensemble_size": len(members), "config_hash": "cfg", "results": [result]}
+        if len(members) > 1:
+            ev.update(kind="ensemble", members=[
+                {"run_dir": f"runs/{Path(f).stem}/seed{seed}", "config_hash": "cfg", "seed": seed,
+                 "training_checks": {protocol.name: evaluate_protocol(m, protocol)["training_check"]}}
+                for f, m in zip(members, matrices)])
+        evals.append(ev)
+    write_json(path, aggregate(evals))
+    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +183,7 @@ def planted(tmp_path_factory, harness):
     claim = {"words": "w", "paraphrased": False, "where": "Table 1", "table": "t", "metric": "rsum", "margin": 0.0,
              "protocols": ["synthetic_test"]}
     spec = {"paper": "toy", "paper_name": "Toy paper", "dataset": "toy", "dataset_kind": "synthetic",
-            "reported_dataset": "flickr", "rows": rows,
+            "reported_dataset": "flickr", "rows": rows, "training_check": TRAINING_CHECK,
             "bootstrap": {"n_resamples": 500, "confidence": 0.95, "method": "BCa", "seed": 0},
             "claims": [{**claim, "id": "strong_beats_weak", "form": "strong.rsum > weak.rsum", "left": ["strong"],
                         "right": ["weak"]},
@@ -164,6 +191,9 @@ def planted(tmp_path_factory, harness):
                         "right": ["strong"]},
                        {**claim, "id": "pair_vs_both", "form": "pair.rsum > mean(strong, weak).rsum", "left": ["pair"],
                         "right": ["strong", "weak"]}]}
+    for key, row in rows.items():
+        row["aggregate"] = write_aggregate(root / f"{row['id']}.agg.json", row["seeds"],
+                                           row["scores"]["synthetic_test"])
     (root / "spec.json").write_text(json.dumps(spec))
     payload = dataset_payload(harness, "synthetic")   # its synthetic_test relevance: captions of image, 5 each
     (root / "dataset.json").write_text(json.dumps(payload))
@@ -216,7 +246,7 @@ def test_the_report_counts_cells_by_verdict_and_says_what_did_not_reproduce(tmp_
     (tmp_path / "t.spec.json").write_text(json.dumps({"table": "t", "titles": ["P: Table 1"], "rows": rows}))
     spec = {"paper": "p", "paper_name": "Paper P", "notes": "", "dataset": "flickr", "dataset_kind": "karpathy",
             "reported_dataset": "flickr", "bootstrap": {"n_resamples": 2000, "confidence": 0.95, "method": "BCa", "seed": 0},
-            "tolerance": {"recall": 2.0, "rsum": 6.0}}
+            "tolerance": {"recall": 2.0, "rsum": 6.0}, "training_check": TRAINING_CHECK}
     text = build_report(spec, [str(tmp_path / "t_flickr.csv")], [str(tmp_path / "t.spec.json")], None)
     assert "| `tables/t_flickr.md` | 2 | 1 | 1 | 1 | 0 |" in text      # the other paper's row is not counted
     assert "states no claim checked on flickr" in text
@@ -238,3 +268,78 @@ def test_the_figure_draws_intervals_that_leave_out_the_estimate_and_undefined_on
     assert plot_claims(str(tmp_path / "claims.csv"), str(tmp_path / "claims.png")) == 3
     assert matplotlib.image.imread(tmp_path / "claims.png")[..., :3].std() > 0.05
     assert verdict(float("nan"), float("nan")) == "undetermined"
+
+
+# -- claims on rows that did not train, or on a saturated metric ----------------------------------
+@pytest.fixture(scope="module")
+def judged(tmp_path_factory, harness):
+    """Rows on 30 test images, one seed each: ``strong``; ``flat``, a plateau (every score within
+    1e-5 of 0.4016, ranked at random); ``mixed``, an ensemble of a strong member and a flat one;
+    ``perfect_a`` and ``perfect_b``, every true pair far above (R@10 = 100); ``old``, a trained row
+    whose aggregate predates the training check; and the claims comparing them."""
+    root = tmp_path_factory.mktemp("judged")
+    rng = np.random.default_rng(1)
+    matrices = {"strong": planted_scores(rng, 30, 2.0), "flat": 0.4016 + 1e-5 * rng.random((30, 30 * TPI)),
+                "mixed_a": planted_scores(rng, 30, 2.0), "mixed_b": 0.4016 + 1e-5 * rng.random((30, 30 * TPI)),
+                "perfect_a": planted_scores(rng, 30, 50.0), "perfect_b": planted_scores(rng, 30, 50.0),
+                "old": planted_scores(rng, 30, 1.0)}
+    for name, sims in matrices.items():
+        save_npy(root / f"{name}.npy", sims.astype(np.float32))
+    members = {"strong": ["strong"], "flat": ["flat"], "mixed": ["mixed_a", "mixed_b"], "perfect_a": ["perfect_a"],
+               "perfect_b": ["perfect_b"], "old": ["old"]}
+    rows = {}
+    for row_id, names in members.items():
+        files = [[str(root / f"{n}.npy") for n in names]]
+        rows[f"t/{row_id}"] = {"table": "t", "id": row_id, "label": row_id, "seeds": [0], "ensemble_size": len(names),
+                               "view": None, "reported": {}, "scores": {"synthetic_test": files},
+                               "aggregate": write_aggregate(root / f"{row_id}.agg.json", [0], files)}
+    old = json.loads((root / "old.agg.json").read_text())
+    del old["training_checks"]                      # an aggregate written before the training check
+    (root / "old.agg.json").write_text(json.dumps(old))
+    claim = {"words": "w", "paraphrased": False, "where": "Table 1", "table": "t", "margin": 0.0,
+             "protocols": ["synthetic_test"]}
+    claims = [("strong_beats_flat", "strong", "flat", "rsum"), ("mixed_beats_strong", "mixed", "strong", "rsum"),
+              ("perfect_r10", "perfect_a", "perfect_b", "i2t_r10"),
+              ("perfect_rsum_vs_strong", "perfect_a", "strong", "rsum"),
+              ("strong_beats_old", "strong", "old", "rsum")]
+    spec = {"paper": "toy", "paper_name": "Toy paper", "dataset": "toy", "dataset_kind": "karpathy",
+            "reported_dataset": "toy", "rows": rows, "training_check": TRAINING_CHECK,
+            "bootstrap": {"n_resamples": 500, "confidence": 0.95, "method": "BCa", "seed": 0},
+            "claims": [{**claim, "id": cid, "form": f"{a}.{m} > {b}.{m}", "left": [a], "right": [b], "metric": m}
+                       for cid, a, b, m in claims]}
+    payload = dataset_payload(harness, "synthetic")
+    return spec, claims_job.claims_frame(spec, payload).set_index("claim"), matrices
+
+
+def test_a_claim_comparing_a_row_that_did_not_train_is_undetermined_whatever_its_interval(judged):
+    spec, frame, matrices = judged
+    flat = frame.loc["strong_beats_flat"]
+    # the interval alone would support it: strong is far above the flat row's chance-level RSUM
+    chance = chance_recalls(30)["rsum"]
+    assert retrieval_metrics(matrices["flat"].astype(np.float32))["rsum"] < chance + 0.05 * (600 - chance)
+    assert flat["ci_low"] > 0 and flat["verdict"] == "undetermined: flat did not train"
+    assert flat["untrained_rows"] == "flat" and "flat did not train: seed 0 synthetic_test: rsum" in flat["training_check"]
+    # an ensemble whose averaged matrix ranks well, with a member that did not train
+    mixed = frame.loc["mixed_beats_strong"]
+    assert mixed["verdict"] == "undetermined: mixed did not train" and "member mixed_b" in mixed["training_check"]
+    assert "member mixed_a" not in mixed["training_check"]
+
+
+def test_a_claim_saturated_on_both_sides_is_undetermined_and_one_side_saturated_is_judged(judged):
+    spec, frame, matrices = judged
+    r10 = [retrieval_metrics(matrices[n].astype(np.float32))["i2t_r10"] for n in ("perfect_a", "perfect_b")]
+    assert r10 == [100.0, 100.0]
+    both = frame.loc["perfect_r10"]
+    assert bool(both["saturated"]) and both["verdict"] == "undetermined: saturated"
+    one = frame.loc["perfect_rsum_vs_strong"]     # RSUM 600 against a trained row below it: an ordinary claim
+    assert not bool(one["saturated"]) and one["verdict"] == "supported"
+
+
+def test_a_row_whose_training_was_not_checked_is_named_not_taken_as_trained(judged, tmp_path):
+    spec, frame, _ = judged
+    old = frame.loc["strong_beats_old"]
+    assert old["verdict"] == "supported" and old["untrained_rows"] == ""
+    assert old["training_check"].startswith("old unknown: its aggregate was written before the training check")
+    md = claims_job.markdown(frame.reset_index(), spec)
+    assert "- `t/old` unknown: its aggregate was written before the training check" in md
+    assert "- `t/flat` did not train: seed 0 synthetic_test: rsum" in md and "`t/strong`" not in md.split("not taken")[1]

@@ -166,6 +166,7 @@ def test_table_shows_what_ran_beside_the_label():
               "results": [{"protocol": "f30k_1k", "metrics": metrics}]} for seed in (0, 1)]
     spec = {"table": "t", "dataset": "toy", "dataset_kind": "synthetic", "titles": ["a paper"],
             "protocols": ["f30k_1k"], "tolerance": {"recall": 2.0, "rsum": 6.0, "rank": 1.0},
+            "training_check": {"min_gain_share": 0.05, "min_score_spread": 1e-4, "saturated_share": 0.99},
             "rows": [{"id": "a", "label": "A (ResNet-152)", "ran": "ResNet-18 (toy pre-trained), CNN frozen",
                       "paper": "p", "not_reported": None, "ensemble_size": 1, "reported": {}, "compare_to": None,
                       "ledger": [{"code": "org/repo", "switches": [], "deviations": []}]}]}

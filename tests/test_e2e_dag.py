@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from methods.config import load_harness_config
-from methods.metrics.retrieval import retrieval_metrics
+from methods.metrics.retrieval import chance_recalls, retrieval_metrics
 from methods.plan import Plan
 from tests.conftest import REPO, fitting_weights, flickr_layout, snakemake
 
@@ -70,12 +70,24 @@ def test_table_values_come_from_the_run(tiny_dag):
             assert float(cells[metric]["reproduced"]) == pytest.approx(recomputed[metric], abs=0.006)
         assert cells["rsum"]["seeds"] == "0" and cells["rsum"]["ensemble_size"] == "1"
         assert ev["config_hash"] in cells["rsum"]["run_configs"]
+        # the training check: RSUM against its closed-form chance on the 10 test images, judged in the
+        # table with the config's thresholds over every protocol's check (tiny runs may well not train)
+        check = ev["results"][0]["training_check"]
+        assert check["value"] == pytest.approx(recomputed["rsum"]) and check["chance"] == pytest.approx(
+            chance_recalls(10)["rsum"])
+        limits = spec["training_check"]
+        trained = all(r["training_check"]["gain_share"] >= limits["min_gain_share"]
+                      and r["training_check"]["score_spread"] >= limits["min_score_spread"]
+                      for r in ev["results"] if "training_check" in r)
+        assert cells["rsum"]["trained"] == ("yes" if trained else "no")
         assert ev["provenance"]["git_commit"] and ev["provenance"]["device"] and ev["wall_seconds"]["total"] > 0
     # reported Flickr30K numbers are shown but never judged on synthetic data
+    # (or, for a row that did not train, never judged at all)
     ft = {r["metric"]: r for r in rows if r["row"] == "vsepp_resnet152_ft"}
-    assert ft["i2t_r1"]["reported"] == "52.9" and ft["i2t_r1"]["verdict"] == "not comparable (synthetic data)"
+    assert ft["i2t_r1"]["reported"] == "52.9" and ft["i2t_r1"]["verdict"] == (
+        "did not train" if ft["i2t_r1"]["trained"] == "no" else "not comparable (synthetic data)")
     vse0 = {r["metric"]: r for r in rows if r["row"] == "vse0_resnet152_ft"}
-    assert vse0["i2t_r1"]["verdict"] == "not reported"
+    assert vse0["i2t_r1"]["verdict"] == ("did not train" if vse0["i2t_r1"]["trained"] == "no" else "not reported")
 
 
 def test_frozen_row_has_no_finetune_stage_and_ft_row_does(tiny_dag):
@@ -229,7 +241,8 @@ def test_dry_run_of_sgraf_table5_on_configured_coco(tiny_dag):
 def test_sgraf_tables_figure_and_ensemble_of_sgr_and_saf(tiny_dag):
     for table in ("sgraf_t1", "sgraf_t2", "sgraf_t3", "sgraf_t4", "sgraf_t5", "sgraf_t7"):
         rows = read_table(tiny_dag / "tables" / f"{table}_synthetic.csv")
-        assert rows and all(r["verdict"] in ("not reported", "not comparable (synthetic data)") for r in rows)
+        assert rows and all(r["verdict"] == "did not train" if r["trained"] == "no" else
+                            r["verdict"] in ("not reported", "not comparable (synthetic data)") for r in rows)
     assert (tiny_dag / "figures" / "sgraf_saf_weights_synthetic.png").stat().st_size > 5000
     spec = json.loads((tiny_dag / "results/synthetic/tables/sgraf_t1.spec.json").read_text())
     members = {r["id"]: r["members"] for r in spec["rows"]}
@@ -287,7 +300,12 @@ def test_claims_and_reproduction_reports_of_every_paper(tiny_dag):
     assert float(margin["right_reproduced"]) == pytest.approx(
         (table[("pie", "i2t_r5")] + table[("slots_grid", "i2t_r5")]) / 2, abs=0.006)
     low, high = float(margin["ci_low"]), float(margin["ci_high"])
-    assert margin["verdict"].split()[0] == ("supported" if low > 1.5 else "contradicted" if high < 1.5 else "inconclusive")
+    if margin["untrained_rows"]:   # tiny runs may not train: then no verdict from the interval
+        assert margin["verdict"] == f"undetermined: {margin['untrained_rows'].replace('; ', ', ')} did not train (synthetic data)"
+    elif margin["saturated"] == "True":
+        assert margin["verdict"] == "undetermined: saturated (synthetic data)"
+    else:
+        assert margin["verdict"].split()[0] == ("supported" if low > 1.5 else "contradicted" if high < 1.5 else "inconclusive")
     label = read_table(tiny_dag / "tables/claims_label_tiny_synthtags.csv")[0]   # "ours_con < ours": ours on the left
     ndcg = {r["row"]: float(r["reproduced"]) for r in read_table(tiny_dag / "tables/label_tiny_synthtags.csv")
             if r["metric"] == "t2i_ndcg500"}
@@ -296,7 +314,7 @@ def test_claims_and_reproduction_reports_of_every_paper(tiny_dag):
     report = (tiny_dag / "reports" / "set_test_synthetic.md").read_text()
     cells = read_table(tiny_dag / "tables/settestk_synthetic.csv")
     kinds = [sum(c["verdict"].startswith(k) for c in cells) for k in ("within", "outside", "not comparable",
-                                                                        "not reported", "reported only")]
+                                                                        "not reported", "reported only", "did not train")]
     assert "| `tables/settestk_synthetic.md` | " + " | ".join(map(str, kinds)) + " |" in report
 
 

@@ -33,9 +33,10 @@ SOURCE_BEHAVIOUR = {
              "training.grad_clip": 2.0},
     # Paranioar/SGRAF (python3.6): opts.py (--max_violation store_false, i.e. on; margin 0.2; embed 1024;
     # word 300; batch 128; grad_clip 2; lr 2e-4), model.py (bi-GRU, dropout 0.4 on words and in
-    # VisualSA, SCAN_attention smooth 9.0, diagonal ContrastiveLoss); no AMP. (SGR steps, nodes and
+    # VisualSA, SCAN_attention smooth 9.0, diagonal ContrastiveLoss with max_violation from the first
+    # step, no warm-up); no AMP. (SGR steps, nodes and
     # graph dimension are the ablation tables' factors, set per row.)
-    "sgraf": {"loss.kind": "triplet_hardest", "loss.margin": 0.2, "model.embed_dim": 1024,
+    "sgraf": {"loss.kind": "triplet_hardest", "loss.margin": 0.2, "loss.warmup_sum_epochs": 0, "model.embed_dim": 1024,
               "model.text.word_dim": 300, "model.text.hidden_dim": 1024, "model.text.bidirectional": True,
               "model.text.embed_dropout": 0.4, "model.sa_dropout": 0.4, "model.attention.smooth": 9.0,
               "training.batch_size": 128, "training.batching": "captions",
@@ -240,3 +241,17 @@ def test_a_loss_of_another_family_inherits_no_parameter():
     with pytest.raises(HarnessError, match="tau"):  # SmoothAP does not take NT-Xent's tau as its own
         resolve_method_config(method, "coco", {"loss.kind": "smooth_ap", "training.batching": "images",
                                                "training.batch_positives": "same_image"}, ["nt_xent"])
+
+
+def test_the_sgr_warm_up_runs_on_synthetic_rows_only_and_is_listed(plan):
+    """The synthetic SGRAF preset's sum-of-hinges warm-up epoch is an off-source switch every
+    synthetic SGRAF row lists; no Flickr30K or COCO SGRAF row runs it."""
+    for dataset, listed in (("synthetic", True), ("flickr", False), ("coco", False)):
+        rows = [r for (t, d), tbl in plan.tables.items() if d == dataset for r in tbl.rows
+                if r.runs_models and plan.experiment(dataset, r.members[0]).method == "sgraf"]
+        assert rows, dataset
+        for row in rows:
+            for exp_id in row.members:
+                assert plan.experiment(dataset, exp_id).config["loss"]["warmup_sum_epochs"] == (1 if listed else 0)
+            switched = [(s["key"], s["runs"], s["source"]) for ledger in row.ledger for s in ledger["switches"]]
+            assert (("loss.warmup_sum_epochs", 1, 0) in switched) == listed, (dataset, row.id, switched)

@@ -103,6 +103,7 @@ def test_micro_f1_cells_keep_three_decimals_and_the_tolerance_line_names_each_fa
         "table": "t", "dataset": "mirflickr", "dataset_kind": "multilabel", "titles": ["a paper"],
         "protocols": ["labelwise_test", "label_prediction"],
         "tolerance": {"recall": 2.0, "rsum": 6.0, "rank": 1.0, "ranking": 2.0, "f1": 0.02},
+        "training_check": {"min_gain_share": 0.05, "min_score_spread": 1e-4, "saturated_share": 0.99},
         "rows": [{"id": "ours", "label": "OURS", "paper": "p", "not_reported": None, "ensemble_size": 1,
                   "reported": reported, "ledger": [{"code": "c", "switches": [], "deviations": []}], "compare_to": None}]}))
     out_csv, out_md = tmp_path / "t.csv", tmp_path / "t.md"

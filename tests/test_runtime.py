@@ -136,7 +136,7 @@ def test_a_paper_table_named_runtime_is_refused(tmp_path):
 
 
 CONFIG_WRITERS = {"dataset_config", "experiment_config", "table_spec", "figure_spec", "claims_spec", "report_spec",
-                  "runtime_spec", "all"}
+                  "summary_spec", "runtime_spec", "all"}
 
 
 def dry_run_jobs(workdir, *targets) -> list[dict]:

@@ -32,7 +32,7 @@ def test_sgr_saf_and_the_sgraf_ensemble_follow_the_paper(plan, dataset):
             1024, 256, {"direction": "t2i", "smooth": 9.0}, "vector")
         assert m["nodes"] == {"global": True, "local": True}
         assert m["text"]["word_dim"] == 300 and m["text"]["hidden_dim"] == 1024 and m["text"]["bidirectional"]
-        assert cfg["loss"] == {"kind": "triplet_hardest", "margin": 0.2}
+        assert cfg["loss"] == {"kind": "triplet_hardest", "margin": 0.2, "warmup_sum_epochs": 0}
         t = cfg["training"]
         assert (t["optimizer"], t["grad_clip"], t["batch_size"], t["selection_metric"]) == ("adam", 2.0, 128, "rsum")
     assert sgr["model"]["heads"] == ["sgr"] and sgr["model"]["sgr_steps"] == 3
@@ -125,7 +125,7 @@ def test_numbers_the_paper_prints_twice_agree(plan):
 
 def test_synthetic_preset_is_small_and_trains_the_papers_loss(plan):
     cfg = plan.experiment("synthetic", plan.row("sgraf_t1", "synthetic", "sgr").members[0]).config
-    assert cfg["loss"] == {"kind": "triplet_hardest", "margin": 0.2} and cfg["model"]["sim_dim"] == 32
+    assert cfg["loss"] == {"kind": "triplet_hardest", "margin": 0.2, "warmup_sum_epochs": 1} and cfg["model"]["sim_dim"] == 32
     assert "figures/sgraf_saf_weights_synthetic.png" in plan.default_targets()
     spec = plan.figure_spec("sgraf_saf_weights", "synthetic")
     assert spec["row"] == "saf" and spec["split"] == "test" and spec["run"].endswith("/seed0")

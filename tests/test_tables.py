@@ -12,6 +12,7 @@ from methods.metrics.registry import METRICS
 from methods.report import aggregate, figure, table
 
 TOLERANCE = {"recall": 2.0, "rsum": 6.0, "rank": 1.0}
+TRAINING_CHECK = {"min_gain_share": 0.05, "min_score_spread": 1e-4, "saturated_share": 0.99}
 
 
 def _metrics(**overrides):
@@ -37,7 +38,8 @@ def _row(tmp_path, name, evals):
 def _table(tmp_path, rows, row_files, kind="real"):
     spec = tmp_path / "t.spec.json"
     spec.write_text(json.dumps({"table": "t", "dataset": "f30k", "dataset_kind": kind, "titles": ["a paper"],
-                                "protocols": ["f30k_1k"], "tolerance": TOLERANCE, "rows": rows}))
+                                "protocols": ["f30k_1k"], "tolerance": TOLERANCE, "training_check": TRAINING_CHECK,
+                                "rows": rows}))
     out_csv, out_md = tmp_path / "t.csv", tmp_path / "t.md"
     table.main(["--spec", str(spec), "--out-csv", str(out_csv), "--out-md", str(out_md), *row_files])
     with open(out_csv) as f:
@@ -136,7 +138,8 @@ def test_compared_rows_need_the_same_seeds(tmp_path):
     base = _row(tmp_path, "base", [_eval(tmp_path, "base", s) for s in (0, 1)])
     alt = _row(tmp_path, "alt", [_eval(tmp_path, "alt", s) for s in (0, 2)])
     spec = {"table": "t", "dataset": "f30k", "dataset_kind": "real", "titles": ["a paper"], "protocols": ["f30k_1k"],
-            "tolerance": TOLERANCE, "rows": [_spec_row("base"), _spec_row("alt", compare_to="base")]}
+            "tolerance": TOLERANCE, "training_check": TRAINING_CHECK,
+            "rows": [_spec_row("base"), _spec_row("alt", compare_to="base")]}
     aggregates = {"base": json.loads(Path(base).read_text()), "alt": json.loads(Path(alt).read_text())}
     with pytest.raises(HarnessError, match=r"their seeds differ \(\[0, 2\] vs \[0, 1\]\)"):
         table.build_rows(spec, aggregates)

@@ -8,7 +8,8 @@ and Lim ("A Metric Learning Reality Check", ECCV 2020). For one query with R pos
 - ``{i2t,t2i}_map_r_ext``: mAP@R = (1/R) * sum_{i<=R} precision@i * rel(i);
 - ``{i2t,t2i}_r1_ext``: R@1 = rel(1), the top item is a positive.
 
-Each is the mean over queries, in percent. Ties count against the model as in
+Each is the mean over queries, in percent; ``map_r_ext_sum`` (i2t + t2i mAP@R) is the protocol's
+main metric for the training check, whose chance value ``chance_map_at_r`` gives. Ties count against the model as in
 ``methods.metrics.retrieval``: among equal scores every negative is ranked above every positive,
 so constant scores give the worst value. Each direction's score matrix is sorted once, in query
 chunks; the three metrics share that pass.
@@ -71,3 +72,24 @@ for _d in DIRECTIONS:
                         relevance="extended_positives", direction="higher", label=f"{ARROW[_d]} {_label} (ext.)",
                         tolerance="ranking", scale="percent",
                         per_query=lambda c, d=_d, k=_k: 100.0 * extended_per_query(c, d)[k], queries=QUERIES[_d])
+# ECCV Caption's headline metric both ways: the main metric of the extended-positives protocol's training check
+register_metric("map_r_ext_sum", None, components=tuple(f"{d}_map_r_ext" for d in DIRECTIONS),
+                relevance="extended_positives", direction="higher", label="mAP@R (ext.) sum", tolerance=None,
+                scale="percent_sum", in_table=False)
+
+
+def chance_map_at_r(positives: np.ndarray) -> float:
+    """Expected mAP@R (%) of random scores, queries along rows of the boolean ``positives``
+    (queries x gallery). A query with R positives among N: rel(i) is 1 with probability R/N, and
+    with rel(i), each of the i - 1 items above is a positive with probability (R-1)/(N-1), so
+    E[precision@i * rel(i)] = (R/N)(1 + (i-1)(R-1)/(N-1)) / i and, summing i = 1..R and dividing by R,
+    E[AP@R] = (H_R + (R - H_R)(R-1)/(N-1)) / N, H_R the R-th harmonic number."""
+    positives = np.asarray(positives, dtype=bool)
+    n = positives.shape[1]
+    r = positives.sum(axis=1)
+    if (r == 0).any():
+        raise ValueError("every query needs at least one positive")
+    harmonic = np.cumsum(1.0 / np.arange(1, int(r.max()) + 1))[r - 1]
+    expected = (harmonic + (r - harmonic) * (r - 1) / max(n - 1, 1)) / n
+    return 100.0 * float(expected.mean())
+

@@ -14,7 +14,8 @@ to an image when they share a label; its gain is the number of labels they share
 - ``{i2t,t2i}_label_r{1,5,10}``: R@K with label relevance: the share of queries with an item
   that shares a label among their first K (the caption protocols' R@K, with every item sharing a
   label counted as a match); queries without any relevant item count as misses.
-- ``ndcg500_sum``: i2t + t2i NDCG@500, for model selection (not a table column).
+- ``ndcg500_sum``: i2t + t2i NDCG@500, for model selection (not a table column) and the main
+  metric of the label-wise protocols' training check, whose chance value ``chance_ndcg`` gives.
 
 Ties count against the model as in ``methods.metrics.retrieval``: among equal scores, the less
 relevant item is ranked first. All values in percent.
@@ -133,4 +134,31 @@ LABEL_RANKING_METRICS = tuple(f"{d}_{m}" for d in ("i2t", "t2i")
 for _k in NDCG_KS:
     register_metric(f"ndcg{_k}_sum", None, components=(f"i2t_ndcg{_k}", f"t2i_ndcg{_k}"), relevance="shared_labels",
                     direction="higher", label=f"NDCG@{_k} sum", tolerance=None, scale="percent_sum", in_table=False)
+
+
+CHANCE_CHUNK_ELEMENTS = 1 << 22   # (query, candidate) gains held at once (bounds memory on COCO 5K)
+
+
+def chance_ndcg(query_labels: np.ndarray, candidate_labels: np.ndarray, k: int) -> float:
+    """Expected NDCG@k (%) of random scores, over the queries (rows of ``query_labels``) ranking the
+    candidates (rows of ``candidate_labels``), gains the shared-label counts. Under random scores
+    each of the first min(k, M) ranks holds a uniformly drawn candidate, so E[DCG@k] = (the query's
+    mean gain over its M candidates) x sum_{i <= min(k, M)} 1 / log2(i + 1); the ideal DCG does not
+    depend on the scores, so E[NDCG@k] = E[DCG@k] / IDCG@k (0 for a query sharing no label with any
+    candidate, as the metric counts it)."""
+    queries = np.asarray(query_labels, dtype=np.float64)
+    candidates = np.asarray(candidate_labels, dtype=np.float64)
+    m = candidates.shape[0]
+    top = min(k, m)
+    discounts = 1.0 / np.log2(np.arange(2, top + 2))
+    expected_dcg = (queries @ candidates.sum(axis=0)) / m * discounts.sum()
+    chance = np.zeros(len(queries))
+    chunk = max(1, CHANCE_CHUNK_ELEMENTS // max(1, m))
+    for start in range(0, len(queries), chunk):
+        gains = queries[start:start + chunk] @ candidates.T
+        best = -np.sort(np.partition(-gains, top - 1, axis=1)[:, :top], axis=1)   # the top gains, descending
+        ideal = (best * discounts[None, :]).sum(axis=1)
+        rows = slice(start, start + len(gains))
+        chance[rows] = np.divide(expected_dcg[rows], ideal, out=np.zeros_like(ideal), where=ideal > 0)
+    return 100.0 * float(chance.mean())
 

@@ -1,5 +1,9 @@
 """Named evaluation protocols: the split, the folds, the relevance and the metrics reported.
-The protocol name is written into every result row."""
+The protocol name is written into every result row.
+
+A protocol scored from the score matrix declares its main metric: evaluation writes its training
+check beside the metrics (``methods.metrics.training_check``: the main metric against its chance
+value, ``MAIN_METRIC_CHANCE``, and the spread of the scores)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,15 +15,26 @@ from methods.data.datasets import payload_splits
 from methods.data.inputs import label_matrix
 from methods.data.positives import split_positives
 from methods.errors import HarnessError
-from methods.metrics.eccv import ECCV_METRICS
+from methods.metrics.eccv import ECCV_METRICS, chance_map_at_r
 from methods.metrics.eccv_caption import ECCV_CAPTION_METRICS, split_coco_ids
 from methods.metrics.label_prediction import LABEL_PREDICTION_METRICS, LabelPredictions
-from methods.metrics.label_ranking import LABEL_RANKING_METRICS
-from methods.metrics.registry import METRICS, evaluate
+from methods.metrics.label_ranking import LABEL_RANKING_METRICS, chance_ndcg
+from methods.metrics.registry import METRICS, base_metrics, evaluate, value_from
 from methods.metrics.relevance import CaptionsOfImage, ExtendedPositives, SharedLabels
-from methods.metrics.retrieval import RETRIEVAL_METRICS
+from methods.metrics.retrieval import RETRIEVAL_METRICS, chance_recalls
 from methods.metrics.statistics import STATISTICS
+from methods.metrics.training_check import measure
 from methods.registry import Registry
+
+# The expected value of a main metric under random scores on one fold (its score matrix and its
+# relevance), in closed form; the tests check each against the mean over random score matrices.
+MAIN_METRIC_CHANCE = {
+    "rsum": lambda scores, relevance: chance_recalls(scores.shape[0], relevance.captions_per_image)["rsum"],
+    "map_r_ext_sum": lambda scores, relevance: (chance_map_at_r(relevance.positives)
+                                                + chance_map_at_r(relevance.positives.T)),
+    "ndcg500_sum": lambda scores, relevance: (chance_ndcg(relevance.image_labels, relevance.text_labels, 500)
+                                              + chance_ndcg(relevance.text_labels, relevance.image_labels, 500)),
+}
 
 
 @dataclass(frozen=True)
@@ -35,11 +50,18 @@ class Protocol:
     # the labels of its first image, as the label-wise code evaluates MIRFlickr and NUS-WIDE
     # (njustkmg/IJCAI21... utils/evaluation.py ``validate``: np.unique over the tag vectors)
     unique_texts: bool = False
+    # the metric whose gain over chance says whether the model learned (``MAIN_METRIC_CHANCE``);
+    # None: no training check (label predictions, package metrics, embedding statistics)
+    main_metric: str | None = None
 
     def __post_init__(self) -> None:
         for m in self.metrics:
             if METRICS.get(m).relevance != self.relevance:
                 raise ValueError(f"protocol {self.name}: metric {m} is not defined for {self.relevance} relevance")
+        if self.main_metric is not None and (self.main_metric not in MAIN_METRIC_CHANCE or not set(
+                base_metrics(self.main_metric)) <= set(self.metrics)):
+            raise ValueError(f"protocol {self.name}: main metric {self.main_metric} needs a chance value "
+                             f"({', '.join(MAIN_METRIC_CHANCE)}) and the protocol's metrics to compute it")
         if self.unique_texts and (self.relevance != "shared_labels" or self.n_folds != 1):
             raise ValueError(f"protocol {self.name}: unique texts are a shared-label protocol of one fold")
 
@@ -51,30 +73,37 @@ class Protocol:
 
 PROTOCOLS: Registry[Protocol] = Registry("protocol")
 for _p in (
-    Protocol("f30k_1k", "test", 1, 1000, "Flickr30K Karpathy test, 1,000 images / 5,000 captions"),
+    Protocol("f30k_1k", "test", 1, 1000, "Flickr30K Karpathy test, 1,000 images / 5,000 captions",
+             main_metric="rsum"),
     Protocol("coco_1k_5fold", "testall", 5, 5000,
-             "COCO 5K testall in 5 consecutive folds of 1,000 images; every metric averaged over folds"),
-    Protocol("coco_5k", "testall", 1, 5000, "COCO Karpathy test, all 5,000 images / 25,000 captions"),
+             "COCO 5K testall in 5 consecutive folds of 1,000 images; every metric averaged over folds",
+             main_metric="rsum"),
+    Protocol("coco_5k", "testall", 1, 5000, "COCO Karpathy test, all 5,000 images / 25,000 captions",
+             main_metric="rsum"),
+    # no training check: the package scores the matrix coco_5k checks, against associations it holds
     Protocol("coco_5k_eccv", "testall", 1, 5000,
              "COCO 5K testall against ECCV Caption's and CxC's verified associations (the eccv_caption "
              "package: mAP@R, R-Precision, R@1; CxC R@K)", relevance="coco_ids", metrics=ECCV_CAPTION_METRICS),
-    Protocol("synthetic_test", "test", 1, None, "synthetic test split, all images at once"),
+    Protocol("synthetic_test", "test", 1, None, "synthetic test split, all images at once", main_metric="rsum"),
     Protocol("synthetic_eccv", "test", 1, None,
              "synthetic test split, all images at once, against every image a caption truly describes "
              "(extended positives; ECCV Caption's mAP@R, R-Precision and R@1)",
-             relevance="extended_positives", metrics=ECCV_METRICS),
+             relevance="extended_positives", metrics=ECCV_METRICS, main_metric="map_r_ext_sum"),
     Protocol("labelwise_test", "test", 1, None,
              "label-wise retrieval on the test split of a tag dataset, all items at once: an item is relevant "
              "when it shares a label with the query, graded by the number of shared labels (NDCG@500, mAP, "
              "mAP@R); identical tag sets are one text, with its first image's labels, as the label-wise code "
-             "ranks them", relevance="shared_labels", metrics=LABEL_RANKING_METRICS, unique_texts=True),
+             "ranks them", relevance="shared_labels", metrics=LABEL_RANKING_METRICS, unique_texts=True,
+             main_metric="ndcg500_sum"),
     Protocol("labelwise_coco_1k_5fold", "testall", 5, 5000,
              "label-wise retrieval on COCO 5K testall (80 object labels) in 5 consecutive folds of 1,000 images "
              "and their captions; every metric averaged over folds", relevance="shared_labels",
-             metrics=LABEL_RANKING_METRICS),
+             metrics=LABEL_RANKING_METRICS, main_metric="ndcg500_sum"),
     Protocol("labelwise_coco_5k", "testall", 1, 5000,
              "label-wise retrieval on COCO 5K testall (80 object labels), all 5,000 images / 25,000 captions",
-             relevance="shared_labels", metrics=LABEL_RANKING_METRICS),
+             relevance="shared_labels", metrics=LABEL_RANKING_METRICS, main_metric="ndcg500_sum"),
+    # no training check: micro-F1 scores a label head, not the score matrix (whose ranking protocols
+    # check the same model); a head predicting every label has no single chance value to compare with
     Protocol("label_prediction", "test", 1, None,
              "micro-F1 of each modality's label prediction on the test split (models with a label head)",
              relevance="label_predictions", metrics=LABEL_PREDICTION_METRICS),
@@ -92,6 +121,8 @@ for _p in (
 ):
     PROTOCOLS.register(_p.name, _p)
 STATISTICS_PROTOCOL = "set_statistics"
+# the protocols whose results carry a training check (``evaluate_protocol``)
+CHECKED_PROTOCOLS = frozenset(name for name, p in PROTOCOLS.items() if p.main_metric is not None)
 
 
 def statistics_result(statistics: dict[str, float], split: str, n_images: int) -> dict:
@@ -230,5 +261,18 @@ def evaluate_protocol(scores: torch.Tensor | np.ndarray, protocol: Protocol, rel
     folds = [evaluate(*relevance.fold(scores, f, protocol.n_folds), protocol.metrics)
              for f in range(protocol.n_folds)]
     mean = {k: float(np.mean([m[k] for m in folds])) for k in protocol.metrics}
-    return {"protocol": protocol.name, "split": protocol.split, "n_images": n, "n_folds": protocol.n_folds,
-            "metrics": mean, "folds": folds if protocol.n_folds > 1 else None}
+    result = {"protocol": protocol.name, "split": protocol.split, "n_images": n, "n_folds": protocol.n_folds,
+              "metrics": mean, "folds": folds if protocol.n_folds > 1 else None}
+    if protocol.main_metric is not None:
+        result["training_check"] = training_check(scores, protocol, relevance, mean)
+    return result
+
+
+def training_check(scores: torch.Tensor, protocol: Protocol, relevance, metrics: dict[str, float]) -> dict:
+    """The protocol's ``training_check`` (``methods.metrics.training_check.measure``) from its scores
+    (``protocol_scores``) and its fold-mean ``metrics``: the main metric's chance value is the mean
+    of its folds' (equal folds, as the metric)."""
+    name = protocol.main_metric
+    chance = float(np.mean([MAIN_METRIC_CHANCE[name](*relevance.fold(scores, f, protocol.n_folds))
+                            for f in range(protocol.n_folds)]))
+    return measure(name, value_from(metrics, name), chance, METRICS.get(name).best, scores.cpu().numpy())

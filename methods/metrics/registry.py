@@ -58,6 +58,16 @@ class Metric:
     def better(self, new: float, old: float) -> bool:
         return new > old if self.direction == "higher" else new < old
 
+    @property
+    def best(self) -> float | None:
+        """The best value the metric can take: 100 for a percentage, 100 per part of a sum of
+        percentages, 1 for a rank; None for a unit-scale value (a log variance has no best)."""
+        if self.scale == "percent":
+            return 100.0
+        if self.scale == "percent_sum":
+            return 100.0 * len(self.components)
+        return 1.0 if self.scale == "rank" else None
+
 
 METRICS: Registry[Metric] = Registry("metric")
 

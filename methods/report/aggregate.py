@@ -1,4 +1,6 @@
-"""Aggregate one table row over seeds: mean and (population, ddof=0) std per protocol and metric."""
+"""Aggregate one table row over seeds: mean and (population, ddof=0) std per protocol and metric,
+and every run's training check (``methods.metrics.training_check``), carried as the evaluations
+wrote them for the tables and claims to judge with the configured thresholds."""
 from __future__ import annotations
 
 import numpy as np
@@ -35,6 +37,24 @@ def seed_values(evals: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(records, columns=["protocol", "metric", "seed", "value"], dtype=object)
 
 
+def training_checks(evals: list[dict]) -> list[dict]:
+    """One entry per run and protocol: ``seed``, ``split``, ``protocol`` and ``check`` (the result's
+    ``training_check``; None where the evaluation has none: a protocol without a main metric, or an
+    evaluation written before the check); an ensemble's entry adds ``members``, each member's
+    ``run_dir``, ``seed`` and ``check`` of that protocol (None: written before the check)."""
+    out = []
+    for ev in evals:
+        for res in ev["results"]:
+            entry = {"seed": ev["seed"], "split": ev.get("split"), "protocol": res["protocol"],
+                     "check": res.get("training_check")}
+            if ev.get("kind") == "ensemble":
+                entry["members"] = [{"run_dir": m["run_dir"], "seed": m["seed"],
+                                     "check": (m.get("training_checks") or {}).get(res["protocol"])}
+                                    for m in ev["members"]]
+            out.append(entry)
+    return out
+
+
 def aggregate(evals: list[dict]) -> dict:
     sizes = {ev["ensemble_size"] for ev in evals}
     if len(sizes) != 1:
@@ -49,7 +69,7 @@ def aggregate(evals: list[dict]) -> dict:
     return {"seeds": sorted(ev["seed"] for ev in evals), "ensemble_size": sizes.pop(),
             "config_hashes": sorted({ev.get("config_hash") or m["config_hash"] for ev in evals
                                      for m in ev.get("members", [{"config_hash": ev.get("config_hash")}])}),
-            "protocols": protocols}
+            "protocols": protocols, "training_checks": training_checks(evals)}
 
 
 def _arguments(parser) -> None:

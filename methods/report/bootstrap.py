@@ -18,6 +18,9 @@ bootstrap over test *images*, each resampled with all of its texts.
   when the interval lies above the margin, ``contradicted`` when it lies below it (with margin 0:
   the interval excludes 0 in the other direction), else ``inconclusive``; ``undetermined`` when the
   interval is not defined.
+- ``claim_verdict``: no verdict on rows that did not train (``undetermined: <rows> did not train``,
+  whatever the interval) or on a metric saturated on every compared row (``undetermined:
+  saturated``: e.g. R@10 = 100 on both sides cannot tell them apart); else ``verdict``.
 """
 from __future__ import annotations
 
@@ -93,3 +96,18 @@ def verdict(low: float, high: float, margin: float = 0.0) -> str:
     if high < margin:
         return "contradicted"
     return "inconclusive"
+
+
+def claim_verdict(low: float, high: float, margin: float, untrained_rows: list[str], saturated: bool) -> str:
+    """A claim's verdict: ``undetermined: <rows> did not train`` when a compared row did not train,
+    ``undetermined: saturated`` when every compared row's value is saturated, else ``verdict``."""
+    if untrained_rows:
+        return f"undetermined: {', '.join(untrained_rows)} did not train"
+    if saturated:
+        return "undetermined: saturated"
+    return verdict(low, high, margin)
+
+
+def verdict_kind(text: str) -> str:
+    """The verdict of a claims table's cell without its reason or note (one of ``VERDICTS``)."""
+    return next(kind for kind in VERDICTS if text.startswith(kind))

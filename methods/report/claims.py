@@ -14,8 +14,13 @@ that reports the metric, this job
   scipy, BCa by default, seeded; ``claims`` in the harness config);
 - gives the verdict: ``supported`` when the interval lies above the claimed margin (0 unless the
   claim sets one), ``contradicted`` when below, else ``inconclusive`` (``undetermined``: no
-  interval); on synthetic data the verdict says so (a claim about Flickr30K is not tested by a
-  synthetic stand-in). The seeds' spread is shown, not part of the verdict;
+  interval); ``undetermined: <rows> did not train`` whatever the interval when a compared row did
+  not train (its aggregate's training checks, judged with the spec's ``training_check`` thresholds:
+  ``methods.metrics.training_check``), and ``undetermined: saturated`` when every compared row's
+  value is within ``saturated_share`` of the metric's best; on synthetic data the verdict says so (a
+  claim about Flickr30K is not tested by a synthetic stand-in). The seeds' spread is shown, not part
+  of the verdict; a row whose training was not checked (evaluations written before the check) is
+  named in ``training_check``;
 - puts the paper's own difference beside it where the rows' reported numbers give both sides
   (on a stand-in dataset, those of the dataset it stands in for).
 """
@@ -30,10 +35,12 @@ from methods.cli import run_command
 from methods.data.datasets import load_dataset_payload
 from methods.errors import HarnessError
 from methods.io import load_npy, read_json, write_text
-from methods.metrics.protocols import get_protocol, split_relevances
+from methods.metrics.protocols import CHECKED_PROTOCOLS, get_protocol, split_relevances
 from methods.metrics.query_units import QueryUnits, protocol_units
-from methods.metrics.registry import base_metrics, value_from
-from methods.report.bootstrap import mean_over_seeds, paired_difference_interval, verdict
+from methods.metrics.registry import METRICS, base_metrics, value_from
+from methods.metrics.training_check import (NOT_TRAINED, UNKNOWN, RowTraining, TrainingThresholds, row_training,
+                                            saturated)
+from methods.report.bootstrap import claim_verdict, mean_over_seeds, paired_difference_interval
 from methods.report.claim_form import escape_cell, number, ours_difference
 from methods.scoring import average_similarities
 
@@ -41,7 +48,8 @@ COLUMNS = ("paper", "dataset", "data", "claim", "words", "paraphrased", "where",
            "protocol", "metric", "left_rows", "right_rows", "left_reproduced", "right_reproduced",
            "reproduced_difference", "difference_seed_std", "seeds_above_margin", "n_seeds", "seeds", "ci_low",
            "ci_high", "confidence", "interval_method", "n_resamples", "bootstrap_seed", "n_images", "reported_dataset",
-           "left_reported", "right_reported", "reported_difference", "reported_sources", "verdict")
+           "left_reported", "right_reported", "reported_difference", "reported_sources", "untrained_rows", "saturated",
+           "training_check", "verdict")
 DIGITS = 4
 
 
@@ -94,7 +102,14 @@ def reported_value(row: dict, protocol: str, metric: str) -> tuple[float | None,
         return None, reported["source"]
 
 
-def check_claim(claim: dict, protocol: str, spec: dict, scores: RowScores) -> dict:
+def rows_training(spec: dict) -> dict[str, RowTraining]:
+    """Whether each compared row trained, from its aggregate's training checks (``methods.report.aggregate``)."""
+    thresholds = TrainingThresholds.from_config(spec["training_check"])
+    return {key: row_training(read_json(row["aggregate"]).get("training_checks"), CHECKED_PROTOCOLS, thresholds)
+            for key, row in spec["rows"].items()}
+
+
+def check_claim(claim: dict, protocol: str, spec: dict, scores: RowScores, training: dict[str, RowTraining]) -> dict:
     rows = spec["rows"]
     sides = {side: [f"{claim['table']}/{r}" for r in claim[side]] for side in ("left", "right")}
     per_seed = {key: scores.units[(key, protocol)] for keys in sides.values() for key in keys}
@@ -124,7 +139,12 @@ def check_claim(claim: dict, protocol: str, spec: dict, scores: RowScores) -> di
                       for side, values in reported.items()}
     reported_difference = (None if None in reported_means.values()
                            else reported_means["left"] - reported_means["right"])
-    said = verdict(interval["low"], interval["high"], claim["margin"])
+    compared = [k for keys in sides.values() for k in keys]
+    untrained = [rows[k]["id"] for k in compared if training[k].status == NOT_TRAINED]
+    metric = METRICS.get(claim["metric"])
+    at_best = all(saturated(float(np.mean(seed_values[k])), metric.best, metric.direction,
+                            spec["training_check"]["saturated_share"]) for k in compared)
+    said = claim_verdict(interval["low"], interval["high"], claim["margin"], untrained, at_best)
     if spec["dataset_kind"] == "synthetic":
         said += " (synthetic data)"
     return {
@@ -142,12 +162,17 @@ def check_claim(claim: dict, protocol: str, spec: dict, scores: RowScores) -> di
         "reported_dataset": spec["reported_dataset"], "left_reported": reported_means["left"],
         "right_reported": reported_means["right"], "reported_difference": reported_difference,
         "reported_sources": "; ".join(dict.fromkeys(s for values in reported.values() for _, s in values if s)),
+        "untrained_rows": "; ".join(untrained), "saturated": at_best,
+        "training_check": "; ".join(f"{rows[k]['id']} {training[k].status}: {training[k].reason}" for k in compared
+                                    if training[k].status in (NOT_TRAINED, UNKNOWN)),
         "verdict": said}
 
 
 def claims_frame(spec: dict, payload: dict) -> pd.DataFrame:
     scores = RowScores(spec, payload)
-    records = [check_claim(claim, protocol, spec, scores) for claim in spec["claims"] for protocol in claim["protocols"]]
+    training = rows_training(spec)
+    records = [check_claim(claim, protocol, spec, scores, training)
+               for claim in spec["claims"] for protocol in claim["protocols"]]
     frame = pd.DataFrame(records, columns=list(COLUMNS))
     floats = [c for c in COLUMNS if c.endswith(("_reproduced", "_reported", "_difference", "_std", "ci_low", "ci_high"))]
     frame[floats] = frame[floats].astype(float).round(DIGITS)
@@ -165,7 +190,10 @@ def markdown(frame: pd.DataFrame, spec: dict) -> str:
              f"Ours: the difference of the seed-mean metric (left − right) over the test split, its spread over "
              f"seeds, and its {b['confidence']:.0%} {b['method']} interval from {b['n_resamples']} paired resamples of "
              f"the test images, each with all its texts (bootstrap seed {b['seed']}). Supported: the interval lies "
-             f"above the claimed margin; contradicted: below it.{kind}", "",
+             f"above the claimed margin; contradicted: below it; undetermined whatever the interval when a compared "
+             f"row did not train (its main metric near chance, or near-constant scores) or when every compared "
+             f"value is saturated (within {1 - spec['training_check']['saturated_share']:.0%} of the metric's "
+             f"best).{kind}", "",
              "| claim | paper's words | where | compared | protocol | paper Δ | ours Δ (± seeds) | interval | verdict |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in frame.itertuples():
@@ -173,6 +201,11 @@ def markdown(frame: pd.DataFrame, spec: dict) -> str:
         lines.append(f"| {r.claim} | {words} | {escape_cell(r.where)} | `{r.compare}` | {r.protocol} | "
                      f"{number(r.reported_difference, signed=True)} | {ours_difference(r)} | "
                      f"[{number(r.ci_low, signed=True)}, {number(r.ci_high, signed=True)}] | {r.verdict} |")
+    named = {key: state for key, state in rows_training(spec).items() if state.status in (NOT_TRAINED, UNKNOWN)}
+    if named:
+        lines += ["", "Compared rows that did not train, or whose training was not checked (evaluations written "
+                      "before the check; not taken as trained):", ""]
+        lines += [f"- `{key}` {state.status}: {escape_cell(state.reason)}" for key, state in named.items()]
     return "\n".join(lines) + "\n"
 
 

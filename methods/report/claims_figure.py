@@ -24,7 +24,7 @@ def plot_claims(claims_csv: str, out: str) -> int:
     fig, ax = plt.subplots(figsize=(8.5, 1.4 + 0.45 * n))
     ys = list(range(n))[::-1]   # first claim on top
     for y, r in zip(ys, frame.itertuples()):
-        colour = COLOURS[r.verdict.split(" ")[0]]
+        colour = next(c for v, c in COLOURS.items() if r.verdict.startswith(v))   # "undetermined: x did not train"
         # a BCa interval need not contain the estimate: the bars are the interval's ends, not lengths
         ax.errorbar(r.reproduced_difference, y, fmt="o", color=colour, ms=5)
         ax.hlines(y, r.ci_low, r.ci_high, color=colour, lw=1.5)

@@ -7,10 +7,13 @@ and, for gradient counts, the training logs of every run behind the rows.
   negatives per query whose gradient is at least the configured share of the query's largest,
   per training epoch; line = mean over seeds, band = min..max over seeds.
 - ``saf_weights``: SGRAF's SAF weights over the words of matched and mismatched captions
-  (``methods.report.saf_weights``), from one trained run of the figure's row.
+  (``methods.report.saf_weights``), from one trained run of the figure's row; a run that did not
+  train (its evaluation's training check) is said so in words instead.
 - ``text_retrieval_examples`` / ``image_retrieval_examples``: the top-5 captions of a few image
   queries and the top-5 images of a few caption queries of one trained run's test scores, true
   matches marked (``methods.report.retrieval_examples``); any model whose dataset has image files.
+  A match is a shared label on label-wise data, on a dataset with extended positives (synthetic)
+  every image a caption describes, else Karpathy's own captions.
 - ``asa_attention``: MVSA's adaptive self-attention of a few instance candidates, per scale.
 - ``rsum_by_setting``: RSUM against each setting the table's rows vary (one panel per overridden
   key), the paper's values beside (``methods.report.set_figures``).
@@ -24,7 +27,8 @@ Each kind is registered in ``FIGURE_KINDS`` with what it draws from and what the
 it beyond the figure spec and the table's row aggregates (``needs``): ``train_logs`` (every
 run's ``train_log.json``), ``trained_run`` (the first run of the figure's row: its model,
 score matrix, image input, vocabulary and dataset config) or ``trained_runs`` (the first run's
-model of each of the figure's rows, with their image input, vocabulary and dataset config).
+model of each of the figure's rows, with their image input, vocabulary and dataset config), and
+``positives`` (the dataset's extended-positives file, where it has one: what a true match is).
 """
 from __future__ import annotations
 
@@ -44,10 +48,12 @@ from PIL import Image  # noqa: E402
 
 from methods.cli import run_command  # noqa: E402
 from methods.data.datasets import load_dataset_payload  # noqa: E402
+from methods.data.positives import split_positives  # noqa: E402
 from methods.data.text import Vocabulary  # noqa: E402
 from methods.errors import HarnessError  # noqa: E402
 from methods.io import atomic_path, load_npy, read_json  # noqa: E402
 from methods.metrics.protocols import get_protocol  # noqa: E402
+from methods.metrics.training_check import TrainingThresholds  # noqa: E402
 from methods.models import image_input_of  # noqa: E402
 from methods.models.checkpoint import load_trained_model  # noqa: E402
 from methods.registry import Registry  # noqa: E402
@@ -57,7 +63,7 @@ from methods.features.images import ImageFiles  # noqa: E402
 from methods.models.mvsa import MVSA  # noqa: E402
 from methods.report.retrieval_examples import (TOP_K, ItemLabels, asa_attention_figure,  # noqa: E402
                                                image_retrieval_figure, spread_queries, text_retrieval_figure)
-from methods.report.saf_weights import saf_weights_figure  # noqa: E402
+from methods.report.saf_weights import run_check, saf_weights_figure  # noqa: E402
 from methods.report.label_figures import CLASSIFICATION, RETRIEVAL, training_curves  # noqa: E402
 from methods.report.label_figures import ndcg_against_weight  # noqa: E402
 from methods.report.set_figures import element_projection, setting_panels  # noqa: E402
@@ -65,7 +71,7 @@ from methods.scoring import encode_texts  # noqa: E402
 
 LOSS_ORDER = ("triplet_sum", "triplet_hardest", "nt_xent", "smooth_ap")
 DIRECTIONS = {"i2t": "image → text (image queries)", "t2i": "text → image (caption queries)"}
-NEEDS = ("train_logs", "trained_run", "trained_runs")
+NEEDS = ("train_logs", "trained_run", "trained_runs", "positives")
 
 
 @dataclass(frozen=True)
@@ -182,7 +188,7 @@ def gradient_counts(spec: dict, aggregates: dict | None = None, args=None):
     return fig
 
 
-@register_figure("saf_weights", needs=("trained_run",))
+@register_figure("saf_weights", needs=("trained_run", "positives"))
 def saf_weights(spec: dict, aggregates: dict, args):
     run = Path(spec["run"])
     model, ckpt, _ = load_trained_model(run / "model.pt", {}, torch.device("cpu"))
@@ -190,8 +196,10 @@ def saf_weights(spec: dict, aggregates: dict, args):
     model_cfg = ckpt["config"]["model"]
     data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
     sims = load_npy(run / f"sims_{spec['split']}.npy")
+    ev = read_json(run / f"eval_{spec['split']}.json", "an evaluation of the figure's run")
+    check = run_check(ev, sims, data.texts_per_image, TrainingThresholds.from_config(spec["training_check"]))
     return saf_weights_figure(spec, model, data.features, data.captions, data.texts_per_image,
-                              Vocabulary.load(args.vocab), sims)
+                              Vocabulary.load(args.vocab), sims, check, positives=extended_positives(payload, spec, sims))
 
 
 def shown_crop(img: Image.Image, resize: int, crop: int) -> np.ndarray:
@@ -232,6 +240,21 @@ def _test_run(spec: dict, args):
     return payload, data, sims
 
 
+def extended_positives(payload: dict, spec: dict, sims: np.ndarray) -> np.ndarray | None:
+    """The (images x captions) extended positives of the figure's split where the dataset has them
+    (the synthetic generator writes every image each caption describes), else None."""
+    path = payload["paths"].get("positives")
+    if not path:
+        return None
+    split = spec["split"]
+    positives = split_positives(path, payload_splits(payload, [split])[split], payload["paths"]["karpathy_json"],
+                                payload["dataset"]["splits"][split])
+    if positives.shape != sims.shape:
+        raise HarnessError(f"{path}: split '{split}' has {positives.shape[0]} images x {positives.shape[1]} captions, "
+                           f"{spec['run']}/sims_{split}.npy scores {sims.shape[0]} x {sims.shape[1]}")
+    return positives
+
+
 def item_labels(payload: dict, data) -> ItemLabels | None:
     """The split's labels when the dataset ranks by shared labels (label-wise protocols), else None."""
     if data.labels is None or not any(get_protocol(p).relevance == "shared_labels" for p in payload["dataset"]["protocols"]):
@@ -240,21 +263,28 @@ def item_labels(payload: dict, data) -> ItemLabels | None:
     return ItemLabels(data.labels, data.text_labels(), names)
 
 
-@register_figure("text_retrieval_examples", needs=("trained_run",))
+def _relevance(payload: dict, spec: dict, data, sims: np.ndarray) -> dict:
+    """``labels`` or ``positives`` of the retrieval figures (``Matches``): shared labels on label-wise
+    data, else the extended positives where the dataset has them (else neither: own captions)."""
+    labels = item_labels(payload, data)
+    return {"labels": labels, "positives": extended_positives(payload, spec, sims) if labels is None else None}
+
+
+@register_figure("text_retrieval_examples", needs=("trained_run", "positives"))
 def text_retrieval_examples(spec: dict, aggregates: dict, args):
     payload, data, sims = _test_run(spec, args)
     return text_retrieval_figure(spec, sims, data.captions, data.texts_per_image,
-                                 ShownImages(payload, spec["split"], spec["figure"]), labels=item_labels(payload, data))
+                                 ShownImages(payload, spec["split"], spec["figure"]), **_relevance(payload, spec, data, sims))
 
 
-@register_figure("image_retrieval_examples", needs=("trained_run",))
+@register_figure("image_retrieval_examples", needs=("trained_run", "positives"))
 def image_retrieval_examples(spec: dict, aggregates: dict, args):
     payload, data, sims = _test_run(spec, args)
-    labels = item_labels(payload, data)
+    relevance = _relevance(payload, spec, data, sims)
     # the label-wise supplement shows the top-3 images of a text query (Figure 2), the caption papers 5
     return image_retrieval_figure(spec, sims, data.captions, data.texts_per_image,
-                                  ShownImages(payload, spec["split"], spec["figure"]), labels=labels,
-                                  top=3 if labels is not None else TOP_K)
+                                  ShownImages(payload, spec["split"], spec["figure"]), **relevance,
+                                  top=3 if relevance["labels"] is not None else TOP_K)
 
 
 @register_figure("asa_attention", needs=("trained_run",))

@@ -2,9 +2,10 @@
 structure the ML Reproducibility Challenge asks for: scope (the claims tested), what was run (the
 paper's rows, their seeds and ensembles, what their runs ran, the deviation ledger, the
 statistics), results (each claim: the paper's difference beside ours, interval, verdict; each
-table: how many cells are within tolerance, outside, not comparable, not reported), and what
-could not be reproduced and why. Every number comes from the tables and claim files it reads;
-nothing in it is written by hand.
+table: how many cells are within tolerance, outside, not comparable, not reported, of rows that did
+not train), and what could not be reproduced and why (rows that did not train, with their main
+metric against chance and the seeds; claims undetermined by them or by a saturated metric). Every
+number comes from the tables and claim files it reads; nothing in it is written by hand.
 """
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ import pandas as pd
 
 from methods.cli import run_command
 from methods.io import read_json, write_text
-from methods.report.bootstrap import VERDICTS
+from methods.report.bootstrap import VERDICTS, verdict_kind
 from methods.report.claim_form import escape_cell, number, ours_difference
 
-CELL_KINDS = ("within", "outside", "not comparable", "not reported", "reported only")
+CELL_KINDS = ("within", "outside", "not comparable", "not reported", "reported only", "did not train")
 LISTED_CELLS = 25   # cells outside tolerance listed by name; the rest are counted
 
 
@@ -85,6 +86,15 @@ def compared_rows(claims: pd.DataFrame | None) -> set[tuple[str, str]]:
             for row in side.split("; ")}
 
 
+def training_text(thresholds: dict) -> str:
+    """How a row is found not to have trained, and a metric saturated (config ``training_check``)."""
+    return (f"A row did not train when one of its runs (or ensemble members) gets less than "
+            f"{thresholds['min_gain_share']:.0%} of the way from chance to the maximum on a protocol's main metric "
+            f"(chance: its expected value under random scores), or near-constant scores (median relative range "
+            f"per query below {thresholds['min_score_spread']:g}); its cells and claims are not judged. A metric is "
+            f"saturated within {1 - thresholds['saturated_share']:.0%} of its best value.")
+
+
 def what_was_run(spec: dict, table_specs: list[dict], compared: set[tuple[str, str]]) -> list[str]:
     """Section 2: the data, the statistics, each table's rows (seeds, ensemble, what ran), the ledger."""
     b = spec["bootstrap"]
@@ -95,7 +105,8 @@ def what_was_run(spec: dict, table_specs: list[dict], compared: set[tuple[str, s
              f"Statistics: each row's metric is the mean (± population std) over its seeds; a claim's interval is "
              f"a {b['confidence']:.0%} {b['method']} interval from {b['n_resamples']} paired bootstrap resamples of "
              f"the test images, each with all its texts, on the seed-mean difference (bootstrap seed {b['seed']}). "
-             f"Cell tolerances: " + ", ".join(f"{k} {v:g}" for k, v in spec["tolerance"].items()) + ".", ""]
+             f"Cell tolerances: " + ", ".join(f"{k} {v:g}" for k, v in spec["tolerance"].items()) + ". "
+             + training_text(spec["training_check"]), ""]
     run = {}   # each row run once, whatever tables show it
     for table in table_specs:
         # this paper's rows, and the rows of other paper files (merged tables) that its claims compare
@@ -120,7 +131,7 @@ def results(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.DataFra
     if claims is None:
         lines += ["No claim is tested on this dataset.", ""]
     else:
-        verdicts = Counter(v.split(" ")[0] for v in claims["verdict"])
+        verdicts = Counter(verdict_kind(v) for v in claims["verdict"])
         tally = ", ".join(f"{verdicts[v]} {v}" for v in VERDICTS if verdicts[v] or v != "undetermined")
         lines += [f"{len(claims)} check{'s' if len(claims) > 1 else ''} (claim × protocol): {tally}"
                   + (" — on synthetic data, which tests the harness's runs, not the paper's claims."
@@ -142,10 +153,23 @@ def results(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.DataFra
     return lines + [""]
 
 
+def training_findings(training: pd.DataFrame) -> list[str]:
+    """The rows that did not train (each with what did not: seed, protocol, main metric vs chance),
+    and those whose training was not checked, each once with the tables it is a row of."""
+    lines = []
+    for state, said in (("no", "did not train"), ("unknown", "was not checked for training")):
+        rows = training[training["trained"] == state]
+        for (row, why), group in rows.groupby(["row", "training_check"], sort=False):
+            tables = ", ".join(f"`{t}`" for t in dict.fromkeys(group["table"]))
+            lines.append(f"- Row `{row}` (table {tables}) {said}: {why.rstrip('.')}.")
+    return lines
+
+
 def not_reproduced(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.DataFrame],
-                   table_specs: list[dict]) -> list[str]:
-    """Section 4: the claims not supported, cells outside tolerance or not comparable, rows not run or
-    not reported, each with its reason."""
+                   table_specs: list[dict], training: pd.DataFrame) -> list[str]:
+    """Section 4: the claims not supported, rows that did not train, cells outside tolerance or not
+    comparable, rows not run or not reported, each with its reason. ``training``: ``table, row,
+    trained, training_check`` of this paper's rows and the rows its claims compare."""
     lines = ["## 4. What could not be reproduced, and why", ""]
     synthetic = spec["dataset_kind"] == "synthetic"
     if synthetic:
@@ -160,6 +184,14 @@ def not_reproduced(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.
         if r.verdict.startswith("contradicted"):
             findings.append(f"- Claim `{r.claim}` ({r.protocol}) is contradicted: the interval of the difference "
                             f"{interval} lies below the claimed margin ({r.margin:g}).")
+        elif r.verdict.startswith("undetermined: saturated"):
+            findings.append(f"- Claim `{r.claim}` ({r.protocol}) is undetermined: {r.metric} is saturated on every "
+                            f"compared row (within {1 - spec['training_check']['saturated_share']:.0%} of its best), "
+                            f"so it cannot tell them apart.")
+        elif r.verdict.startswith("undetermined:"):   # "undetermined: <rows> did not train"
+            why = r.verdict.removeprefix("undetermined: ").removesuffix(" (synthetic data)")
+            findings.append(f"- Claim `{r.claim}` ({r.protocol}) is undetermined: {why} (below), so its interval "
+                            f"{interval} is not read.")
         elif r.verdict.startswith("undetermined"):
             findings.append(f"- Claim `{r.claim}` ({r.protocol}) is undetermined: its bootstrap interval is not "
                             f"defined (a resample of the test images had no query the metric counts).")
@@ -167,6 +199,7 @@ def not_reproduced(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.
             findings.append(f"- Claim `{r.claim}` ({r.protocol}) is inconclusive: the interval {interval} contains "
                             f"the claimed margin ({r.margin:g}); {r.n_images} test images and {seeds} do not tell "
                             f"the difference from it.")
+    findings += training_findings(training)
     for frame in cells.values():   # a single model is never judged against an ensemble number
         incomparable = frame[frame["verdict"].str.startswith("not comparable (ensemble")]
         for (row, why), group in incomparable.groupby(["row", "verdict"]):
@@ -194,18 +227,23 @@ def not_reproduced(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.
 
 def build_report(spec: dict, table_csvs: list[str], table_spec_paths: list[str], claims_csv: str | None) -> str:
     table_specs = [read_json(p) for p in table_spec_paths]
-    cells = {}
+    claims = pd.read_csv(claims_csv, keep_default_na=True) if claims_csv else None
+    compared = compared_rows(claims)
+    cells, training = {}, []
     for path, table in zip(table_csvs, table_specs):
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
         cells[table["table"]] = frame[frame["paper"] == spec["paper"]]
-    claims = pd.read_csv(claims_csv) if claims_csv else None
+        if "trained" in frame:   # tables written before the training check have no column
+            ours = (frame["paper"] == spec["paper"]) | frame["row"].map(lambda r: (table["table"], r) in compared)
+            training.append(frame.loc[ours, ["table", "row", "trained", "training_check"]].drop_duplicates())
+    training = pd.concat(training) if training else pd.DataFrame(columns=["table", "row", "trained", "training_check"])
     title = [f"# Reproduction report: {spec['paper_name']} on {spec['dataset']}", "",
              "Generated by the harness from the runs behind the tables and claims below; no number in it is written "
              "by hand." + (f" **Synthetic data** (standing in for {spec['reported_dataset']}): the verdicts describe "
                            f"the harness's runs on it, not the paper." if spec["dataset_kind"] == "synthetic" else ""), ""]
-    return "\n".join(title + scope(spec, claims) + what_was_run(spec, table_specs, compared_rows(claims))
+    return "\n".join(title + scope(spec, claims) + what_was_run(spec, table_specs, compared)
                      + results(spec, claims, cells)
-                     + not_reproduced(spec, claims, cells, table_specs))
+                     + not_reproduced(spec, claims, cells, table_specs, training))
 
 
 def _report(args) -> None:

@@ -3,11 +3,16 @@
 - ``text_retrieval_figure``: for a few test images, the image and the top-5 captions of its row of
   the score matrix, each marked as a true match (✓, green) or not (✗, red) — MVSA supplement
   Figs. 1-2;
-- ``image_retrieval_figure``: for a few captions, the top-5 images of its column, the true image
+- ``image_retrieval_figure``: for a few captions, the top-5 images of its column, the true images
   outlined green and the others red — Figs. 3-4;
 - ``asa_attention_figure``: for a few test images, the adaptive self-attention of a few instance
   candidates (one grid cell each, outlined) over the cells of its scale, drawn over the image,
   one column per scale and candidate — the attended instances of the supplement's Section 3.
+
+A true match is what the dataset's relevance says (``Matches``), named on the figure: on real
+caption data (Karpathy) a caption matches only its own image; on synthetic data the generator's
+extended positives, where another image's caption (often the same sentence) can describe the
+query image exactly; on label-wise data a shared label.
 
 Queries are spread evenly over the split (never chosen by how well they do); ranks are the
 score matrix's, ties broken by the lower index as in the metrics.
@@ -37,11 +42,12 @@ def top_k(scores: np.ndarray, k: int = TOP_K) -> np.ndarray:
     return np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")[:k]
 
 
-def _title(spec: dict, width: int) -> str:
+def _title(spec: dict, width: int, legend: str = "") -> str:
     note = " — synthetic data, not comparable with the paper" if spec["dataset_kind"] == "synthetic" else ""
     ran = next((r.get("ran") for r in spec["rows"] if r["id"] == spec["row"]), None)
     text = textwrap.fill(f"{spec['title']} ({spec['dataset']}, row {spec['row']}, run {spec['run'].rsplit('/', 1)[-1]}{note})", width)
-    return text + ("\n" + textwrap.fill(f"ran: {ran}", width) if ran else "")
+    return (text + ("\n" + textwrap.fill(f"ran: {ran}", width) if ran else "")
+            + ("\n" + textwrap.fill(legend, width) if legend else ""))
 
 
 def _outline(ax, colour: str, width: float = 5) -> None:
@@ -66,10 +72,49 @@ class ItemLabels:
         return ", ".join(self.names[c].rsplit(":", 1)[-1] for c in np.flatnonzero(row)) or "none"
 
 
+@dataclass(frozen=True)
+class Matches:
+    """Which (image, text) pairs of a split the figures mark as true matches, and how they say so.
+    With ``labels``: a shared label (label-wise protocols); with ``positives``, the (N, M) extended
+    positives: every image a caption truly describes (the synthetic generator's predicates); with
+    neither, Karpathy's: a caption matches only its own image (caption k of image k // texts_per_image)."""
+    texts_per_image: int
+    positives: np.ndarray | None = None
+    labels: ItemLabels | None = None
+
+    def __post_init__(self) -> None:
+        if self.positives is not None and self.labels is not None:
+            raise ValueError("a match is either a shared label or an extended positive, not both")
+
+    def own(self, image: int, text: int) -> bool:
+        return text // self.texts_per_image == image
+
+    def __call__(self, image: int, text: int) -> bool:
+        if self.labels is not None:
+            return bool(self.labels.image_labels[image] @ self.labels.text_labels[text])
+        if self.positives is not None:
+            return bool(self.positives[image, text])
+        return self.own(image, text)
+
+    def legend(self, direction: str) -> str:
+        """What the marks mean; ``direction``: 'text' (✓/✗ on captions) or 'image' (outlines)."""
+        if self.labels is not None:
+            what = "shares a label with the query"
+        elif self.positives is not None:
+            what = "the caption describes the image (generator's predicates: every image it is true of)"
+        elif direction == "text":
+            what = f"one of the image's own {self.texts_per_image} captions (Karpathy split; no other caption counts)"
+        else:
+            what = "the caption's own image (Karpathy split; no other image counts)"
+        return f"✓: {what}; ✗: otherwise" if direction == "text" else f"green: {what}; red: otherwise"
+
+
 def text_retrieval_figure(spec: dict, sims: np.ndarray, captions: list[str], texts_per_image: int, images,
-                          n_queries: int = 4, labels: ItemLabels | None = None):
+                          n_queries: int = 4, labels: ItemLabels | None = None, positives: np.ndarray | None = None):
     """``images[i]``: image i of the split as an (H, W, 3) array; caption k is of image k // texts_per_image.
-    With ``labels`` a text matches when it shares a label with the image, and its labels are shown."""
+    With ``labels`` a text matches when it shares a label with the image, and its labels are shown;
+    with ``positives`` (N, M) when it describes the image (``Matches``)."""
+    matches = Matches(texts_per_image, positives, labels)
     queries = spread_queries(sims.shape[0], n_queries)
     fig, axes = plt.subplots(len(queries), 2, figsize=(12, 2.4 * len(queries)), squeeze=False,
                              gridspec_kw={"width_ratios": [1, 4]})
@@ -81,39 +126,45 @@ def text_retrieval_figure(spec: dict, sims: np.ndarray, captions: list[str], tex
         ax = axes[row][1]
         ax.axis("off")
         for rank, cap in enumerate(top_k(sims[image])):
-            if labels is None:
-                correct, shown = cap // texts_per_image == image, captions[cap]
-            else:
-                correct = bool(labels.image_labels[image] @ labels.text_labels[cap])
+            correct, shown = matches(image, cap), captions[cap]
+            if labels is not None:
                 shown = f"[labels: {labels.of(labels.text_labels[cap])}] {captions[cap] or '(no tag)'}"
+            elif positives is not None and correct and not matches.own(image, cap):
+                shown += f" (caption of image {cap // texts_per_image})"   # why another image's caption is ✓
             mark = "✓" if correct else "✗"
             text = textwrap.shorten(f"{rank + 1}. {mark} {shown}", 130)
             ax.text(0.0, 1 - (rank + 0.5) / TOP_K, text, fontsize=9, va="center",
                     color="tab:green" if correct else "tab:red", transform=ax.transAxes)
-    fig.suptitle(_title(spec, 130), fontsize=9)
+    fig.suptitle(_title(spec, 130, matches.legend("text")), fontsize=9)
     return fig
 
 
 def image_retrieval_figure(spec: dict, sims: np.ndarray, captions: list[str], texts_per_image: int, images,
-                           n_queries: int = 4, labels: ItemLabels | None = None, top: int = TOP_K):
+                           n_queries: int = 4, labels: ItemLabels | None = None, top: int = TOP_K,
+                           positives: np.ndarray | None = None):
     """The ``top`` images of a few text queries; the text's own image outlined green (with
-    ``labels``: every image sharing a label with the text), the others red."""
+    ``labels``: every image sharing a label with the text; with ``positives``: every image it
+    describes), the others red."""
+    matches = Matches(texts_per_image, positives, labels)
     queries = spread_queries(sims.shape[1], n_queries)
-    fig, axes = plt.subplots(len(queries), top, figsize=(2.3 * top + 0.6, 2.7 * len(queries)), squeeze=False)
+    row_height = 2.9 + (0.5 if labels is not None else 0)   # room for the images' label lines
+    fig, axes = plt.subplots(len(queries), top, figsize=(2.3 * top + 0.6, row_height * len(queries) + 0.6), squeeze=False)
     for row, cap in enumerate(queries):
-        truth = cap // texts_per_image
         for rank, image in enumerate(top_k(sims[:, cap], top)):
             ax = axes[row][rank]
             ax.imshow(images[image])
-            correct = image == truth if labels is None else bool(labels.image_labels[image] @ labels.text_labels[cap])
-            _outline(ax, "tab:green" if correct else "tab:red")
+            _outline(ax, "tab:green" if matches(image, cap) else "tab:red")
             shown = "" if labels is None else "\n" + textwrap.fill(labels.of(labels.image_labels[image]), 30)
+            if positives is not None and matches.own(image, cap):
+                shown = " (the caption's own)"   # the other green ones are described by it, not its source
             ax.set_xlabel(f"{rank + 1}: image {image}{shown}", fontsize=8)
         query = captions[cap] or "(no tag)"
         if labels is not None:
             query = f"[labels: {labels.of(labels.text_labels[cap])}] {query}"
-        axes[row][0].set_title(textwrap.shorten(f"query {cap}: {query}", 40 * top), fontsize=9, loc="left")
-    fig.suptitle(_title(spec, 110), fontsize=9)
+        # centred over the row, as the middle column's title: tight_layout fits each column around its
+        # title's middle, so a left title of the first column would shrink that column and every image
+        axes[row][top // 2].set_title(textwrap.shorten(f"query {cap}: {query}", 40 * top), fontsize=9)
+    fig.suptitle(_title(spec, 110, matches.legend("image")), fontsize=9)
     return fig
 
 

@@ -1,10 +1,22 @@
 """SAF attention weights over the words of a caption (SGRAF Fig. 3): for a few test images, the
-weights beta of a matched caption (the image's best-scored own caption) and of a mismatched one
-(the best-scored caption of another image, i.e. the hardest negative), from a trained model
-with a SAF head and the score matrix its evaluation saved."""
+weights beta of a matched caption (the image's best-scored true caption) and of a mismatched one
+(the best-scored caption that does not describe it, i.e. the hardest negative), from a trained
+model with a SAF head and the score matrix its evaluation saved.
+
+A true caption is one of the image's own (Karpathy), or on a dataset with extended positives
+(synthetic) any caption that describes it: there another image's caption can describe the image
+exactly, and would otherwise be drawn as its "mismatch".
+
+Only a run that trained is drawn (``run_check``: its evaluation's training check): the weights of
+a model that did not learn look like weights and mean nothing, so the figure then says in words
+that the run did not train, with its main metric against chance. Each score is printed with as
+many digits as an image's two scores need to print differently (a SAF head near its
+hardest-negative plateau scores every pair within ~1e-3 of one value: 3 decimals print them all
+alike), with its rank among the image's captions."""
 from __future__ import annotations
 
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -13,19 +25,78 @@ import torch
 
 from methods.data.text import Vocabulary, pad_tokens
 from methods.errors import HarnessError
+from methods.metrics.retrieval import chance_recalls, retrieval_metrics
+from methods.metrics.training_check import TrainingThresholds, failures, measure
 from methods.models.sgraf import SGRAF
 
+RSUM_MAX = 600.0   # six recalls in %
 
-def pick_pairs(sims: np.ndarray, n_queries: int, texts_per_image: int) -> list[tuple[int, int, int]]:
-    """(image, matched caption, mismatched caption) for the first n_queries images."""
+
+@dataclass(frozen=True)
+class RunCheck:
+    """Whether the figure's run trained, what its checks measured, and why not (empty if it did)."""
+    trained: bool
+    summary: str     # each checked protocol's main metric against its chance value
+    reason: str
+
+
+def run_check(ev: dict, sims: np.ndarray, texts_per_image: int, thresholds: TrainingThresholds) -> RunCheck:
+    """The run's verdict from its evaluation ``ev`` (``eval_<split>.json``): each protocol's
+    ``training_check``, its ``trained`` and ``reason`` where the evaluation wrote them, else judged
+    with ``thresholds`` (``methods.metrics.training_check.failures``); an evaluation written before
+    the check is judged on the RSUM of its score matrix ``sims`` against chance (``chance_recalls``).
+    The run did not train when any protocol's check says so."""
+    checks = [(r["protocol"], r["training_check"]) for r in ev["results"] if r.get("training_check")]
+    if not checks:   # written before the check: the Karpathy RSUM of the saved scores
+        rsum = retrieval_metrics(sims, texts_per_image)["rsum"]
+        chance = chance_recalls(sims.shape[0], texts_per_image)["rsum"]
+        checks = [("score matrix", measure("rsum", rsum, chance, RSUM_MAX, sims))]
+    summary, reasons = [], []
+    for protocol, check in checks:
+        summary.append(f"{protocol} {check['main_metric']} {check['value']:.1f} vs chance {check['chance']:.1f}")
+        if "trained" in check:
+            if not check["trained"]:
+                reasons.append(f"{protocol}: {check.get('reason') or 'did not train'}")
+        else:
+            reasons += [f"{protocol}: {why}" for why in failures(check, thresholds)]
+    return RunCheck(not reasons, "; ".join(summary), "; ".join(reasons))
+
+
+def pick_pairs(sims: np.ndarray, n_queries: int, texts_per_image: int,
+               positives: np.ndarray | None = None) -> list[tuple[int, int, int]]:
+    """(image, matched caption, mismatched caption) for the first n_queries images that have both:
+    matched, the image's best-scored true caption (its own; with ``positives`` (N, M), any that
+    describes it); mismatched, its best-scored other caption. Ties go to the lower index."""
     out = []
-    for i in range(min(n_queries, sims.shape[0])):
-        own = np.arange(i * texts_per_image, (i + 1) * texts_per_image)
-        matched = int(own[np.argmax(sims[i, own])])
-        others = sims[i].copy()
-        others[own] = -np.inf
-        out.append((i, matched, int(np.argmax(others))))
+    for i in range(sims.shape[0]):
+        if len(out) == n_queries:
+            break
+        if positives is None:
+            true = np.zeros(sims.shape[1], dtype=bool)
+            true[i * texts_per_image:(i + 1) * texts_per_image] = True
+        else:
+            true = np.asarray(positives[i], dtype=bool)
+        if true.all() or not true.any():
+            continue
+        row = np.asarray(sims[i], dtype=np.float64)
+        out.append((i, int(np.argmax(np.where(true, row, -np.inf))), int(np.argmax(np.where(true, -np.inf, row)))))
     return out
+
+
+def rank_of(scores: np.ndarray, index: int) -> int:
+    """1-based rank of ``scores[index]`` in ``scores``, ties broken by the lower index (as the metrics)."""
+    scores = np.asarray(scores)
+    return int(np.sum(scores > scores[index]) + np.sum(scores[:index] == scores[index]) + 1)
+
+
+def score_digits(values) -> int:
+    """The fewest decimals, 3 to 8, that print different values differently (a SAF head near its
+    plateau scores every pair within ~1e-3 of one value: 3 decimals would print them all alike)."""
+    values = [float(v) for v in values]
+    for digits in range(3, 9):
+        if len({f"{v:.{digits}f}" for v in values}) == len(set(values)):
+            return digits
+    return 8
 
 
 @torch.no_grad()
@@ -40,18 +111,43 @@ def pair_weights(model, features: torch.Tensor, token_lists: list[list[int]]) ->
     return beta, scores
 
 
+def _title(spec: dict, width: int) -> str:
+    note = " — synthetic data, not comparable with the paper" if spec["dataset_kind"] == "synthetic" else ""
+    ran = next((r.get("ran") for r in spec["rows"] if r["id"] == spec["row"]), None)
+    return (textwrap.fill(f"{spec['title']} ({spec['dataset']}, row {spec['row']}, {Path(spec['run']).name}{note})", width)
+            + ("\n" + textwrap.fill(f"ran: {ran}", width) if ran else ""))
+
+
+def untrained_figure(spec: dict, check: RunCheck):
+    """The figure of a run that did not train: the title and, in words, why no weights are drawn."""
+    fig, ax = plt.subplots(figsize=(11, 2.8))
+    ax.axis("off")
+    text = (f"Row {spec['row']} did not train (run {spec['run']}, {spec['split']} split): its SAF weights would be "
+            f"those of a model that did not learn, so none are drawn.\n\nWhy: {check.reason}.")
+    ax.text(0.5, 0.5, "\n".join(textwrap.fill(line, 120) for line in text.split("\n")), ha="center", va="center",
+            fontsize=10, transform=ax.transAxes)
+    fig.suptitle(_title(spec, 120), fontsize=10)
+    return fig
+
+
 def saf_weights_figure(spec: dict, model, features, captions: list[str], texts_per_image: int, vocab: Vocabulary,
-                       sims: np.ndarray, n_queries: int = 3):
+                       sims: np.ndarray, check: RunCheck, n_queries: int = 3, positives: np.ndarray | None = None):
+    """``sims``: the run's score matrix of the split; ``check``: its training check (``run_check``):
+    a run that did not train gets ``untrained_figure``; ``positives``: the split's extended
+    positives (``pick_pairs``)."""
     if not isinstance(model, SGRAF) or "saf" not in model.head_names:
         raise HarnessError(f"figure {spec['figure']}: row '{spec['row']}' is not a model with a SAF head")
     if model.attention != "t2i" or not model.nodes_local:
         raise HarnessError(f"figure {spec['figure']}: SAF weights over words need t2i attention and local nodes")
-    picks = pick_pairs(sims, n_queries, texts_per_image)
-    fig, axes = plt.subplots(len(picks), 2, figsize=(11, 2.6 * len(picks)), squeeze=False)
+    if not check.trained:   # the weights of a model that did not learn would look meaningful
+        return untrained_figure(spec, check)
+    picks = pick_pairs(sims, n_queries, texts_per_image, positives)
+    fig, axes = plt.subplots(len(picks), 2, figsize=(11, 2.6 * len(picks) + 0.6), squeeze=False)
     for row, (image, matched, mismatched) in enumerate(picks):
         caps = [matched, mismatched]
         token_lists = [vocab.encode(captions[c]) for c in caps]
         beta, scores = pair_weights(model, features.take(np.array([image, image])), token_lists)
+        digits = score_digits(sims[image, caps])
         for col, (c, tokens) in enumerate(zip(caps, token_lists)):
             labels = (["<global>"] if model.nodes_global else []) + [vocab.idx2word[t] for t in tokens]
             weights = beta[col, :len(labels)].numpy()
@@ -59,13 +155,19 @@ def saf_weights_figure(spec: dict, model, features, captions: list[str], texts_p
             ax.bar(range(len(labels)), weights, color="tab:green" if col == 0 else "tab:red", alpha=0.8)
             ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=8)
             ax.set_ylim(0, max(0.05, float(weights.max()) * 1.15))
-            kind = "matched" if col == 0 else f"mismatched (caption of image {c // texts_per_image})"
-            ax.set_title(textwrap.shorten(f"image {image}, {kind}: SAF score {float(scores[col]):.3f} — "
-                                          f"\"{captions[c]}\"", 88), fontsize=8)
+            owner = c // texts_per_image
+            kind = ("matched" + ("" if owner == image else f" (caption of image {owner})") if col == 0
+                    else f"mismatched (caption of image {owner})")
+            ax.set_title(f"image {image}, {kind}: SAF score {float(scores[col]):.{digits}f}, rank "
+                         f"{rank_of(sims[image], c)}/{sims.shape[1]}\n" + textwrap.shorten(f"\"{captions[c]}\"", 80),
+                         fontsize=8)
             ax.set_ylabel("SAF weight β")
-    note = " — synthetic data, not comparable with the paper" if spec["dataset_kind"] == "synthetic" else ""
-    ran = next((r.get("ran") for r in spec["rows"] if r["id"] == spec["row"]), None)
-    fig.suptitle(textwrap.fill(f"{spec['title']} ({spec['dataset']}, row {spec['row']}, "
-                               f"{Path(spec['run']).name}{note})", 120)
-                 + ("\n" + textwrap.fill(f"ran: {ran}", 120) if ran else ""), fontsize=10)
+    true = ("caption that describes it (generator's predicates)" if positives is not None else "own caption")
+    lines = [f"matched: the image's best-scored {true}; mismatched: its best-scored other caption; "
+             f"rank: of the pair's score in the run's {spec['split']} score matrix, among the image's {sims.shape[1]} captions"]
+    low, high = float(sims.min()), float(sims.max())
+    digits = score_digits([low, high, low + (high - low) / 10])   # the range to a tenth of itself
+    lines.append(f"the run trained (training check: {check.summary}); all its {spec['split']} scores lie in "
+                 f"[{low:.{digits}f}, {high:.{digits}f}] (a range of {high - low:.1e})")
+    fig.suptitle(_title(spec, 120) + "".join("\n" + textwrap.fill(line, 120) for line in lines), fontsize=10)
     return fig

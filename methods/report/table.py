@@ -5,7 +5,14 @@ Verdicts: ``within`` / ``outside`` the configured tolerance; ``not comparable`` 
 is synthetic or the reported row is an ensemble of another size than the reproduced one (a
 single model is never judged against an ensemble number); ``not reported`` when the sources
 give no number for the cell; ``reported only`` for a row the harness does not run (the paper's
-number beside ours, no reproduced value; the row's ``reported_only`` says why).
+number beside ours, no reproduced value; the row's ``reported_only`` says why); ``did not train``
+for every cell of a row one of whose runs (or ensemble members) did not learn
+(``methods.metrics.training_check``, with the spec's ``training_check`` thresholds: its main metric
+near chance, or near-constant scores). Columns ``trained`` (yes / no / unknown: evaluations written
+before the check) and ``training_check`` (what did not train: seed, protocol, main metric vs
+chance) say so for every cell; the markdown names those rows under each protocol's table, and the
+metric columns every row of which is saturated (within ``saturated_share`` of the metric's best:
+they cannot tell the rows apart).
 
 Each row also says what its runs really ran (``ran``: the backbone or image input, the
 dimensions and the schedule, from the resolved run configs; ``methods.models.description``),
@@ -30,14 +37,15 @@ from scipy import stats
 from methods.cli import run_command
 from methods.errors import HarnessError
 from methods.io import read_json, write_text
-from methods.metrics.protocols import STATISTICS_PROTOCOL, get_protocol
+from methods.metrics.protocols import CHECKED_PROTOCOLS, STATISTICS_PROTOCOL, get_protocol
 from methods.metrics.registry import METRICS, table_metrics
+from methods.metrics.training_check import NOT_TRAINED, TRAINED, UNKNOWN, TrainingThresholds, row_training, saturated
 
 COLUMNS = ("table", "dataset", "row", "label", "ran", "paper", "protocol", "metric", "reproduced", "reproduced_std",
            "n_seeds", "seeds", "ensemble_size", "reported", "reported_std", "reported_ensemble_size", "difference",
            "tolerance",
-           "verdict", "reported_source", "run_configs", "compared_to", "paired_difference", "paired_difference_std",
-           "paired_p", "non_source_switches", "source_deviations")
+           "verdict", "trained", "training_check", "reported_source", "run_configs", "compared_to", "paired_difference",
+           "paired_difference_std", "paired_p", "non_source_switches", "source_deviations")
 KEYS = ["row", "protocol", "metric"]
 
 
@@ -145,6 +153,19 @@ def row_runs(aggregates: dict[str, dict]) -> pd.DataFrame:
                   ["row", "n_seeds", "seeds", "ensemble_size", "run_configs"])
 
 
+TRAINED_CELLS = {TRAINED: "yes", NOT_TRAINED: "no", UNKNOWN: "unknown"}   # the ``trained`` column
+
+
+def row_training_states(spec: dict, aggregates: dict[str, dict]) -> pd.DataFrame:
+    """Per run row: ``trained`` (yes / no / unknown) and ``training_check`` (why not, or why
+    unknown), from its aggregate's training checks judged with the spec's thresholds."""
+    thresholds = TrainingThresholds.from_config(spec["training_check"])
+    states = {row: row_training(agg.get("training_checks"), CHECKED_PROTOCOLS, thresholds)
+              for row, agg in aggregates.items()}
+    return _frame(((row, TRAINED_CELLS[state.status], state.reason) for row, state in states.items()),
+                  ["row", "trained", "training_check"])
+
+
 def switch_text(switch: dict) -> str:
     return f"{switch['key']}={switch['runs']} (source: {switch['source']})"
 
@@ -220,6 +241,7 @@ def build_rows(spec: dict, aggregates: dict[str, dict]) -> pd.DataFrame:
     df = (table
           .merge(spec_rows(spec), on="row", how="left", validate="many_to_one")
           .merge(row_runs(aggregates), on="row", how="left", validate="many_to_one")
+          .merge(row_training_states(spec, aggregates), on="row", how="left", validate="many_to_one")
           .merge(reproduced_values(aggregates), on=KEYS, how="left", validate="one_to_one")
           .merge(reported_protocols(spec), on=["row", "protocol"], how="left", validate="many_to_one")
           .merge(reported_values(spec), on=KEYS, how="left", validate="one_to_one")
@@ -234,12 +256,15 @@ def build_rows(spec: dict, aggregates: dict[str, dict]) -> pd.DataFrame:
                      for value, reported, ens, ens_reported, tol, only
                      in zip(df["mean"], _optional(df["reported"]), df["ensemble_size"],
                             _optional(df["reported_ensemble_size"]), df["tolerance"], df["reported_only"])]
+    # no verdict on the numbers of a model that did not learn
+    df["verdict"] = df["verdict"].where(df["trained"] != TRAINED_CELLS[NOT_TRAINED], NOT_TRAINED)
     df["difference"] = _blank(_rounded(pd.to_numeric(df["mean"]) - pd.to_numeric(df["reported"]), df["metric"])
                               .where(has_reported & ~df["reported_only"]))
     return df.assign(table=spec["table"], dataset=spec["dataset"],
                      reproduced=_blank(_rounded(df["mean"], df["metric"]).where(~df["reported_only"])),
                      n_seeds=_blank(df["n_seeds"]), seeds=_blank(df["seeds"]),
                      ensemble_size=_blank(df["ensemble_size"]), run_configs=_blank(df["run_configs"]),
+                     trained=_blank(df["trained"]), training_check=_blank(df["training_check"]),
                      reproduced_std=_blank(_rounded(df["std"], df["metric"]).where(~df["reported_only"] & (df["n_seeds"] > 1))),
                      reported=_blank(df["reported"]),
                      reported_std=_blank(df["reported_std"]),
@@ -268,6 +293,8 @@ def _cell_text(rows: pd.DataFrame) -> pd.Series:
     text = text.where(~has_std, text + " ± " + shown("reproduced_std"))
     spread = (" ± " + rows["reported_std"].astype(str)).where(rows["reported_std"] != "", "")
     text = text.where(~has_reported, text + " / " + rows["reported"].astype(str) + spread + " — " + rows["verdict"])
+    untrained = rows["trained"] == TRAINED_CELLS[NOT_TRAINED]   # with a reported number, the verdict says so
+    text = text.where(~untrained | has_reported, text + " — " + NOT_TRAINED)
     compared = rows["compared_to"] != ""
     delta = (" (Δ " + rows["paired_difference"].map(lambda v: f"{v:+.2f}" if v != "" else "")
              + rows["paired_difference_std"].map(lambda v: f" ± {v:.2f}" if v != "" else "") + ")")
@@ -292,7 +319,8 @@ def to_markdown(spec: dict, rows: pd.DataFrame | list[dict]) -> str:
     lines = [f"# {spec['table']} on {spec['dataset']}", ""]
     lines += [f"- {t}" for t in spec["titles"]]
     lines += ["", "Cells: reproduced (± std over seeds) / reported — verdict; for a row compared with another, "
-              "(Δ mean ± std over seeds of the paired differences). "
+              "(Δ mean ± std over seeds of the paired differences); a row whose runs did not train says so in "
+              "every cell. "
               f"Tolerance: {tolerance_text(spec)}.", ""]
     if (order["ran"] != "").any():
         lines += ["Rows: the paper's setting the row stands for, then (· ran:) what its runs really ran: backbone "
@@ -317,6 +345,8 @@ def to_markdown(spec: dict, rows: pd.DataFrame | list[dict]) -> str:
         sources = shown.merge(reported[reported["protocol"] == protocol], on="row", how="left")
         lines += ("- " + sources["label"] + ": " + _source(sources, "none").astype(str)).tolist()
         lines.append("")
+        lines += _training_lines(spec, of_protocol)
+        lines += _saturated_lines(spec, of_protocol, metrics)
         lines += _paired_lines(spec, of_protocol)
     lines += ledger_lines(spec)
     return "\n".join(lines) + "\n"
@@ -327,6 +357,35 @@ def _label_text(rows: pd.DataFrame) -> pd.Series:
     is not run (``label · not run: ...``)."""
     text = rows["label"].where(rows["ran"] == "", rows["label"] + " · ran: " + rows["ran"])
     return text.where(rows["not_run"] == "", rows["label"] + " · not run: " + rows["not_run"])
+
+
+def _training_lines(spec: dict, of_protocol: pd.DataFrame) -> list[str]:
+    """The rows under a protocol's table that did not train, and those whose training is unknown, with why."""
+    t = spec["training_check"]
+    lines = []
+    for state, intro in (
+            (NOT_TRAINED, f"Rows that did not train (a run's main metric below {t['min_gain_share']:.0%} of the way "
+                          f"from chance to its max, or its scores' relative spread below {t['min_score_spread']:g}); "
+                          f"their cells are not judged:"),
+            (UNKNOWN, "Rows whose training was not checked (no check in their evaluations; not taken as trained):")):
+        rows = of_protocol[of_protocol["trained"] == TRAINED_CELLS[state]].drop_duplicates("row")
+        if len(rows):
+            lines += [intro, *("- " + rows["label"] + ": " + rows["training_check"]).tolist(), ""]
+    return lines
+
+
+def _saturated_lines(spec: dict, of_protocol: pd.DataFrame, metrics: list[str]) -> list[str]:
+    """The metric columns of a protocol's table whose every reproduced value is saturated."""
+    share = spec["training_check"]["saturated_share"]
+    lines = []
+    for name in metrics:
+        metric = METRICS.get(name)
+        values = of_protocol.loc[(of_protocol["metric"] == name) & (of_protocol["reproduced"] != ""), "reproduced"]
+        if len(values) and all(saturated(float(v), metric.best, metric.direction, share) for v in values):
+            bound = f"≥ {share * metric.best:g}" if metric.direction == "higher" else f"≤ {metric.best / share:.3g}"
+            lines.append(f"- {name} ({metric.label}): every row {bound}, within {1 - share:.0%} of its best "
+                         f"({metric.best:g}): this column cannot tell the rows apart.")
+    return ["Saturated columns:", *lines, ""] if lines else []
 
 
 def _paired_lines(spec: dict, of_protocol: pd.DataFrame) -> list[str]:

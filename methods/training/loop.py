@@ -44,7 +44,7 @@ from methods.metrics.protocols import label_prediction_relevance
 from methods.metrics.relevance import CaptionsOfImage, SharedLabels
 from methods.metrics.retrieval import RETRIEVAL_METRICS
 from methods.models.base import RetrievalModel
-from methods.runtime import to_device
+from methods.runtime import seed_worker, to_device
 from methods.scoring import encode_split, score_matrix
 from methods.training.data import CaptionPairs, training_batches
 from methods.training.schedule import lr_at
@@ -327,7 +327,8 @@ class Trainer:
         # generator=shuffle: the loader draws its worker base seed from it, not from the global RNG,
         # so creating it mid-epoch on resume leaves the dropout RNG stream where the checkpoint left it
         loader = DataLoader(dataset, batch_size=tr["batch_size"], sampler=order[skip * tr["batch_size"]:],
-                            collate_fn=collate, num_workers=tr["num_workers"], generator=shuffle)
+                            collate_fn=collate, num_workers=tr["num_workers"], generator=shuffle,
+                            worker_init_fn=seed_worker)
         loss_kind = self.loss.kind_at(self.global_epoch)
         count_every = tr["gradient_count"]["every_n_steps"]
         count_loss = self.loss.one_direction_at(self.global_epoch)

@@ -13,6 +13,7 @@ from methods.data.multilabel import check_model_labels, check_source as check_mu
 from methods.data.datasets import dataset_paths, dataset_payload, features_dir as backbone_features_dir
 from methods.errors import HarnessError
 from methods.features.backbone import check_weights_fit
+from methods.numerics import shell_prefix
 from methods.metrics.protocols import check_coco_ids, check_split_sizes, get_protocol
 from methods.plan import Plan, data_kind, test_splits
 from methods.report.paper_figures import FIGURE_KINDS
@@ -94,6 +95,18 @@ def dataset_resource(dataset, rule_name, key):
     return HARNESS["datasets"][dataset].get("resources", {}).get(rule_name, {}).get(key, HARNESS["resources"][rule_name][key])
 
 
+def numerics_env(dataset, threads):
+    """What a job of ``dataset`` writes before ``python -m``: its numerics mode's environment
+    (``datasets.<name>.numerics``; portable: fixed kernels and ``threads``, the rule's configured
+    count, whatever --cores gives it; methods/numerics.py), empty for native."""
+    return shell_prefix(HARNESS["datasets"][dataset]["numerics"], threads)
+
+
+def numerics_env_of(threads_of):
+    """``numerics_env`` of a rule with a {dataset} wildcard; ``threads_of(dataset)``: its configured threads."""
+    return lambda w: numerics_env(w.dataset, threads_of(w.dataset))
+
+
 def dataset_res(rule_name, key):
     """A resource of a rule with a {dataset} wildcard (``dataset_resource`` of that dataset)."""
     return lambda w: dataset_resource(w.dataset, rule_name, key)
@@ -109,7 +122,7 @@ def cpu_partition(gpus):
 # Every rule that computes something writes a Snakemake benchmark (wall and CPU seconds, max RSS)
 # to {R}/benchmarks/<rule>/<the wildcards of its log path>.tsv; the runtime table reads them
 # (workflow/rules/runtime.smk). Left out: dataset_config, experiment_config, table_spec,
-# figure_spec, claims_spec, report_spec and runtime_spec, local rules that only write the JSON
+# figure_spec, claims_spec, report_spec, summary_spec and runtime_spec, local rules that only write the JSON
 # their params hold (well under a second; a benchmark would time Python's start-up).
 BENCHMARKS = {}  # rule name -> benchmark path pattern
 
@@ -316,7 +329,10 @@ def figure_inputs(w):
         exp = PLAN.row(fig.table, w.dataset, fig.row).members[0]
         inputs.update(cfg=dataset_json(w), vocab=f"{R}/{w.dataset}/vocab.json",
                       model=f"{spec['run']}/model.pt", sims=f"{spec['run']}/sims_{spec['split']}.npy",
+                      evaluation=f"{spec['run']}/eval_{spec['split']}.json",   # its model config, its training check
                       features=image_feature_files(w.dataset, exp, spec["split"]))
+    if "positives" in needs:  # what a true match is, where the dataset has extended positives
+        inputs.update(positives_inputs_of(w.dataset))
     return inputs
 
 

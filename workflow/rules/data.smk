@@ -26,6 +26,7 @@ rule generate_synthetic:
     wildcard_constraints:
         dataset="|".join(SYNTHETIC) or "no-synthetic-dataset",
     params:
+        numerics=numerics_env_of(lambda d: res("generate", "threads")),
         out_dir=lambda w: f"{R}/{w.dataset}/data",
     threads: res("generate", "threads")
     resources:
@@ -39,7 +40,7 @@ rule generate_synthetic:
     benchmark:
         benchmark_file("generate_synthetic", "{dataset}")
     shell:
-        "python -m methods.data.synthetic --dataset-config {input} --out {params.out_dir} " + TO_LOG
+        "{params.numerics}python -m methods.data.synthetic --dataset-config {input} --out {params.out_dir} " + TO_LOG
 
 
 rule vocab:
@@ -117,6 +118,7 @@ rule synthetic_tags_source:
     wildcard_constraints:
         dataset="|".join(GENERATED_MULTILABEL) or "no-generated-multilabel-dataset",
     params:
+        numerics=numerics_env_of(lambda d: res("generate", "threads")),
         from_precomp=lambda w: f"{R}/{HARNESS['datasets'][w.dataset]['generated_from']['dataset']}/precomp",
         image_size=lambda w: HARNESS["datasets"][HARNESS["datasets"][w.dataset]["generated_from"]["dataset"]]["generator"]["image_size"],
     threads: res("generate", "threads")
@@ -131,7 +133,7 @@ rule synthetic_tags_source:
     benchmark:
         benchmark_file("synthetic_tags_source", "{dataset}")
     shell:
-        "python -m methods.data.synthetic_tags --dataset-config {input.cfg} --from-json {input.json} "
+        "{params.numerics}python -m methods.data.synthetic_tags --dataset-config {input.cfg} --from-json {input.json} "
         "--from-precomp {params.from_precomp} --image-size {params.image_size} --out {output} --results-dir {R} " + TO_LOG
 
 

@@ -6,6 +6,7 @@ rule pretrain_backbone:
     output:
         f"{R}/{{dataset}}/backbones/{{backbone}}.pt",
     params:
+        numerics=numerics_env_of(lambda d: res("train", "threads")),
         device=DEVICE,
     threads: res("train", "threads")
     resources:
@@ -20,7 +21,7 @@ rule pretrain_backbone:
     benchmark:
         benchmark_file("pretrain_backbone", "{dataset}/{backbone}")
     shell:
-        "python -m methods.features.pretrain --dataset-config {input.cfg} --backbone {wildcards.backbone} "
+        "{params.numerics}python -m methods.features.pretrain --dataset-config {input.cfg} --backbone {wildcards.backbone} "
         "--out {output} --device {params.device} --threads {threads} " + TO_LOG
 
 
@@ -43,6 +44,7 @@ for _name, _ds in HARNESS["datasets"].items():
                 for layer in _ds["features"]["grid_layers"]
             },
         params:
+            numerics=numerics_env(_name, res("features", "threads")),
             out_dir=lambda w, name=_name: features_dir(name, w.backbone),
             device=DEVICE,
         threads: res("features", "threads")
@@ -58,7 +60,7 @@ for _name, _ds in HARNESS["datasets"].items():
         benchmark:
             benchmark_file(f"features_{_name}", f"{_name}/{{backbone}}_{{split}}")
         shell:
-            "python -m methods.features.extract --dataset-config {input.cfg} --backbone {wildcards.backbone} "
+            "{params.numerics}python -m methods.features.extract --dataset-config {input.cfg} --backbone {wildcards.backbone} "
             "--split {wildcards.split} --out-dir {params.out_dir} "
             "--device {params.device} --threads {threads} " + TO_LOG
 
@@ -77,6 +79,7 @@ rule region_features:
     wildcard_constraints:
         dataset="|".join(SYNTHETIC) or "no-synthetic-dataset",
     params:
+        numerics=numerics_env_of(lambda d: res("regions", "threads")),
         out_dir=lambda w: f"{R}/{w.dataset}/precomp",
     threads: res("regions", "threads")
     resources:
@@ -90,5 +93,5 @@ rule region_features:
     benchmark:
         benchmark_file("region_features", "{dataset}_{split}")
     shell:
-        "python -m methods.features.regions --dataset-config {input.cfg} --split {wildcards.split} "
+        "{params.numerics}python -m methods.features.regions --dataset-config {input.cfg} --split {wildcards.split} "
         "--grid {input.grid} --out-dir {params.out_dir} " + TO_LOG

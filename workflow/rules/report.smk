@@ -92,6 +92,7 @@ rule paper_figure:
     output:
         report("figures/{figure}_{dataset}.png", category="Figures", caption="../report/figure.rst"),
     params:
+        numerics=numerics_env_of(lambda d: 1),
         extra=figure_extra_args,
     localrule: True
     conda:
@@ -101,7 +102,7 @@ rule paper_figure:
     benchmark:
         benchmark_file("paper_figure", "{figure}_{dataset}")
     shell:
-        "python -m methods.report.paper_figures --spec {input.spec} --out {output} {params.extra} {input.rows} " + TO_LOG
+        "{params.numerics}python -m methods.report.paper_figures --spec {input.spec} --out {output} {params.extra} {input.rows} " + TO_LOG
 
 
 # Claims and reproduction reports, per paper file (its key) and dataset: the claims job scores the
@@ -113,7 +114,8 @@ def claims_inputs(w):
                            f"checked on {w.dataset} (its report, reports/{w.paper}_{w.dataset}.md, has its tables)")
     checked_dataset(w.dataset)
     return {"spec": f"{R}/{w.dataset}/claims/{w.paper}.spec.json", "cfg": dataset_json(w),
-            **positives_inputs_of(w.dataset), "scores": PLAN.claims_score_files(w.paper, w.dataset)}
+            **positives_inputs_of(w.dataset), "scores": PLAN.claims_score_files(w.paper, w.dataset),
+            "rows": PLAN.claims_row_aggregates(w.paper, w.dataset)}   # their training checks
 
 
 def report_inputs(w):
@@ -148,6 +150,8 @@ rule claims:
     output:
         csv=report("tables/claims_{paper}_{dataset}.csv", category="Claims", caption="../report/claims.rst"),
         md="tables/claims_{paper}_{dataset}.md",
+    params:
+        numerics=numerics_env_of(lambda d: 1),
     threads: 1
     resources:
         mem_mb=dataset_res("evaluate", "mem_mb"),
@@ -160,7 +164,7 @@ rule claims:
     benchmark:
         benchmark_file("claims", "{paper}_{dataset}")
     shell:
-        "python -m methods.report.claims --spec {input.spec} --dataset-config {input.cfg} --out-csv {output.csv} "
+        "{params.numerics}python -m methods.report.claims --spec {input.spec} --dataset-config {input.cfg} --out-csv {output.csv} "
         "--out-md {output.md} " + TO_LOG
 
 
@@ -212,3 +216,39 @@ rule reproduction_report:
     shell:
         "python -m methods.report.reproduction --spec {input.spec} --out {output} "
         "--tables {input.tables} --table-specs {input.table_specs} --claims {input.claims} " + TO_LOG
+
+
+# What the run found on a dataset, paper by paper: each row's main metric against chance, whether
+# it trained, each claim's verdict (the numbers the README points to, generated, not copied).
+rule summary_spec:
+    """The papers, tables, rows (with their aggregates) and claims tables of a dataset's summary."""
+    output:
+        f"{R}/{{dataset}}/summary.spec.json",
+    params:
+        spec=lambda w: json.dumps(PLAN.summary_spec(w.dataset)),
+    localrule: True
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/summary_spec/{{dataset}}.log",
+    shell:
+        "python -m methods.io --out {output} --json {params.spec:q} " + TO_LOG
+
+
+rule summary:
+    """tables/summary_<dataset>.{md,csv}: every row's main metric against chance and every claim's verdict."""
+    input:
+        spec=f"{R}/{{dataset}}/summary.spec.json",
+        rows=lambda w: PLAN.summary_inputs(w.dataset),
+    output:
+        md=report("tables/summary_{dataset}.md", category="Summary", caption="../report/summary.rst"),
+        csv="tables/summary_{dataset}.csv",
+    localrule: True
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/summary/{{dataset}}.log",
+    benchmark:
+        benchmark_file("summary", "{dataset}")
+    shell:
+        "python -m methods.report.summary --spec {input.spec} --out-csv {output.csv} --out-md {output.md} " + TO_LOG

@@ -98,6 +98,8 @@ def runtime_jobs(dataset):
         if PLAN.claims.get((paper, dataset)):
             add("claims", {paper}, paper=paper, dataset=dataset)
             add("claims_figure", {paper}, paper=paper, dataset=dataset)
+    if tables:   # the summary of every paper's rows and claims
+        add("summary", dataset=dataset)
     for exp_id in dict.fromkeys(exp_id for tbl in tables for row in tbl.rows for exp_id in row.members):
         exp = PLAN.experiment(dataset, exp_id)
         if exp.backbone is not None:

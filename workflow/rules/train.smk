@@ -30,6 +30,7 @@ for _name in HARNESS["datasets"]:
             **{f"eval_{s}": f"{R}/{_name}/runs/{{exp}}/seed{{seed}}/eval_{s}.json" for s in _tests},
             **{f"sims_{s}": f"{R}/{_name}/runs/{{exp}}/seed{{seed}}/sims_{s}.npy" for s in _tests},
         params:
+            numerics=numerics_env(_name, dataset_resource(_name, "train", "threads")),
             features=lambda w, name=_name: image_features_dir(name, w.exp),
             run_dir=lambda w, name=_name: run_dir(name, w.exp, w.seed),
             splits=" ".join(_tests),
@@ -50,7 +51,7 @@ for _name in HARNESS["datasets"]:
         benchmark:
             benchmark_file(f"train_{_name}", f"{_name}/{{exp}}/seed{{seed}}")
         shell:
-            "python -m methods.train --dataset-config {input.cfg} --experiment {input.exp} --seed {wildcards.seed} "
+            "{params.numerics}python -m methods.train --dataset-config {input.cfg} --experiment {input.exp} --seed {wildcards.seed} "
             "--run-dir {params.run_dir} --features-dir {params.features} --vocab {input.vocab} "
             "--evaluate {params.splits} --device {params.device} --threads {threads} " + TO_LOG
 
@@ -65,6 +66,7 @@ rule ensemble:
     output:
         f"{R}/{{dataset}}/ensembles/{{ens}}/seed{{seed}}/eval_{{split}}.json",
     params:
+        numerics=numerics_env_of(lambda d: dataset_resource(d, "evaluate", "threads")),
         members=ensemble_members,
     threads: dataset_res("evaluate", "threads")
     resources:
@@ -78,7 +80,7 @@ rule ensemble:
     benchmark:
         benchmark_file("ensemble", "{dataset}/{ens}/seed{seed}_{split}")
     shell:
-        "python -m methods.ensemble --dataset-config {input.cfg} --split {wildcards.split} "
+        "{params.numerics}python -m methods.ensemble --dataset-config {input.cfg} --split {wildcards.split} "
         "--members {params.members} --out {output} " + TO_LOG
 
 
@@ -98,6 +100,7 @@ for _name in HARNESS["datasets"]:
                 [f"{R}/{_name}/runs/{_exp}/seed{{seed}}/eval_{{split}}@{v}.json" for v in _views],
                 [f"{R}/{_name}/runs/{_exp}/seed{{seed}}/sims_{{split}}@{v}.npy" for v in _views],
             params:
+                numerics=numerics_env(_name, dataset_resource(_name, "evaluate", "threads")),
                 features=lambda w, name=_name, exp=_exp: image_features_dir(name, exp),
                 run_dir=lambda w, name=_name, exp=_exp: run_dir(name, exp, w.seed),
                 views=",".join(_views),
@@ -115,6 +118,6 @@ for _name in HARNESS["datasets"]:
             benchmark:
                 benchmark_file(f"evaluate_views_{_name}_{_exp.replace('-', '_')}", f"{_name}/{_exp}/seed{{seed}}_{{split}}")
             shell:
-                "python -m methods.evaluate --dataset-config {input.cfg} --run-dir {params.run_dir} "
+                "{params.numerics}python -m methods.evaluate --dataset-config {input.cfg} --run-dir {params.run_dir} "
                 "--split {wildcards.split} --views {params.views} --features-dir {params.features} "
                 "--vocab {input.vocab} --device {params.device} --threads {threads} " + TO_LOG
