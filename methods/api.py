@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from methods import numerics
 from methods.config import REPO_ROOT, load_harness_config, load_yaml, validate
 from methods.data.inputs import CachedGridFeatures, CachedImageFeatures
 from methods.data.text import Vocabulary
@@ -58,7 +59,9 @@ def experiment_config(method: str, dataset: str, variants: Sequence[str] = (), o
     """The resolved config of one experiment: the method's base, its preset for ``dataset``, the
     named variants, then dotted ``overrides`` (e.g. ``{"loss.margin": 0.1}``); no DAG is built."""
     harness = harness if harness is not None else harness_config()
-    return resolve_method_config(method_file(method), dataset, overrides or {}, list(variants), harness["backbones"])
+    return numerics.experiment_config(resolve_method_config(method_file(method), dataset, overrides or {},
+                                                            list(variants), harness["backbones"]),
+                                      harness.get("datasets", {}).get(dataset))
 
 
 def row_configs(paper: str, table: str, row: str, dataset: str, harness: dict | None = None) -> list[dict]:
@@ -73,8 +76,10 @@ def row_configs(paper: str, table: str, row: str, dataset: str, harness: dict | 
         raise HarnessError(f"{path}: table '{table}' has no row '{row}' (rows: {', '.join(rows)})")
     members = rows[row].get("ensemble") or [rows[row]]
     harness = harness if harness is not None else harness_config()
-    return [resolve_method_config(REPO_ROOT / spec["methods"][m["method"]], dataset, m.get("overrides", {}),
-                                  m.get("variants", []), harness["backbones"]) for m in members]
+    return [numerics.experiment_config(resolve_method_config(REPO_ROOT / spec["methods"][m["method"]], dataset,
+                                                             m.get("overrides", {}), m.get("variants", []),
+                                                             harness["backbones"]), harness.get("datasets", {}).get(dataset))
+            for m in members]
 
 
 def build_model(config: dict, vocab_size: int, image_shape: dict, backbones: dict | None = None,

@@ -64,6 +64,14 @@ def portable_environment(threads: int) -> dict[str, str]:
     }
 
 
+def experiment_config(cfg: dict, dataset_cfg: dict | None) -> dict:
+    """A resolved method config as a run on a dataset of that numerics mode has it: portable kernels
+    give other bits than a host's native ones, so a portable run's config (and hash, and run folder)
+    says so; native adds nothing, so earlier runs keep their hashes. ``dataset_cfg`` None: a
+    harness config without the dataset (the API given only backbones), native."""
+    return {**cfg, "numerics": "portable"} if dataset_cfg and dataset_cfg["numerics"] == "portable" else cfg
+
+
 def check_mode(mode: str, where: str) -> str:
     if mode not in MODES:
         raise HarnessError(f"{where}: numerics '{mode}' is not one of {', '.join(MODES)}")

@@ -12,6 +12,7 @@ from pathlib import Path
 from methods.config import REPO_ROOT, config_hash, deep_merge, dotted_to_nested, load_yaml, validate, validate_layer
 from methods.data.caption_augment import CaptionAugmentation
 from methods.data.inputs import ImageInput
+from methods import numerics
 from methods.errors import HarnessError
 from methods.fidelity import (config_value, load_method_file, merge_ledgers, row_ledger, source_ledger,
                               stand_in_deviation)
@@ -353,10 +354,7 @@ class Plan:
                            variants: list[str] | None = None) -> Experiment:
         cfg = resolve_method_config(method_file, dataset, overrides, variants, self.cfg["backbones"],
                                     self.method_file(method_file))
-        if self.cfg["datasets"][dataset]["numerics"] == "portable":
-            # portable kernels give other bits than a host's native ones: each mode's runs have their
-            # own hash (and run folder); native adds nothing, so earlier runs keep their hashes
-            cfg = {**cfg, "numerics": "portable"}
+        cfg = numerics.experiment_config(cfg, self.cfg["datasets"][dataset])
         exp = Experiment(f"{cfg['method']}-{config_hash(cfg)}", dataset, cfg["method"], cfg)
         self.experiments.setdefault((dataset, exp.id), exp)
         return exp
