@@ -244,7 +244,7 @@ def test_a_loss_of_another_family_inherits_no_parameter():
 
 
 def test_the_sgr_warm_up_runs_on_synthetic_rows_only_and_is_listed(plan):
-    """The synthetic SGRAF preset's sum-of-hinges warm-up epoch is an off-source switch every
+    """The synthetic SGRAF preset's two sum-of-hinges warm-up epochs are an off-source switch every
     synthetic SGRAF row lists; no Flickr30K or COCO SGRAF row runs it."""
     for dataset, listed in (("synthetic", True), ("flickr", False), ("coco", False)):
         rows = [r for (t, d), tbl in plan.tables.items() if d == dataset for r in tbl.rows
@@ -252,6 +252,6 @@ def test_the_sgr_warm_up_runs_on_synthetic_rows_only_and_is_listed(plan):
         assert rows, dataset
         for row in rows:
             for exp_id in row.members:
-                assert plan.experiment(dataset, exp_id).config["loss"]["warmup_sum_epochs"] == (1 if listed else 0)
+                assert plan.experiment(dataset, exp_id).config["loss"]["warmup_sum_epochs"] == (2 if listed else 0)
             switched = [(s["key"], s["runs"], s["source"]) for ledger in row.ledger for s in ledger["switches"]]
-            assert (("loss.warmup_sum_epochs", 1, 0) in switched) == listed, (dataset, row.id, switched)
+            assert (("loss.warmup_sum_epochs", 2, 0) in switched) == listed, (dataset, row.id, switched)

@@ -38,7 +38,8 @@ rule table:
         csv=report("tables/{table}_{dataset}.csv", category="Tables", caption="../report/table.rst"),
         md="tables/{table}_{dataset}.md",
     wildcard_constraints:
-        table=r"(?!runtime_[a-z0-9]+\.)(?!claims_)[a-z0-9_]+",  # tables/runtime_*: rule runtime; tables/claims_*: rule claims
+        # tables/runtime_<dataset>, tables/summary_<dataset>: their own rules; tables/claims_*: rule claims
+        table=r"(?!runtime_[a-z0-9]+\.)(?!summary_[a-z0-9]+\.)(?!claims_)[a-z0-9_]+",
     localrule: True
     conda:
         CONDA_ENV

@@ -1,0 +1,78 @@
+"""The numbers the README states about the default job are the ones the code and config give.
+
+The README keeps only numbers a test checks: the synthetic dataset's statistics table (computed here
+by generating the configured dataset), chance on its test split and the did-not-train threshold
+(closed forms computed here from the split size, independently of ``chance_recalls``). Per-row
+results are not in the README: the DAG writes them (``tables/summary_<dataset>.md``).
+"""
+import re
+from math import comb
+from pathlib import Path
+
+import pytest
+import yaml
+
+from methods.data.synthetic import generate
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+CONFIG = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+def _statistics_table() -> dict[str, dict[str, str]]:
+    """The README's synthetic statistics table: statistic -> split -> the printed cell."""
+    header = "| statistic | definition | target | train | val | test |"
+    assert header in README, "the README's statistics table header changed"
+    lines = README[README.index(header):].splitlines()[2:]
+    rows = {}
+    for line in lines:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = dict(zip(("train", "val", "test"), cells[3:6]))
+    return rows
+
+
+def test_statistics_table_is_what_the_configured_generator_gives(tmp_path):
+    cfg = CONFIG["datasets"]["synthetic"]["generator"]
+    stats = generate(tmp_path, cfg["seed"], cfg["image_size"], cfg["max_objects"], cfg["splits"],
+                     min_objects=cfg["min_objects"], family_size=cfg["family_size"])
+    table = _statistics_table()
+    keys = {"ambiguity": "ambiguity", "diversity": "diversity", "hard negatives": "hard_negative_share",
+            "true images per caption": "mean_true_images_per_caption"}
+    decimals = {"true images per caption": 2}
+    assert set(table) == set(keys)
+    for label, key in keys.items():
+        for split in ("train", "val", "test"):
+            assert table[label][split] == f"{stats[split][key]:.{decimals.get(label, 3)}f}", (label, split)
+    splits = re.search(r"Splits: ([\d,]+) training images \(([\d,]+) captions\), (\d+) validation, (\d+) test", README)
+    assert splits, "the README's split sentence changed"
+    train, captions, val, test = (int(g.replace(",", "")) for g in splits.groups())
+    assert (train, val, test) == (cfg["splits"]["train"], cfg["splits"]["val"], cfg["splits"]["test"])
+    assert captions == stats["train"]["captions"]
+
+
+def _chance_rsum(n_images: int, captions: int) -> float:
+    """RSUM of random scores: image->text R@K = P(one of the image's captions in the top K of cN),
+    text->image R@K = K / N."""
+    total = captions * n_images
+    i2t = sum(1 - comb(total - captions, k) / comb(total, k) for k in (1, 5, 10))
+    t2i = sum(k / n_images for k in (1, 5, 10))
+    return 100 * (i2t + t2i)
+
+
+def test_chance_and_did_not_train_threshold_are_the_closed_forms():
+    n_test = CONFIG["datasets"]["synthetic"]["generator"]["splits"]["test"]
+    captions = CONFIG["datasets"]["synthetic"]["texts_per_image"]
+    chance = _chance_rsum(n_test, captions)
+    text = re.search(r"Chance on the test split \((\d+) images, ([\d,]+) captions\).*?RSUM (\d+\.\d) .*?"
+                     r"so 6 × chance = (\d+\.\d)", README, re.S)
+    assert text, "the README's chance sentence changed"
+    assert (int(text[1]), int(text[2].replace(",", ""))) == (n_test, n_test * captions)
+    assert float(text[3]) == pytest.approx(round(chance, 1), abs=1e-9)
+    assert float(text[4]) == pytest.approx(round(6 * chance, 1), abs=1e-9)
+    share = CONFIG["training_check"]["min_gain_share"]
+    threshold = re.search(r"gained less than (\d+) % of the way.*?\(RSUM below (\d+\.\d) here\)", README, re.S)
+    assert threshold, "the README's did-not-train sentence changed"
+    assert float(threshold[1]) == pytest.approx(100 * share)
+    assert float(threshold[2]) == pytest.approx(round(chance + share * (600 - chance), 1), abs=1e-9)
