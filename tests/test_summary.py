@@ -52,14 +52,18 @@ def test_rows_against_chance_and_the_claims_verdicts(tmp_path):
     # the mean over seeds, the population std, and the mean over chance, worked by hand
     assert rows.loc["good", "value"] == 305.0 and rows.loc["good", "value_std"] == 5.0
     assert rows.loc["good", "times_chance"] == round(305.0 / CHANCE, 1) == 19.2
+    # the mean of the seeds' shares of the way from chance to the maximum, in percent
+    assert rows.loc["good", "gain_share"] == round(100 * (305.0 - CHANCE) / (600 - CHANCE), 1) == 49.5
     assert rows.loc["good", "trained"] == "trained"
     # one seed of 'flat' is at 20 RSUM: (20 - 15.89) / (600 - 15.89) = 0.7 % of the way, below 5 %
     assert rows.loc["flat", "trained"] == "did not train" and "seed 0 synthetic_test" in rows.loc["flat", "training_check"]
     md = (tmp_path / "s.md").read_text()
     assert "1 trained, 1 did not train, 0 unknown" in md
-    assert "Lowest trained row: p / t1 / good at 19.2 × chance (rsum 305.0, chance 15.9)" in md
-    assert "| t1 | a trained row | 0 1 | rsum 305.0 ± 5.0 | 19.2 | trained |" in md
-    assert "| t1 | a plateau | 0 1 | rsum 165.0 ± 145.0 | 10.4 | **did not train**: seed 0" in md
+    assert ("Lowest trained row: p / t1 / good at 49.5 % of the way from chance to the maximum "
+            "(rsum 305.0, chance 15.9, 19.2 × chance)") in md
+    assert "| t1 | a trained row | 0 1 | rsum 305.0 ± 5.0 | 19.2 | 49.5 | trained |" in md
+    # (20 - 15.89) / 584.11 = 0.7 %, (310 - 15.89) / 584.11 = 50.4 %: mean 25.5 %
+    assert "| t1 | a plateau | 0 1 | rsum 165.0 ± 145.0 | 10.4 | 25.5 | **did not train**: seed 0" in md
     assert "| good_beats_flat | `good.rsum > flat.rsum` | synthetic_test | +12.50 | +142.50 | – | undetermined: flat did not train (synthetic data) |" in md
     assert "Claims: 1 undetermined." in md and "standing in for flickr" in md
 
