@@ -1,6 +1,8 @@
 """What a row runs, set against the public code that produced the number it is judged by.
 
-A method file's ``source`` block names that code and lists
+A method file's ``source`` block names that code, how it tokenises captions (``tokenizer``: a
+dataset-level choice, ``datasets.<name>.tokenizer``, so a row on a dataset of captions tokenised
+otherwise lists it as a deviation), and lists
 - ``switches``: config keys whose value the source code fixes (``value``; ``by_dataset`` where
   it differs per dataset), with what the source does (``behaviour``). A row whose resolved
   config runs another value shows the switch in its deviation ledger.
@@ -42,6 +44,8 @@ class Deviation:
 @dataclass(frozen=True)
 class SourceLedger:
     code: str
+    tokenizer: str              # methods.data.tokenizers.TOKENIZERS
+    tokenizer_behaviour: str
     switches: tuple[Switch, ...]
     deviations: tuple[Deviation, ...]
 
@@ -68,7 +72,19 @@ def source_ledger(raw: dict, variants: list[str] | None, dataset: str) -> Source
                      for name, s in block["switches"].items() if s is not None)
     deviations = tuple(Deviation(name, d["source"], d["ours"], d["why"]) for name, d in block["deviations"].items()
                        if d is not None and dataset in d.get("datasets", [dataset]))
-    return SourceLedger(block["code"], switches, deviations)
+    return SourceLedger(block["code"], block["tokenizer"]["value"], block["tokenizer"]["behaviour"], switches, deviations)
+
+
+def tokenizer_deviation(dataset: str, ds_cfg: dict, ledger: SourceLedger) -> tuple[Deviation, ...]:
+    """The row's deviation when its dataset's captions are tokenised otherwise than by the source
+    (none on tag datasets: their texts are tag words, which no source tokenises)."""
+    if ds_cfg.get("text") == "tags" or ds_cfg["tokenizer"] == ledger.tokenizer:
+        return ()
+    why = ("the built-in data need no Punkt model: their captions are single sentences, on which the "
+           "two give the same words" if ds_cfg["kind"] == "synthetic" else
+           "set in config for this dataset; the words differ from the source's on captions of several sentences")
+    return (Deviation("tokenizer", ledger.tokenizer_behaviour,
+                      f"datasets.{dataset}.tokenizer: {ds_cfg['tokenizer']} (methods/data/tokenizers.py)", why),)
 
 
 def stand_in_deviation(dataset: str, ds_cfg: dict, image_input: str, model_cfg: dict) -> Deviation:

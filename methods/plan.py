@@ -15,7 +15,7 @@ from methods.data.inputs import ImageInput
 from methods import numerics
 from methods.errors import HarnessError
 from methods.fidelity import (config_value, load_method_file, merge_ledgers, row_ledger, source_ledger,
-                              stand_in_deviation)
+                              stand_in_deviation, tokenizer_deviation)
 from methods.losses import rebase_term, term_configs
 from methods.metrics.protocols import CHECKED_PROTOCOLS, STATISTICS_PROTOCOL, get_protocol
 from methods.metrics.query_units import check_claimable
@@ -408,7 +408,8 @@ class Plan:
                         source = source_ledger(self.method_file(method_file), m.get("variants", []), reported_key)
                         stand_in = (() if "stands_in_for" not in ds_cfg else
                                     (stand_in_deviation(dataset, ds_cfg, exp.image_input.name, exp.config["model"]),))
-                        ledgers.append(row_ledger(exp.config, source, f"{path}: row '{row['id']}'", stand_in))
+                        ledgers.append(row_ledger(exp.config, source, f"{path}: row '{row['id']}'",
+                                                  (*tokenizer_deviation(dataset, ds_cfg, source), *stand_in)))
                     view = self._row_view(path, table_name, row, dataset, exp_ids)
                     seeds = ds_cfg.get("table_seeds", {}).get(table_name, ds_cfg.get("seeds", row["seeds"]))
                     tbl.rows.append(Row(table_name, row["id"], row["label"], paper["key"], seeds, exp_ids,

@@ -47,8 +47,10 @@ def encode_images(model: RetrievalModel, n_images: int, device: torch.device, ba
             with autocast(device, amp):
                 chunks.append(stored(model.encode_images({"images": x.to(device)})))
     else:
+        dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
         for start in range(0, n_images, batch_size):
             block = features.block(start, min(n_images, start + batch_size))
+            block = {k: v.to(dtype) for k, v in block.items()} if isinstance(block, dict) else block.to(dtype)
             with autocast(device, amp):
                 chunks.append(stored(model.encode_images({"features": to_device(block, device)})))
     return concat_encoded(chunks)

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torchvision
 
+from methods.data.tokenizers import PUNKT_SUBDIR
 from methods.metrics.eccv_caption import package_caption_ids, package_caption_images
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,6 +36,18 @@ def glove_file(path: Path, dim: int = 300, words: int = 5) -> Path:
     """A GloVe text file (word and ``dim`` values per line) of a few words."""
     path.write_text("".join(f"word{i} " + " ".join(["0.1"] * dim) + "\n" for i in range(words)))
     return path
+
+
+def planted_punkt(root: Path) -> Path:
+    """An nltk_data folder holding a small English Punkt model (a few abbreviations) in the
+    punkt_tab layout nltk reads (tokenizer ``nltk`` without a download)."""
+    model = root / PUNKT_SUBDIR
+    model.mkdir(parents=True)
+    (model / "abbrev_types.txt").write_text("mr\ndr\nst\nu.s\na.m\np.m\n")
+    (model / "collocations.tab").write_text("")
+    (model / "sent_starters.txt").write_text("it\nthey\nnobody\n")
+    (model / "ortho_context.tab").write_text("")
+    return root
 
 
 def flickr_layout(data: Path, precomp: Path, dest: Path, test_images: int = 1000, test_split: str = "test") -> dict:
@@ -76,7 +89,8 @@ def flickr_layout(data: Path, precomp: Path, dest: Path, test_images: int = 1000
     (regions / f"{test_split}_caps.txt").write_text("".join(c + "\n" for r in rows for c in caps[5 * r:5 * r + 5]))
     return {"karpathy_json": str(dest / "dataset_flickr30k.json"), "images_dir": str(images),
             "precomp_dir": str(regions), "precomp": {"n_regions": int(ims.shape[1]), "feature_dim": int(ims.shape[2])},
-            "glove": str(glove_file(dest / "glove_300d.txt"))}   # MVSA rows (table1) initialise words from GloVe
+            "glove": str(glove_file(dest / "glove_300d.txt")),   # MVSA rows (table1) initialise words from GloVe
+            "nltk_data": str(planted_punkt(dest / "nltk_data"))}  # tokenizer nltk, as the sources
 
 
 def coco_test_image_ids() -> list[int]:

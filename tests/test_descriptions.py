@@ -57,7 +57,7 @@ CASES = {  # model kind -> [(run config, dataset config block, expected descript
          "150 epochs, batch 128 images"),
     ],
     "scan": [
-        (run({"kind": "scan", "embed_dim": 64, "text": text(32, 64, bidirectional=True),
+        (run({"kind": "scan", "embed_dim": 64, "text": text(32, 64, bidirectional=True), "evaluation_dtype": "float64",
               "similarity": {"direction": "i2t", "aggregation": "lse", "lambda_softmax": 4.0, "lambda_lse": 5.0}},
              [(4, False)]), TOY,
          "12×256 RoIAlign regions of ResNet-18 (toy pre-trained) conv4, embed 64, i-t LSE (λ1 4, λ2 5), "

@@ -48,7 +48,8 @@ SOURCE_BEHAVIOUR = {
     "scan": {"loss.kind": "triplet_hardest", "loss.margin": 0.2, "model.embed_dim": 1024,
              "model.text.word_dim": 300, "model.text.hidden_dim": 1024, "model.text.bidirectional": True,
              "training.batch_size": 128, "training.batching": "captions", "training.batch_positives": "diagonal",
-             "training.amp": False, "training.grad_clip": 2.0, "training.optimizer": "adam"},
+             "training.amp": False, "training.grad_clip": 2.0, "training.optimizer": "adam",
+             "model.evaluation_dtype": "float64"},
     # MVSA: no public code; Zheng, Ben, Yuan, ACML 2019, supplement Section 1: ResNet-152, C = 2048,
     # D = 1024, BatchNorm in ASA, GloVe 300-d words, bi-GRU 1024, margin 0.2, clip 2.0, Adam, batch 128.
     "mvsa": {"model.backbone": "resnet152", "model.candidate_dim": 2048, "model.embed_dim": 1024,
@@ -255,3 +256,20 @@ def test_the_sgr_warm_up_runs_on_synthetic_rows_only_and_is_listed(plan):
                 assert plan.experiment(dataset, exp_id).config["loss"]["warmup_sum_epochs"] == (2 if listed else 0)
             switched = [(s["key"], s["runs"], s["source"]) for ledger in row.ledger for s in ledger["switches"]]
             assert (("loss.warmup_sum_epochs", 2, 0) in switched) == listed, (dataset, row.id, switched)
+
+
+def test_the_ledger_says_how_a_rows_captions_were_tokenised(plan):
+    """Flickr30K and COCO tokenise as the sources (no entry); the synthetic captions one line each
+    (an entry naming the key); tag datasets have no caption tokenizer to compare; the Python 2
+    sources' ASCII-only lowercasing is declared where it applies, not for Bleeker's Python 3 copy."""
+    def deviations(table, dataset, row_id):
+        row = next(r for r in plan.table(table, dataset).rows if r.id == row_id)
+        return {d["name"]: d for ledger in row.ledger for d in ledger["deviations"]}
+
+    for table, dataset, row_id in [("table1", "flickr", "vsepp_resnet152_ft"), ("sgraf_t1", "coco", "sgr")]:
+        assert "tokenizer" not in deviations(table, dataset, row_id)
+    synthetic = deviations("sgraf_t1", "synthetic", "sgr")
+    assert synthetic["tokenizer"]["ours"].startswith("datasets.synthetic.tokenizer: nltk_line")
+    assert "word_tokenize" in synthetic["tokenizer"]["source"] and "ascii_lowercase" in synthetic
+    assert "tokenizer" not in deviations("label_wise_t1", "synthtags", "ours")
+    assert "ascii_lowercase" not in deviations("metric_learning", "coco", "vsepp_triplet_hardest")

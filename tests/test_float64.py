@@ -422,3 +422,42 @@ def test_float64_scores_equal_the_per_pair_reference(kind):
         torch.testing.assert_close(matrix, want, rtol=1e-10, atol=1e-10, msg=lambda m: f"{label}: {m}")
         torch.testing.assert_close(from_float32, from_float64, rtol=0, atol=0, msg=lambda m: f"{label}: {m}")
         assert want.std() > 1e-3, f"{label}: the scores are (nearly) constant"
+
+
+@pytest.mark.parametrize("kind", ["vsepp", "sgraf"])
+def test_the_api_keeps_float64_features_of_a_float64_model(kind):
+    """``api.encode_images`` on float64 features of a float64 model scores as the model itself
+    does on them, not as on the features rounded to float32 (which gives other bits)."""
+    from methods import api
+    label, model, images, _ = next(iter(CASES[kind]()))
+    feats, text_batch = images["features"], texts()
+    with torch.no_grad():
+        txt = model.encode_texts(text_batch)
+        direct = model.score(model.encode_images({"features": feats}), txt)
+        rounded = model.score(model.encode_images({"features": feats.to(torch.float32).to(torch.float64)}), txt)
+        via_api = model.score(api.encode_images(model, feats.numpy(), batch_size=len(feats), device="cpu"), txt)
+    torch.testing.assert_close(via_api, direct, rtol=0, atol=0)
+    assert not torch.equal(rounded, direct), label   # the check can fail: float32 rounding moves the scores
+
+
+def test_scan_evaluates_a_float32_model_in_float64_as_its_source():
+    """kuanghuei/SCAN's evaluation scores its float32 encodings in float64: with
+    ``evaluation_dtype: float64`` a float32 model's split scores are the float64 per-pair
+    reference on those float32 encodings; with ``model`` they are float32 (other bits)."""
+    for label, model64, images, _ in scan_cases():
+        model = model64.float()
+        feats, text_batch = images["features"].float(), texts()
+        with torch.no_grad():
+            img, txt = model.encode_images({"features": feats}), model.encode_texts(text_batch)
+            model.evaluation_dtype = "float64"
+            source = model.score_matrix(img, txt)
+            model.evaluation_dtype = "model"
+            own = model.score_matrix(img, txt)
+            # the reference: the same float32 encodings, widened, scored pair by pair in float64
+            want = torch.tensor([[scan_reference_pair(img.regions[i].double(), txt.words[c, :int(txt.lengths[c])].double(),
+                                                      model.direction, model.aggregation, model.lambda_softmax,
+                                                      model.lambda_lse)
+                                  for c in range(len(txt))] for i in range(len(img))], dtype=torch.float64)
+        assert source.dtype == torch.float64 and own.dtype == torch.float32, label
+        torch.testing.assert_close(source, want, rtol=1e-12, atol=1e-12, msg=lambda m: f"{label}: {m}")
+        assert not torch.equal(own.double(), source), label

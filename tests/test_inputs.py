@@ -10,7 +10,8 @@ from methods.config import REPO_ROOT, load_harness_config, validate
 from methods.data.karpathy import load_splits
 from methods.data.precomp import open_precomp
 from methods.data.synthetic import generate
-from methods.data.text import Vocabulary, tokenize
+from methods.data.tokenizers import Tokenizer
+from methods.data.text import Vocabulary
 from methods.errors import HarnessError
 from methods.io import atomic_path, write_json
 from methods.training.loop import load_checkpoint
@@ -22,7 +23,7 @@ CONFIG = REPO_ROOT / "config" / "config.yaml"
 def test_synthetic_generation_is_byte_identical_for_a_seed(tmp_path):
     splits = {"train": 6, "val": 2, "test": 2}
     for d in ("a", "b"):
-        generate(tmp_path / d, 5, 48, 4, splits, min_objects=1, family_size=2)
+        generate(tmp_path / d, 5, 48, 4, splits, min_objects=1, family_size=2, tokenizer=Tokenizer("nltk_line"))
     digest = lambda d: {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((tmp_path / d).rglob("*.*"))}
     assert digest("a") == digest("b")
     data = json.loads((tmp_path / "a" / "dataset_synthetic.json").read_text())
@@ -32,21 +33,17 @@ def test_synthetic_generation_is_byte_identical_for_a_seed(tmp_path):
 
 
 def test_vocabulary_from_training_captions_only(tmp_path):
-    generate(tmp_path, 1, 48, 2, {"train": 4, "val": 2, "test": 2}, min_objects=1, family_size=2)
+    generate(tmp_path, 1, 48, 2, {"train": 4, "val": 2, "test": 2}, min_objects=1, family_size=2, tokenizer=Tokenizer("nltk_line"))
     splits = load_splits(tmp_path / "dataset_synthetic.json", {"train": ["train"], "test": ["test"]}, 5)
     splits["train"].captions[0] = "zebra " * 5  # appears 5 times in train: kept at threshold 4
     splits["test"].captions[0] = "giraffe " * 9  # only in test: must not enter
-    vocab = Vocabulary.build(splits["train"].captions, threshold=4)
+    vocab = Vocabulary.build(splits["train"].captions, threshold=4, tokenizer=Tokenizer("nltk_line"))
     assert "zebra" in vocab.word2idx and "giraffe" not in vocab.word2idx
     assert vocab.encode("giraffe")[1] == vocab.word2idx["<unk>"]
     vocab.save(tmp_path / "v.json")
     assert Vocabulary.load(tmp_path / "v.json").idx2word == vocab.idx2word
     with pytest.raises(HarnessError, match="not in the vocabulary"):
-        Vocabulary(["<pad>", "<start>", "<end>", "<unk>", "a"]).check_covers(["zebras run fast"], "v.json")
-
-
-def test_tokenizer():
-    assert tokenize("A dog's toy, on-the grass.") == ["a", "dog's", "toy", ",", "on-the", "grass", "."]
+        Vocabulary(["<pad>", "<start>", "<end>", "<unk>", "a"], Tokenizer("nltk_line")).check_covers(["zebras run fast"], "v.json")
 
 
 def test_karpathy_captions_per_image_checked(tmp_path):

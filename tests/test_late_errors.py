@@ -20,6 +20,7 @@ from methods.data.finite import check_finite_array, non_finite_rows
 from methods.data.glove import check_glove_head, load_word_vectors
 from methods.data.input_cache import CACHE_NAME
 from methods.data.synthetic import generate
+from methods.data.tokenizers import Tokenizer
 from methods.data.text import Vocabulary
 from methods.errors import HarnessError
 from methods.features import backbone
@@ -102,7 +103,7 @@ def test_glove_of_another_dimension_or_malformed(tmp_path):
     spaced = tmp_path / "spaced.txt"
     spaced.write_text(". 1 2 3\n. . . 4 5 6\nat name@x.com 7 8 9\n")
     assert check_glove_head(spaced, 3) == 3
-    vectors = load_word_vectors(spaced, Vocabulary(["<pad>", "<start>", "<end>", "<unk>", "."]), 3)
+    vectors = load_word_vectors(spaced, Vocabulary(["<pad>", "<start>", "<end>", "<unk>", "."], Tokenizer("nltk_line")), 3)
     assert vectors[4].tolist() == [1.0, 2.0, 3.0]
 
 
@@ -184,7 +185,8 @@ def flickr_source(tmp_path_factory):
     """A small synthetic dataset with BUTD-style region files (random features), the material of
     the Flickr30K layouts below, and a resnet152 weights file that fits."""
     root = tmp_path_factory.mktemp("flickr_source")
-    generate(root / "data", 0, 32, 2, {"train": 10, "val": 5, "test": 5}, min_objects=1, family_size=2)
+    generate(root / "data", 0, 32, 2, {"train": 10, "val": 5, "test": 5}, min_objects=1, family_size=2,
+             tokenizer=Tokenizer("nltk_line"))
     karpathy = json.loads((root / "data/dataset_synthetic.json").read_text())
     rng = np.random.default_rng(0)
     (root / "precomp").mkdir()

@@ -15,11 +15,12 @@ from methods.config import REPO_ROOT, load_harness_config
 from methods.data import multilabel, synthetic_tags
 from methods.data.datasets import dataset_paths, dataset_payload
 from methods.data.synthetic import generate
+from methods.data.tokenizers import Tokenizer
 from methods.errors import HarnessError
 from methods.features.regions import proposal_boxes
 from tests.conftest import copy_workflow, snakemake
 
-TAGS = ["Sky 845", "blue 761", "españa 10", "tree 5"]   # first field, lower-cased; españa is no single token
+TAGS = ["Sky 845", "blue 761", "b&w 10", "tree 5"]   # first field, lower-cased; nltk reads b&w as three tokens
 SIZES = {"train": 3, "dev": 2, "test": 2}
 R, D, K = 2, 4, 3
 
@@ -52,7 +53,7 @@ def harness_cfg(tmp_path: Path, source: Path | None, **overrides) -> dict:
           "protocols": ["synthetic_test"], "splits": {"train": ["train"], "dev": ["dev"], "test": ["test"]},
           "split_sizes": dict(SIZES), "precomp": {"n_regions": R, "feature_dim": D},
           "features": {"resize": 64, "crop": 64, "grid_layers": [], "dtype": "float32", "batch_size": 10},
-          "vocab_threshold": 1, "val_max_images": 10}
+          "vocab_threshold": 1, "val_max_images": 10, "tokenizer": "nltk_line"}
     ds.update(overrides)
     synthetic = {"kind": "synthetic", "splits": {"train": ["train"], "dev": ["val"], "test": ["test"]}}
     return {"results_dir": str(tmp_path / "results"), "datasets": {"mir": ds, "synthetic": synthetic}}
@@ -80,7 +81,7 @@ def test_import_tags_dataset(tmp_path):
     pl = payload(cfg)
     multilabel.import_json(pl, paths["karpathy_json"])
     data = json.loads(paths["karpathy_json"].read_text())
-    words = ["sky", "blue", "tag2", "tree"]   # tag-list order; españa -> tag<line index>
+    words = ["sky", "blue", "tag2", "tree"]   # tag-list order; b&w -> tag<line index>
     for s, n in SIZES.items():
         entries = [e for e in data["images"] if e["split"] == s]
         assert len(entries) == n
@@ -185,7 +186,7 @@ def test_proposal_classes_by_iou():
 def test_synthetic_tags_source(tmp_path):
     gen = tmp_path / "synthetic/data"
     generate(gen, seed=3, image_size=64, max_objects=3, splits={"train": 4, "val": 2, "test": 2},
-             min_objects=2, family_size=2)
+             min_objects=2, family_size=2, tokenizer=Tokenizer("nltk_line"))
     data = json.loads((gen / "dataset_synthetic.json").read_text())
     precomp = tmp_path / "synthetic/precomp"
     precomp.mkdir()

@@ -14,6 +14,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from methods.data.text import SPECIALS, Vocabulary  # noqa: E402
+from methods.data.tokenizers import Tokenizer  # noqa: E402
 from methods.errors import HarnessError  # noqa: E402
 from methods.metrics.training_check import TrainingThresholds  # noqa: E402
 from methods.models.sgraf import SGRAF  # noqa: E402
@@ -149,7 +150,7 @@ def saf_model() -> SGRAF:
 
 def draw_saf(sims, ev, positives=None):
     check = run_check(ev, sims, 2, THRESHOLDS)
-    fig = saf_weights_figure(SPEC, saf_model(), Regions(N), SAF_CAPTIONS, 2, Vocabulary([*SPECIALS, *WORDS]), sims,
+    fig = saf_weights_figure(SPEC, saf_model(), Regions(N), SAF_CAPTIONS, 2, Vocabulary([*SPECIALS, *WORDS], Tokenizer("nltk_line")), sims,
                              check, positives=positives)
     return check, fig
 

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from methods.data.synthetic import generate
+from methods.data.tokenizers import Tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -36,7 +37,7 @@ def _statistics_table() -> dict[str, dict[str, str]]:
 def test_statistics_table_is_what_the_configured_generator_gives(tmp_path):
     cfg = CONFIG["datasets"]["synthetic"]["generator"]
     stats = generate(tmp_path, cfg["seed"], cfg["image_size"], cfg["max_objects"], cfg["splits"],
-                     min_objects=cfg["min_objects"], family_size=cfg["family_size"])
+                     min_objects=cfg["min_objects"], family_size=cfg["family_size"], tokenizer=Tokenizer("nltk_line"))
     table = _statistics_table()
     keys = {"ambiguity": "ambiguity", "diversity": "diversity", "hard negatives": "hard_negative_share",
             "true images per caption": "mean_true_images_per_caption"}

@@ -71,9 +71,10 @@ def test_collator_diagonal_keeps_one_image_row_per_caption_as_the_public_code():
 
 def test_image_batches_hold_each_image_with_all_five_captions():
     from methods.data.text import Vocabulary
+    from methods.data.tokenizers import Tokenizer
 
     captions = [f"image {i} caption {j}" for i in range(4) for j in range(5)]
-    vocab = Vocabulary.build(captions, threshold=1)
+    vocab = Vocabulary.build(captions, threshold=1, tokenizer=Tokenizer("nltk_line"))
     regions = np.arange(4 * 5 * 3 * 2, dtype=np.float32).reshape(20, 3, 2)  # one row per caption (old files)
     dataset = make_train_dataset("images", captions, vocab, 5, None)
     assert len(dataset) == 4

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from methods import api
 from methods.config import REPO_ROOT, load_harness_config
@@ -412,3 +413,115 @@ def test_cached_maps_of_another_backbone_are_refused():
     cfg = api.experiment_config("set_embeddings_grid", "synthetic")
     with pytest.raises(ValueError, match=r"cached conv5 maps have 2048 channels, but resnet18's conv5 has 512"):
         api.build_model(cfg, 20, {"scales": {"conv5": [2, 2, 2048]}}, cnn=False)
+
+
+# -- one training step against a transcription of DivE's ------------------------------------------
+
+def _dive_model(global_pass: str, region_padding: str):
+    from methods.models.text import GRUTextEncoder
+    torch.manual_seed(0)
+    text = GRUTextEncoder(20, 6, 8, bidirectional=True, embed_init="normal")
+    module = {"kind": "slot", "iterations": 2, "heads": 2, "head_dim": 4, "ff_mult": 2, "competition": "slots",
+              "padding": "leak"}
+    return SetEmbedding(10, 8, 2, text, module, {"kind": "smooth_chamfer", "alpha": 16.0}, dropout=0.0,
+                        region_drop=0.4, image_projection={"init": "pytorch", "global_pass": global_pass},
+                        region_padding=region_padding).double().train()
+
+
+def _dive_batch():
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.tensor([5, 3, 4, 2])
+    tokens = torch.zeros(4, 5, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        tokens[row, :n] = torch.randint(1, 20, (int(n),), generator=g)
+    return {"features": torch.randn(4, 6, 10, generator=g, dtype=torch.float64), "tokens": tokens,
+            "lengths": lengths, "positives": torch.eye(4, dtype=torch.bool)}
+
+
+DIVE_LOSS = {"terms": [{"kind": "triplet_hardest", "margin": 0.2, "reduction": "mean", "warmup_sum_epochs": 0},
+                       {"kind": "mmd", "weight": 0.01, "gamma": 0.5}, {"kind": "uniformity", "weight": 0.01, "t": 2.0}]}
+
+
+def dive_step(model, batch, loss, seed):
+    """kdwonn/DivE's training step, transcribed: data.py draws the region drop per image (kept when a
+    uniform draw exceeds --butd_drop_prob) and collate_fn_butd pads the kept regions to the longest
+    of the batch; model_spm.py EncoderImage.forward runs spm_fc = dropout(mlp(fc(x)) + fc(x))
+    (SequenceBN: BatchNorm1d over every position, padded ones included) on them, and again inside
+    residual_connection (--img_res_first_fc) before variable_len_pooling's max. The set module,
+    the text side and the loss are the harness's own (checked against DivE elsewhere)."""
+    torch.manual_seed(seed)
+    keep = torch.rand(4, 6) > model.region_drop
+    keep[keep.sum(dim=1) == 0] = True
+    kept = [batch["features"][b][keep[b]] for b in range(4)]
+    lengths = torch.tensor([len(k) for k in kept])
+    x = torch.zeros(4, int(lengths.max()), 10, dtype=torch.float64)
+    for b, k in enumerate(kept):
+        x[b, :len(k)] = k
+    r = model.region
+
+    def spm_fc(v):
+        fc = F.linear(v, r.fc.weight, r.fc.bias)
+        hidden = r.bn(F.linear(fc, r.mlp_in.weight, r.mlp_in.bias).reshape(-1, r.bn.num_features)).reshape(*v.shape[:2], -1)
+        return F.linear(torch.relu(hidden), r.mlp_out.weight, r.mlp_out.bias) + fc
+
+    local = spm_fc(x)
+    valid = torch.arange(x.shape[1])[None, :] < lengths[:, None]
+    glob = spm_fc(x).masked_fill(~valid[..., None], -torch.finfo(x.dtype).max).max(1)[0]
+    elements, residuals, _ = model.image_set(local, glob, lengths)
+    img = {"sets": elements / elements.norm(dim=-1, keepdim=True),
+           "residuals": residuals}
+    txt = model.encode_text_sets(batch["tokens"], batch["lengths"])
+    outputs = {"scores": [model.score(img["sets"], txt["sets"])], "sets": (img["sets"], txt["sets"]),
+               "residuals": (img["residuals"], txt["residuals"])}
+    return loss(outputs, batch, epoch=0)
+
+
+@pytest.mark.parametrize("global_pass, region_padding, same", [("separate", "batch_longest", True),
+                                                               ("shared", "all", False)])
+def test_one_training_step_gives_dives_loss_gradients_and_batchnorm_statistics(global_pass, region_padding, same):
+    import copy
+    from methods.training.step import TrainingStep
+    model = _dive_model(global_pass, region_padding)
+    reference = copy.deepcopy(model)
+    batch, loss = _dive_batch(), Loss(DIVE_LOSS)
+    torch.manual_seed(7)   # the region drop's draw
+    value, _ = TrainingStep(model, loss, torch.device("cpu"), amp=False)(batch, epoch=0)
+    value.backward()
+    want = dive_step(reference, batch, loss, seed=7)
+    want.backward()
+    bn, bn_ref = model.region.bn, reference.region.bn
+    if not same:   # the project's older behaviour: other statistics (one pass) and another padding
+        assert not torch.equal(bn.running_mean, bn_ref.running_mean)
+        return
+    assert int(bn.num_batches_tracked) == int(bn_ref.num_batches_tracked) == 2   # twice a step, as DivE
+    torch.testing.assert_close(value, want, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(bn.running_mean, bn_ref.running_mean, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(bn.running_var, bn_ref.running_var, rtol=1e-12, atol=1e-14)
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        if p.grad is None:
+            assert q.grad is None, name
+            continue
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-13, msg=lambda m: f"{name}: {m}")
+
+
+def test_the_image_projection_and_word_embeddings_start_as_dives():
+    """DivE keeps nn.Linear's default init for fc and the MLP (U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
+    biases too; Xavier with zero biases only with --spm_xavier_init) and nn.Embedding's N(0, 1)."""
+    from methods.models.set_embedding import RegionMLP
+    from methods.models.text import GRUTextEncoder
+    torch.manual_seed(0)
+    mlp = RegionMLP(400, 256, "pytorch")
+    for layer in (mlp.fc, mlp.mlp_in, mlp.mlp_out):
+        bound = 1 / math.sqrt(layer.in_features)
+        assert float(layer.weight.abs().max()) <= bound and float(layer.bias.abs().max()) <= bound
+        assert float(layer.weight.std()) == pytest.approx(bound / math.sqrt(3), rel=0.05)
+        assert float(layer.bias.abs().max()) > 0
+    xavier = RegionMLP(400, 256, "xavier")
+    assert float(xavier.fc.bias.abs().max()) == 0.0
+    assert float(xavier.fc.weight.std()) == pytest.approx(math.sqrt(2 / (400 + 256)), rel=0.05)   # Xavier uniform
+    vectors = torch.zeros(2000, 50)
+    vectors[:1000] = 0.5   # GloVe has the first half of the words
+    normal = GRUTextEncoder(2000, 50, 8, word_vectors=vectors, embed_init="normal").embed.weight[1000:]
+    assert float(normal.std()) == pytest.approx(1.0, rel=0.05)
+    uniform = GRUTextEncoder(2000, 50, 8, word_vectors=vectors, embed_init="uniform").embed.weight
+    assert float(uniform[1000:].abs().max()) <= 0.1 and torch.equal(uniform[:1000], vectors[:1000])

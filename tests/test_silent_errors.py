@@ -15,7 +15,7 @@ from methods.config import REPO_ROOT, load_harness_config
 from methods.data.checks import check_dataset_inputs
 from methods.errors import HarnessError
 from methods.plan import Plan
-from tests.conftest import copy_workflow, snakemake
+from tests.conftest import copy_workflow, planted_punkt, snakemake
 
 CONFIG = REPO_ROOT / "config" / "config.yaml"
 ML_PAPER = "methods/papers/metric_learning.yaml"  # VSE++ and VSRN rows on flickr, coco and synthetic
@@ -264,7 +264,8 @@ def fake_flickr(root: Path) -> dict:
             "".join(f"a picture {k} of {karpathy} {i}\n" for i in range(SPLIT_IMAGES[karpathy]) for k in range(5)))
     return {"results_dir": str(root / "results"),
             "datasets": {"flickr": {"karpathy_json": str(root / "dataset_flickr30k.json"), "images_dir": str(images),
-                                    "precomp_dir": str(precomp), "precomp": {"n_regions": 2, "feature_dim": 4}}}}
+                                    "precomp_dir": str(precomp), "precomp": {"n_regions": 2, "feature_dim": 4},
+                                    "nltk_data": str(planted_punkt(root / "nltk_data"))}}}
 
 
 def drop_last_test_image(precomp: Path) -> str:

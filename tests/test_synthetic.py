@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from methods.config import REPO_ROOT
+from methods.data.tokenizers import Tokenizer
 from methods.data.synthetic import (Scene, SceneObject, TARGETS, _edit, _sample_scene, generate, holds,
                                     one_edit_keys, split_statistics)
 
@@ -75,7 +76,8 @@ def _independent_truth(predicate: dict, entry: dict) -> bool:
 @pytest.fixture(scope="module")
 def small_dataset(tmp_path_factory):
     out = tmp_path_factory.mktemp("synthetic")
-    stats = generate(out, 11, 48, 4, {"train": 90, "val": 20, "test": 30}, min_objects=1, family_size=2)
+    stats = generate(out, 11, 48, 4, {"train": 90, "val": 20, "test": 30}, min_objects=1, family_size=2,
+                     tokenizer=Tokenizer("nltk_line"))
     data = json.loads((out / "dataset_synthetic.json").read_text())
     positives = json.loads((out / "positives_synthetic.json").read_text())
     return data, positives, stats
@@ -156,7 +158,7 @@ def test_the_configured_dataset_meets_its_targets(tmp_path):
     on the training split (the split batches are drawn from)."""
     cfg = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())["datasets"]["synthetic"]["generator"]
     stats = generate(tmp_path, cfg["seed"], 32, cfg["max_objects"], {**cfg["splits"], "val": 2, "test": 2},
-                     min_objects=cfg["min_objects"], family_size=cfg["family_size"])
+                     min_objects=cfg["min_objects"], family_size=cfg["family_size"], tokenizer=Tokenizer("nltk_line"))
     train = stats["train"]
     assert train["images"] == cfg["splits"]["train"]
     for key, (op, bound) in TARGETS.items():

@@ -15,6 +15,7 @@ from methods.data.karpathy import Split, load_splits
 from methods.data.masked_prediction import IGNORE, MaskedPrediction
 from methods.data.precomp import open_precomp
 from methods.data.text import Vocabulary
+from methods.data.tokenizers import Tokenizer
 from methods.errors import HarnessError
 from methods.metrics.eccv_caption import split_coco_ids
 from methods.training.data import PairCollator, make_train_dataset, training_batches
@@ -66,7 +67,7 @@ def test_one_text_per_image_split_labels_and_batches(tmp_path):
     assert data.labels.dtype == np.uint8 and data.labels.tolist() == LABELS[:TRAIN]
     assert data.text_labels().tolist() == LABELS[:TRAIN]       # one text per image: the same rows
 
-    vocab = Vocabulary.build(TAGS, threshold=1)
+    vocab = Vocabulary.build(TAGS, threshold=1, tokenizer=Tokenizer("nltk_line"))
     dataset = make_train_dataset("captions", data.captions, vocab, 1, None)
     assert len(dataset) == 4 and [dataset[k][0] for k in range(4)] == [0, 1, 2, 3]  # text k -> image k
     items = [dataset[2], dataset[0], dataset[2]]
@@ -87,7 +88,7 @@ def test_texts_of_an_image_share_its_labels_in_image_batches(tmp_path):
     labels = np.array([[1, 0], [0, 1], [1, 1]], dtype=np.uint8)
     data = SplitData("train", captions, CachedImageFeatures(np.zeros((3, 2), np.float32)), None, 2, labels)
     assert data.text_labels().tolist() == [[1, 0], [1, 0], [0, 1], [0, 1], [1, 1], [1, 1]]
-    vocab = Vocabulary.build(captions, threshold=1)
+    vocab = Vocabulary.build(captions, threshold=1, tokenizer=Tokenizer("nltk_line"))
     dataset = make_train_dataset("images", captions, vocab, 2, None)
     batch = PairCollator(data.features, "same_image", labels)([dataset[2], dataset[1]])
     assert batch["image_index"].tolist() == [1, 2]
@@ -198,7 +199,7 @@ def test_region_selection_share_and_targets_come_from_the_class_array():
 def test_batches_carry_masked_targets_with_both_batchings(tmp_path, batching, positives):
     captions = [f"a dog {w} on grass near {v}" for w in ("runs", "sits", "jumps") for v in ("trees", "water")]
     texts_per_image = 2
-    vocab = Vocabulary.build(captions, threshold=1)
+    vocab = Vocabulary.build(captions, threshold=1, tokenizer=Tokenizer("nltk_line"))
     classes = np.arange(3 * 4, dtype=np.int64).reshape(3, 4) + 100
     split = SplitData("train", captions, CachedImageFeatures(np.zeros((3, 4, 2), np.float32)), None,
                       texts_per_image, np.eye(3, dtype=np.uint8), classes)

@@ -27,11 +27,12 @@ def make_flickr(tiny_dag: Path, work: Path) -> dict:
 def flickr_vocab(work: Path, extra_words=(), captions=None) -> Path:
     from methods.data.karpathy import load_splits
     from methods.data.text import Vocabulary
+    from methods.data.tokenizers import Tokenizer
 
     if captions is None:
         captions = load_splits(work / "flickr/dataset_flickr30k.json", {"train": ["train"]}, 5)["train"].captions
-    vocab = Vocabulary.build(captions, 1)
-    vocab = Vocabulary(vocab.idx2word + list(extra_words))
+    vocab = Vocabulary.build(captions, 1, Tokenizer("nltk_line"))
+    vocab = Vocabulary(vocab.idx2word + list(extra_words), vocab.tokenizer)
     path = work / "flickr_vocab.json"
     vocab.save(path)
     return path
@@ -47,8 +48,9 @@ def bad_paper(work: Path, **row_changes) -> str:
 
 def held_out_only_words(work: Path) -> list[str]:
     from methods.data.karpathy import load_splits
-    from methods.data.text import tokenize
+    from methods.data.tokenizers import Tokenizer
 
+    tokenize = Tokenizer("nltk_line")
     splits = load_splits(work / "flickr/dataset_flickr30k.json", {"train": ["train"], "test": ["test"]}, 5)
     train = {t for c in splits["train"].captions for t in tokenize(c)}
     return sorted({t for c in splits["test"].captions for t in tokenize(c)} - train)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from methods.config import validate
 from methods.data.karpathy import Split, load_splits
+from methods.data.tokenizers import Tokenizer
 from methods.errors import HarnessError
 from methods.io import read_json
 
@@ -21,7 +22,7 @@ def dataset_paths(cfg: dict, name: str) -> dict[str, Path | None]:
         root = Path(cfg["results_dir"]) / name / "data"
         return {"karpathy_json": root / f"dataset_{name}.json", "images_dir": root / "images",
                 "precomp_dir": Path(cfg["results_dir"]) / name / "precomp", "glove": None, "vocab": None,
-                "positives": root / f"positives_{name}.json"}
+                "nltk_data": None, "positives": root / f"positives_{name}.json"}
     if ds["kind"] == "multilabel":  # imported under results/ from source_dir (methods.data.multilabel)
         root = Path(cfg["results_dir"]) / name
         source = root / "source" if "generated_from" in ds else (Path(ds["source_dir"]).expanduser()
@@ -30,9 +31,9 @@ def dataset_paths(cfg: dict, name: str) -> dict[str, Path | None]:
                   dataset_paths(cfg, ds["generated_from"]["dataset"])["images_dir"] if "generated_from" in ds else None)
         return {"karpathy_json": root / "data" / f"dataset_{name}.json", "images_dir": images,
                 "precomp_dir": root / "precomp", "source_dir": source, "positives": None,
-                **{k: (Path(ds[k]).expanduser() if ds.get(k) else None) for k in ("glove", "vocab")}}
+                **{k: (Path(ds[k]).expanduser() if ds.get(k) else None) for k in ("glove", "vocab", "nltk_data")}}
     return {**{k: (Path(ds[k]).expanduser() if ds.get(k) else None)
-               for k in ("karpathy_json", "images_dir", "precomp_dir", "glove", "vocab")}, "positives": None}
+               for k in ("karpathy_json", "images_dir", "precomp_dir", "glove", "vocab", "nltk_data")}, "positives": None}
 
 
 def features_dir(results_dir: str, dataset: str, backbone: str) -> str:
@@ -53,6 +54,16 @@ def load_dataset_payload(path: str | Path) -> dict:
                            f"delete it and run snakemake again")
     validate(payload["dataset"], "config#dataset", str(path))
     return payload
+
+
+def dataset_tokenizer(cfg: dict, name: str) -> Tokenizer:
+    """The tokenizer of a configured dataset (``datasets.<name>.tokenizer``)."""
+    return Tokenizer.from_dataset(cfg["datasets"][name], dataset_paths(cfg, name)["nltk_data"], f"datasets.{name}")
+
+
+def payload_tokenizer(payload: dict) -> Tokenizer:
+    """The tokenizer of the dataset a payload describes."""
+    return Tokenizer.from_dataset(payload["dataset"], payload["paths"].get("nltk_data"), f"datasets.{payload['name']}")
 
 
 def payload_splits(payload: dict, names: list[str]) -> dict[str, Split]:

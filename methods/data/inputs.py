@@ -36,6 +36,14 @@ from methods.errors import HarnessError
 from methods.registry import Registry
 
 
+def read_dtype(array: np.ndarray) -> type:
+    """The dtype a block of features is read in for scoring: float64 stays float64 (a float64 model
+    given float64 features through the API must not see them rounded to float32); float16 caches
+    and every other float dtype are read as float32. The scoring casts a block to the model's
+    dtype; training batches (``take``) are float32, as the models train."""
+    return np.float64 if array.dtype == np.float64 else np.float32
+
+
 class CachedImageFeatures:
     """A memory-mapped feature array read by image index: row ``index * step`` (``step`` is 5 for
     old precomputed files holding one row per caption). Pooled (N, C) or regions (N, R, C)."""
@@ -63,7 +71,8 @@ class CachedImageFeatures:
 
     def block(self, start: int, end: int) -> torch.Tensor:
         # a copy: a slice of a read-only memmap would be a view torch cannot own
-        return torch.from_numpy(np.array(self.array[start * self.step:end * self.step:self.step], dtype=np.float32))
+        return torch.from_numpy(np.array(self.array[start * self.step:end * self.step:self.step],
+                                         dtype=read_dtype(self.array)))
 
 
 class CachedGridFeatures:
@@ -88,7 +97,7 @@ class CachedGridFeatures:
         return {k: torch.from_numpy(np.asarray(a[idx], dtype=np.float32)) for k, a in self.arrays.items()}
 
     def block(self, start: int, end: int) -> dict[str, torch.Tensor]:
-        return {k: torch.from_numpy(np.array(a[start:end], dtype=np.float32)) for k, a in self.arrays.items()}
+        return {k: torch.from_numpy(np.array(a[start:end], dtype=read_dtype(a))) for k, a in self.arrays.items()}
 
 
 @dataclass

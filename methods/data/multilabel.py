@@ -35,10 +35,10 @@ import numpy as np
 import scipy.io
 
 from methods.cli import run_command
-from methods.data.datasets import dataset_paths, load_dataset_payload
+from methods.data.datasets import dataset_paths, load_dataset_payload, payload_tokenizer
 from methods.data.synthetic import LABELS as SYNTHETIC_LABELS
 from methods.data.synthetic import SHAPES
-from methods.data.text import tokenize
+from methods.data.tokenizers import Tokenizer
 from methods.errors import HarnessError, first_line
 from methods.io import atomic_path, load_npy, open_npy_for_writing, read_lines, write_json, write_text
 
@@ -123,11 +123,11 @@ def read_tag_list(path: Path) -> list[str]:
     return tags
 
 
-def tag_words(tags: list[str]) -> list[str]:
-    """The word each tag is written as in a text: the tag itself where the harness tokenizer reads
-    it as one token, else ``tag<line index>`` (e.g. 'españa', '台灣', 'geo:tool=gmif' in MIRFlickr's
-    list), so that every tag stays one word, as in the public code."""
-    words = [t if tokenize(t) == [t] else f"tag{i}" for i, t in enumerate(tags)]
+def tag_words(tags: list[str], tokenizer: Tokenizer) -> list[str]:
+    """The word each tag is written as in a text: the tag itself where the dataset's tokenizer reads
+    it as one token, else ``tag<line index>`` (e.g. 'geo:tool=gmif' in MIRFlickr's list), so that
+    every tag stays one word, as in the public code."""
+    words = [t if tokenizer(t) == [t] else f"tag{i}" for i, t in enumerate(tags)]
     if len(set(words)) != len(words):
         clash = next(w for w in words if words.count(w) > 1)
         raise HarnessError(f"tag list: the tag word '{clash}' stands for two tags; rename the tag '{clash}'")
@@ -306,13 +306,13 @@ def split_labels(ds: dict, source_dir: Path, split: str, n: int) -> np.ndarray:
     return labels[:, columns] if columns else labels
 
 
-def split_texts(ds: dict, source_dir: Path, split: str, n: int) -> list[str]:
+def split_texts(ds: dict, source_dir: Path, split: str, n: int, tokenizer: Tokenizer) -> list[str]:
     """The texts of a harness split, ``texts_per_image`` per image in image order."""
     s = source_split(ds, split)
     path = text_file(ds, source_dir, s)
     if ds["text"] == "captions":
         return [line.strip() for line in read_lines(path)]
-    words = np.asarray(tag_words(read_tag_list(source_dir / ds["tag_list"])), dtype=object)
+    words = np.asarray(tag_words(read_tag_list(source_dir / ds["tag_list"]), tokenizer), dtype=object)
     tags = binary(load_mat(path), path, "tag vectors")
     if tags.shape != (n, len(words)):
         raise HarnessError(f"{path}: 'feat' is {tags.shape}, expected ({n}, {len(words)})")
@@ -344,10 +344,11 @@ def import_json(payload: dict, out: Path) -> None:
     ds, name = payload["dataset"], payload["name"]
     source_dir = Path(payload["paths"]["source_dir"])
     check_source_dir(ds, source_dir, f"datasets.{name}")
+    tokenizer = payload_tokenizer(payload)
     images, imgid = [], 0
     for split in ds["splits"]:
         s, n = source_split(ds, split), split_size(ds, source_dir, split)
-        texts, labels = split_texts(ds, source_dir, split, n), split_labels(ds, source_dir, split, n)
+        texts, labels = split_texts(ds, source_dir, split, n, tokenizer), split_labels(ds, source_dir, split, n)
         k = ds["texts_per_image"]
         filenames = image_filenames(source_dir, s, n)
         for row in range(n):
@@ -384,7 +385,7 @@ def import_split(payload: dict, split: str, out_dir: Path, results_dir: Path) ->
     source_dir = Path(payload["paths"]["source_dir"])
     check_source_dir(ds, source_dir, f"datasets.{name}")
     n = split_size(ds, source_dir, split)
-    texts = split_texts(ds, source_dir, split, n)
+    texts = split_texts(ds, source_dir, split, n, payload_tokenizer(payload))
     link(feature_file(ds, source_dir, source_split(ds, split)), out_dir / f"{split}_ims.npy", results_dir)
     write_text(out_dir / f"{split}_caps.txt", "".join(t + "\n" for t in texts))
     print(f"{split}: {n} images, {len(texts)} texts; features linked from {source_dir}")

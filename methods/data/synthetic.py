@@ -36,8 +36,8 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from methods.cli import run_command
-from methods.data.datasets import load_dataset_payload
-from methods.data.text import tokenize
+from methods.data.datasets import load_dataset_payload, payload_tokenizer
+from methods.data.tokenizers import Tokenizer
 from methods.io import atomic_path, write_json
 
 SHAPES = {  # canonical name -> synonyms used in captions
@@ -404,8 +404,9 @@ def _scenes(rng: random.Random, count: int, min_objects: int, max_objects: int, 
 
 
 def generate(out_dir: str | Path, seed: int, image_size: int, max_objects: int, splits: dict[str, int], *,
-             min_objects: int, family_size: int, name: str = "synthetic") -> dict:
-    """Write the dataset (see the module doc) and return the per-split statistics."""
+             min_objects: int, family_size: int, tokenizer: Tokenizer, name: str = "synthetic") -> dict:
+    """Write the dataset (see the module doc) and return the per-split statistics; ``tokenizer``
+    writes each sentence's ``tokens`` (the Karpathy layout's field; the harness reads ``raw``)."""
     out_dir = Path(out_dir)
     images_dir = out_dir / "images"
     images_dir.mkdir(parents=True, exist_ok=True)
@@ -423,7 +424,7 @@ def generate(out_dir: str | Path, seed: int, image_size: int, max_objects: int, 
                 img.save(tmp, format="PNG", optimize=False)
             captions = _captions(scene, rng)
             split_predicates.append([p for p, _ in captions])
-            sentences = [{"raw": text, "tokens": tokenize(text), "imgid": imgid, "sentid": sentid + k,
+            sentences = [{"raw": text, "tokens": tokenizer(text), "imgid": imgid, "sentid": sentid + k,
                           "predicate": {k2: v for k2, v in p.items() if k2 != "indices"}}
                          for k, (p, text) in enumerate(captions)]
             present = ({f"background:{scene.background}", f"pattern:{scene.pattern}"}
@@ -465,7 +466,8 @@ def _generate(args) -> None:
     payload = load_dataset_payload(args.dataset_config)
     cfg = payload["dataset"]["generator"]
     stats = generate(args.out, cfg["seed"], cfg["image_size"], cfg["max_objects"], cfg["splits"],
-                     min_objects=cfg["min_objects"], family_size=cfg["family_size"], name=payload["name"])
+                     min_objects=cfg["min_objects"], family_size=cfg["family_size"],
+                     tokenizer=payload_tokenizer(payload), name=payload["name"])
     for split, s in stats.items():
         print(f"{split}: {s['images']} images, {s['captions']} captions; ambiguity {s['ambiguity']:.3f}, "
               f"diversity {s['diversity']:.3f}, hard negatives {s['hard_negative_share']:.3f}; "

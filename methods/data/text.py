@@ -1,13 +1,17 @@
-"""Tokenisation and vocabulary (built from training captions only)."""
+"""Vocabulary (built from training captions only) and how captions become token ids.
+
+A vocabulary is only meaningful with the tokenizer that built it (``methods.data.tokenizers``), so
+the vocabulary file the harness writes records it, beside the dataset's captions tokenised once by
+the vocabulary job: the jobs that read the file look captions up instead of importing nltk."""
 from __future__ import annotations
 
-import re
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import torch
 
+from methods.data.tokenizers import Tokenizer
 from methods.errors import HarnessError
 from methods.io import read_json, write_json
 
@@ -16,38 +20,46 @@ SPECIALS = (PAD, START, END, UNK)
 VOCAB_LAYOUT = ('{"word2idx": {word: index}, "idx2word": {"0": word, ...}, "idx": word count} '
                 '(SCAN/SGRAF vocabulary JSON, starting with <pad> <start> <end> <unk>)')
 
-# Words (with inner apostrophes/hyphens kept) or single punctuation marks; close to
-# nltk.word_tokenize on captions but needs no downloaded tokenizer models.
-_TOKEN_RE = re.compile(r"[a-z0-9]+(?:['\-][a-z0-9]+)*|[^\sa-z0-9]")
-
-
-def tokenize(caption: str) -> list[str]:
-    return _TOKEN_RE.findall(caption.lower())
-
 
 class Vocabulary:
-    """word <-> index map in the SCAN/SGRAF JSON layout (``word2idx``, ``idx2word``, ``idx``)."""
+    """word <-> index map in the SCAN/SGRAF JSON layout (``word2idx``, ``idx2word``, ``idx``), with
+    the tokenizer that reads captions for it and, optionally, captions already tokenised
+    (``tokenized``: caption -> its tokens joined by single spaces; nltk's tokens hold no whitespace)."""
 
-    def __init__(self, words: Sequence[str]):
+    def __init__(self, words: Sequence[str], tokenizer: Tokenizer, tokenized: Mapping[str, str] | None = None):
         if list(words[: len(SPECIALS)]) != list(SPECIALS):
             raise HarnessError(f"vocabulary must start with {SPECIALS}, got {list(words[:4])}")
         self.idx2word = list(words)
         self.word2idx = {w: i for i, w in enumerate(self.idx2word)}
         if len(self.word2idx) != len(self.idx2word):
             raise HarnessError("vocabulary has duplicate words")
+        self.tokenizer = tokenizer
+        self.tokenized = dict(tokenized or {})
 
     def __len__(self) -> int:
         return len(self.idx2word)
 
+    def tokens(self, caption: str) -> list[str]:
+        known = self.tokenized.get(caption)
+        return known.split() if known is not None else self.tokenizer(caption)
+
     @classmethod
-    def build(cls, captions: Iterable[str], threshold: int) -> "Vocabulary":
-        counts = Counter(tok for cap in captions for tok in tokenize(cap))
+    def build(cls, captions: Iterable[str], threshold: int, tokenizer: Tokenizer) -> "Vocabulary":
+        captions = list(captions)
+        tokenized = {cap: tokenizer(cap) for cap in dict.fromkeys(captions)}
+        counts = Counter(tok for cap in captions for tok in tokenized[cap])
         kept = sorted(w for w, c in counts.items() if c >= threshold and w not in SPECIALS)
-        return cls(list(SPECIALS) + kept)
+        return cls(list(SPECIALS) + kept, tokenizer, {cap: " ".join(t) for cap, t in tokenized.items()})
+
+    def with_tokenized(self, captions: Iterable[str]) -> "Vocabulary":
+        """This vocabulary holding the tokens of ``captions`` too (the vocabulary job stores every
+        split's captions, so that training and evaluation need not tokenise)."""
+        new = {cap: " ".join(self.tokenizer(cap)) for cap in dict.fromkeys(captions) if cap not in self.tokenized}
+        return Vocabulary(self.idx2word, self.tokenizer, {**self.tokenized, **new})
 
     def encode(self, caption: str) -> list[int]:
         unk = self.word2idx[UNK]
-        ids = [self.word2idx.get(tok, unk) for tok in tokenize(caption)]
+        ids = [self.word2idx.get(tok, unk) for tok in self.tokens(caption)]
         return [self.word2idx[START], *ids, self.word2idx[END]]
 
     def save(self, path: str | Path) -> None:
@@ -55,10 +67,14 @@ class Vocabulary:
             "word2idx": self.word2idx,
             "idx2word": {str(i): w for i, w in enumerate(self.idx2word)},
             "idx": len(self.idx2word),
+            "tokenizer": self.tokenizer.spec(),
+            "tokenized_captions": self.tokenized,
         })
 
     @classmethod
-    def load(cls, path: str | Path) -> "Vocabulary":
+    def load(cls, path: str | Path, tokenizer: Tokenizer | None = None) -> "Vocabulary":
+        """A vocabulary JSON. One the harness wrote records its tokenizer; a file from elsewhere
+        (SCAN's, a user's) has none and is read with ``tokenizer`` (the dataset's)."""
         path = Path(path)
         if not path.is_file():
             raise HarnessError(f"vocabulary file not found: {path} (expected {VOCAB_LAYOUT})")
@@ -75,12 +91,22 @@ class Vocabulary:
         if gap is not None:
             raise HarnessError(f"{path}: idx2word has no word for index {gap} ('idx' is {size}); "
                                f"expected {VOCAB_LAYOUT}")
+        recorded = Tokenizer.from_spec(data["tokenizer"], f"{path}: 'tokenizer'") if "tokenizer" in data else None
+        if recorded is not None and tokenizer is not None and recorded != tokenizer:
+            raise HarnessError(f"{path}: built with tokenizer {recorded.spec()}, but this dataset tokenises with "
+                               f"{tokenizer.spec()}; delete the file to build it again")
+        tokenized = data.get("tokenized_captions") or {}
+        if not isinstance(tokenized, dict):
+            raise HarnessError(f"{path}: 'tokenized_captions' must map captions to their space-joined tokens")
         try:
-            vocab = cls([idx2word[str(i)] for i in range(size)])
+            vocab = cls([idx2word[str(i)] for i in range(size)], recorded or tokenizer, tokenized)
         except HarnessError as exc:
             raise HarnessError(f"{path}: {exc}") from None
         if data["word2idx"] != vocab.word2idx:
             raise HarnessError(f"{path}: word2idx and idx2word disagree")
+        if vocab.tokenizer is None:
+            raise HarnessError(f"{path}: records no tokenizer (a vocabulary from elsewhere or from an older "
+                               f"harness); delete it to build it again, or configure it as datasets.<name>.vocab")
         return vocab
 
     def check_built_from(self, train_captions: Iterable[str], other_captions: Iterable[str], where: str) -> None:
@@ -88,8 +114,8 @@ class Vocabulary:
         dev/test captions contain (the leak of the public VSE++ code)."""
         train_captions = list(train_captions)
         self.check_covers(train_captions, where)
-        train_words = {tok for cap in train_captions for tok in tokenize(cap)}
-        leaked = sorted({tok for cap in other_captions for tok in tokenize(cap)
+        train_words = {tok for cap in train_captions for tok in self.tokens(cap)}
+        leaked = sorted({tok for cap in other_captions for tok in self.tokens(cap)
                          if tok in self.word2idx and tok not in train_words})
         if leaked:
             raise HarnessError(
@@ -100,7 +126,7 @@ class Vocabulary:
         """Fail when a vocabulary plainly does not belong to these captions (wrong dataset)."""
         total = unknown = 0
         for cap in captions:
-            for tok in tokenize(cap):
+            for tok in self.tokens(cap):
                 total += 1
                 unknown += tok not in self.word2idx
         if total and unknown / total > max_unk_rate:

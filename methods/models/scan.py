@@ -38,14 +38,22 @@ def similarity_text(sim: dict) -> str:
     return f"{sim['direction'][0]}-{sim['direction'][-1]} {sim['aggregation'].upper()} (λ1 {sim['lambda_softmax']:g}{lse})"
 
 
+# model: the encodings' dtype; float64: kuanghuei/SCAN's evaluation precision (score_matrix)
+EVALUATION_DTYPES = ("model", "float64")
+
+
 @MODELS.register("scan")
 class SCAN(CrossAttentionModel):
     image_input = "regions"
 
     def __init__(self, region_dim: int, n_regions: int, embed_dim: int, text: GRUTextEncoder, direction: str = "t2i",
-                 aggregation: str = "avg", lambda_softmax: float = 9.0, lambda_lse: float | None = None):
+                 aggregation: str = "avg", lambda_softmax: float = 9.0, lambda_lse: float | None = None,
+                 evaluation_dtype: str = "model"):
         super().__init__()
         check_similarity(direction, aggregation, lambda_softmax, lambda_lse)
+        if evaluation_dtype not in EVALUATION_DTYPES:
+            raise ValueError(f"evaluation_dtype must be one of {EVALUATION_DTYPES}, not {evaluation_dtype!r}")
+        self.evaluation_dtype = evaluation_dtype
         self.n_regions = n_regions   # sizes the scoring blocks
         self.fc = xavier_linear(region_dim, embed_dim)
         self.text = text
@@ -58,7 +66,7 @@ class SCAN(CrossAttentionModel):
         text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
         sim = cfg["similarity"]
         return cls(ctx.image("dim", "scan"), ctx.image("regions", "scan"), cfg["embed_dim"], text, sim["direction"], sim["aggregation"],
-                   sim["lambda_softmax"], sim.get("lambda_lse"))
+                   sim["lambda_softmax"], sim.get("lambda_lse"), cfg["evaluation_dtype"])
 
     @classmethod
     def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
@@ -78,6 +86,15 @@ class SCAN(CrossAttentionModel):
     def score(self, img: RegionFeatures, cap: WordFeatures) -> torch.Tensor:
         return scan_scores(img.regions, cap.words, cap.mask, self.direction, self.aggregation,
                            self.lambda_softmax, self.lambda_lse)
+
+    def score_matrix(self, img: RegionFeatures, txt: WordFeatures, amp: bool = False) -> torch.Tensor:
+        """A split's scores; ``evaluation_dtype: float64`` scores the float32 encodings in float64, as
+        kuanghuei/SCAN's evaluation does (it copies them into float64 numpy arrays, then runs its
+        parameter-free attention on them). Training batches score in the model's dtype."""
+        if self.evaluation_dtype == "float64":
+            img = RegionFeatures(img.regions.double(), img.glob.double())
+            txt = WordFeatures(txt.words.double(), txt.lengths, txt.glob.double())
+        return super().score_matrix(img, txt, amp)
 
     def pair_elements(self, length: int) -> int:
         return scan_pair_elements(self.n_regions, length)

@@ -13,8 +13,11 @@ Embeddings"), as kdwonn/DivE's model_spm.py computes them, and the PIE-Net set m
   the same projection and pooling on grid cells as on regions.
 
 Image, either input: local = dropout(fc(x) + MLP(fc(x))) (fc: input dim -> D, MLP: D -> D/2,
-BatchNorm, ReLU -> D; DivE's ``--gpo_1x1``); global = max over the valid inputs of the local
-features (``--img_res_pool max --img_res_first_fc``).
+BatchNorm, ReLU -> D; DivE's ``--gpo_1x1``); global = max over the valid inputs of the same
+projection run a second time (``--img_res_pool max --img_res_first_fc``: DivE's residual_connection
+calls it again; ``image_projection.global_pass``), with nn.Linear's default init
+(``image_projection.init``). Regions of a training batch are padded to the longest kept image of
+the batch (``region_padding``), as DivE's collate function pads.
 Text: word embeddings (GloVe, fine-tuned) -> dropout -> bi-GRU of D units, directions averaged;
 global = the final hidden state (dropout); the set module reads the *word embeddings*, with a
 sine positional encoding on its keys.
@@ -45,23 +48,35 @@ from methods.models.set_similarity import set_score_matrix, set_similarity
 from methods.models.text import GRUTextEncoder
 
 SET_MODULES = ("slot", "pie")
+PROJECTION_INITS = ("pytorch", "xavier")
+# separate: DivE's EncoderImage runs fc + MLP (and its dropout) again on the local inputs for the
+# max-pooled global feature (residual_connection), so in training BatchNorm's running statistics
+# move twice a step and the global feature has its own dropout draw; shared: pool the local features
+GLOBAL_PASSES = ("separate", "shared")
+REGION_PADDINGS = ("batch_longest", "all")
 BLOCK_ELEMENTS = {"cuda": 2 ** 28, "cpu": 2 ** 23}   # element cosines per scoring block
 
 
 class RegionMLP(nn.Module):
-    """fc(x) + MLP(fc(x)), DivE's ``--gpo_1x1`` (VSE-infinity's two-layer MLP with a residual)."""
+    """fc(x) + MLP(fc(x)), DivE's ``--gpo_1x1`` (VSE-infinity's two-layer MLP with a residual).
+    ``init``: ``pytorch`` keeps nn.Linear's default initialisation, as DivE's released script does
+    (EncoderImage.init_weights runs only with ``--spm_xavier_init``, which it does not pass);
+    ``xavier``: that init_weights (Xavier uniform fc, Xavier normal MLP, zero biases)."""
 
-    def __init__(self, in_dim: int, dim: int):
+    def __init__(self, in_dim: int, dim: int, init: str = "xavier"):
         super().__init__()
+        if init not in PROJECTION_INITS:
+            raise ValueError(f"image projection init must be one of {PROJECTION_INITS}, not {init!r}")
         self.fc = nn.Linear(in_dim, dim)
-        nn.init.xavier_uniform_(self.fc.weight)
-        nn.init.zeros_(self.fc.bias)
         self.mlp_in = nn.Linear(dim, dim // 2)
         self.bn = nn.BatchNorm1d(dim // 2)
         self.mlp_out = nn.Linear(dim // 2, dim)
-        for layer in (self.mlp_in, self.mlp_out):   # model_spm.py init_weights: Xavier normal, zero bias
-            nn.init.xavier_normal_(layer.weight)
-            nn.init.zeros_(layer.bias)
+        if init == "xavier":
+            nn.init.xavier_uniform_(self.fc.weight)
+            nn.init.zeros_(self.fc.bias)
+            for layer in (self.mlp_in, self.mlp_out):
+                nn.init.xavier_normal_(layer.weight)
+                nn.init.zeros_(layer.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         base = self.fc(x)
@@ -71,10 +86,14 @@ class RegionMLP(nn.Module):
         return base + self.mlp_out(torch.relu(hidden))
 
 
-def drop_regions(regions: torch.Tensor, p: float, generator: torch.Generator | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+def drop_regions(regions: torch.Tensor, p: float, generator: torch.Generator | None = None,
+                 padding: str = "all") -> tuple[torch.Tensor, torch.Tensor]:
     """Remove each region with probability ``p`` (kept when a uniform draw exceeds p), kept regions
-    first and zeros after: (regions, lengths). An image left with none keeps all of its regions."""
+    first and zeros after: (regions, lengths). An image left with none keeps all of its regions.
+    ``padding``: ``batch_longest`` pads to the most regions any image of the batch kept, as DivE's
+    collate_fn_butd (data.py) pads; ``all`` keeps every image at its full region count."""
+    if padding not in REGION_PADDINGS:
+        raise ValueError(f"region padding must be one of {REGION_PADDINGS}, not {padding!r}")
     b, n, _ = regions.shape
     keep = torch.rand(b, n, generator=generator).to(regions.device) > p
     keep[keep.sum(dim=1) == 0] = True
@@ -82,7 +101,8 @@ def drop_regions(regions: torch.Tensor, p: float, generator: torch.Generator | N
     kept = regions.gather(1, order[..., None].expand_as(regions))
     lengths = keep.sum(dim=1)
     valid = torch.arange(n, device=regions.device)[None, :] < lengths[:, None]
-    return kept * valid[..., None], lengths
+    kept = kept * valid[..., None]
+    return (kept[:, :int(lengths.max())] if padding == "batch_longest" else kept), lengths
 
 
 def circular_variance(sets: torch.Tensor) -> torch.Tensor:
@@ -96,8 +116,14 @@ class SetEmbeddingModel(EmbeddingModel):
 
     def __init__(self, input_dim: int, embed_dim: int, set_size: int, text: GRUTextEncoder, set_module: dict,
                  similarity: dict, dropout: float = 0.0, lr_scale: dict | None = None,
-                 image_positional: str = "none", grid: tuple[int, int] | None = None):
+                 image_positional: str = "none", grid: tuple[int, int] | None = None,
+                 image_projection: dict | None = None):
         super().__init__()
+        projection = image_projection or {"init": "xavier", "global_pass": "shared"}
+        if projection["global_pass"] not in GLOBAL_PASSES:
+            raise ValueError(f"image_projection.global_pass must be one of {GLOBAL_PASSES}, "
+                             f"not {projection['global_pass']!r}")
+        self.global_pass = projection["global_pass"]
         kind = set_module["kind"]
         if kind not in SET_MODULES:
             raise ValueError(f"set_module.kind must be one of {SET_MODULES}, not {kind!r}")
@@ -105,7 +131,7 @@ class SetEmbeddingModel(EmbeddingModel):
             raise ValueError(f"the text GRU's hidden_dim ({text.gru.hidden_size}) must equal embed_dim "
                              f"({embed_dim}): its final state is the global text feature")
         self.embed_dim, self.set_size = embed_dim, set_size
-        self.region = RegionMLP(input_dim, embed_dim)
+        self.region = RegionMLP(input_dim, embed_dim, projection["init"])
         self.local_dropout = nn.Dropout(dropout)     # --img_1x1_dropout
         self.text = text
         self.global_dropout = nn.Dropout(dropout)    # EncoderText's dropout on the GRU outputs
@@ -166,8 +192,11 @@ class SetEmbeddingModel(EmbeddingModel):
     def encode_image_sets(self, batch: dict) -> dict[str, torch.Tensor]:
         inputs, lengths = self.image_locals(batch)
         local = self.local_dropout(self.region(inputs))
+        # in eval mode a second pass gives the same values (running statistics, no dropout): skipped
+        pooled = (self.local_dropout(self.region(inputs)) if self.training and self.global_pass == "separate"
+                  else local)
         valid = torch.arange(local.shape[1], device=local.device)[None, :] < lengths[:, None]
-        glob = local.masked_fill(~valid[..., None], -torch.finfo(local.dtype).max).amax(dim=1)
+        glob = pooled.masked_fill(~valid[..., None], -torch.finfo(local.dtype).max).amax(dim=1)
         elements, residuals, attn = self.image_set(local, glob, lengths)
         return {"sets": l2norm(elements, eps=PLAIN_L2NORM_EPS), "residuals": residuals, "attention": attn}
 
@@ -217,15 +246,19 @@ class SetEmbedding(SetEmbeddingModel):
 
     def __init__(self, region_dim: int, embed_dim: int, set_size: int, text: GRUTextEncoder, set_module: dict,
                  similarity: dict, dropout: float = 0.0, region_drop: float = 0.0,
-                 lr_scale: dict | None = None):
-        super().__init__(region_dim, embed_dim, set_size, text, set_module, similarity, dropout, lr_scale)
-        self.region_drop = region_drop
+                 lr_scale: dict | None = None, image_projection: dict | None = None, region_padding: str = "all"):
+        super().__init__(region_dim, embed_dim, set_size, text, set_module, similarity, dropout, lr_scale,
+                         image_projection=image_projection)
+        if region_padding not in REGION_PADDINGS:
+            raise ValueError(f"region_padding must be one of {REGION_PADDINGS}, not {region_padding!r}")
+        self.region_drop, self.region_padding = region_drop, region_padding
 
     @classmethod
     def from_config(cls, cfg: dict, ctx: BuildContext) -> "SetEmbedding":
         text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
         return cls(ctx.image("dim", "set_embedding"), cfg["embed_dim"], cfg["set_size"], text, cfg["set_module"],
-                   cfg["similarity"], cfg["dropout"], cfg["region_drop"], cfg.get("lr_scale"))
+                   cfg["similarity"], cfg["dropout"], cfg["region_drop"], cfg.get("lr_scale"), cfg["image_projection"],
+                   cfg["region_padding"])
 
     @classmethod
     def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
@@ -234,7 +267,7 @@ class SetEmbedding(SetEmbeddingModel):
     def image_locals(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         regions = batch["features"].to(self.region.fc.weight.dtype)
         if self.training and self.region_drop > 0:
-            return drop_regions(regions, self.region_drop)
+            return drop_regions(regions, self.region_drop, padding=self.region_padding)
         return regions, torch.full((regions.shape[0],), regions.shape[1], device=regions.device)
 
 
@@ -246,13 +279,14 @@ class SetEmbeddingGrid(GridBackbone, SetEmbeddingModel):
 
     def __init__(self, backbone: ResNetBackbone | str, scale_shapes: dict[str, list[int]], scale: str,
                  backbone_bn: str, embed_dim: int, set_size: int, text: GRUTextEncoder, set_module: dict,
-                 similarity: dict, dropout: float = 0.0, lr_scale: dict | None = None):
+                 similarity: dict, dropout: float = 0.0, lr_scale: dict | None = None,
+                 image_projection: dict | None = None):
         if scale not in scale_shapes:
             raise ValueError(f"the grid input has no {scale} maps (it has {sorted(scale_shapes)})")
         height, width, channels = scale_shapes[scale]
         super().__init__(channels, embed_dim, set_size, text, set_module, similarity, dropout, lr_scale,
                          "sine_2d" if set_module["kind"] == "slot" else "none",
-                         (height, width) if set_module["kind"] == "slot" else None)
+                         (height, width) if set_module["kind"] == "slot" else None, image_projection)
         self.init_backbone(backbone, backbone_bn, [scale], scale_shapes)
 
     @classmethod
@@ -261,7 +295,7 @@ class SetEmbeddingGrid(GridBackbone, SetEmbeddingModel):
         (scale,) = cfg["grid_scales"]
         return cls(cls.backbone_from_config(cfg, ctx), ctx.image("scales", "set_embedding_grid"), scale, cfg["backbone_bn"],
                    cfg["embed_dim"], cfg["set_size"], text, cfg["set_module"], cfg["similarity"], cfg["dropout"],
-                   cfg.get("lr_scale"))
+                   cfg.get("lr_scale"), cfg["image_projection"])
 
     @classmethod
     def describe(cls, cfg: dict, ctx: DescribeContext) -> str:

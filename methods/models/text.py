@@ -12,15 +12,21 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from methods.models.layers import PLAIN_L2NORM_EPS, l2norm
 
 
+EMBED_INITS = ("uniform", "normal")
+
+
 class GRUTextEncoder(nn.Module):
     def __init__(self, vocab_size: int, word_dim: int, hidden_dim: int, num_layers: int = 1,
                  bidirectional: bool = False, word_vectors: torch.Tensor | None = None,
-                 embed_dropout: float = 0.0, l2norm_eps: float = PLAIN_L2NORM_EPS):
+                 embed_dropout: float = 0.0, l2norm_eps: float = PLAIN_L2NORM_EPS, embed_init: str = "uniform"):
         super().__init__()
+        if embed_init not in EMBED_INITS:
+            raise ValueError(f"embed_init must be one of {EMBED_INITS}, not {embed_init!r}")
         self.l2norm_eps = l2norm_eps  # the source model's (methods.models.layers)
-        self.embed = nn.Embedding(vocab_size, word_dim)
-        nn.init.uniform_(self.embed.weight, -0.1, 0.1)
-        if word_vectors is not None:  # GloVe rows for known words; others keep the uniform init
+        self.embed = nn.Embedding(vocab_size, word_dim)   # N(0, 1): nn.Embedding's own init, kept by DivE
+        if embed_init == "uniform":   # SCAN, VSE++, SGRAF init_weights
+            nn.init.uniform_(self.embed.weight, -0.1, 0.1)
+        if word_vectors is not None:  # GloVe rows for known words; others keep the init
             known = word_vectors.abs().sum(dim=1) > 0
             with torch.no_grad():
                 self.embed.weight[known] = word_vectors[known]
@@ -33,7 +39,8 @@ class GRUTextEncoder(nn.Module):
                     l2norm_eps: float = PLAIN_L2NORM_EPS) -> "GRUTextEncoder":
         """From a ``text`` block of a model config (word vectors are used only with ``word_init: glove``)."""
         return cls(vocab_size, cfg["word_dim"], cfg["hidden_dim"], cfg["num_layers"], cfg["bidirectional"],
-                   word_vectors if cfg["word_init"] == "glove" else None, cfg.get("embed_dropout", 0.0), l2norm_eps)
+                   word_vectors if cfg["word_init"] == "glove" else None, cfg.get("embed_dropout", 0.0), l2norm_eps,
+                   cfg.get("embed_init", "uniform"))
 
     def _packed(self, tokens: torch.Tensor, lengths: torch.Tensor):
         return pack_padded_sequence(self.dropout(self.embed(tokens)), lengths.cpu(), batch_first=True,

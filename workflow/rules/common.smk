@@ -10,7 +10,8 @@ from snakemake.logging import logger as snakemake_logger
 from methods.config import validate
 from methods.data.checks import check_backbone_weights, check_dataset_inputs, check_word_vectors
 from methods.data.multilabel import check_model_labels, check_source as check_multilabel_source
-from methods.data.datasets import dataset_paths, dataset_payload, features_dir as backbone_features_dir
+from methods.data.datasets import dataset_paths, dataset_payload, dataset_tokenizer, features_dir as backbone_features_dir
+from methods.data.tokenizers import PUNKT_FILES
 from methods.errors import HarnessError
 from methods.features.backbone import check_weights_fit
 from methods.numerics import shell_prefix
@@ -185,6 +186,13 @@ def data_inputs_of(dataset):
     paths = dataset_paths(HARNESS, dataset)
     images = {"images": str(paths["images_dir"])} if paths["images_dir"] else {}  # multilabel: none
     return {"karpathy": str(paths["karpathy_json"]), **images}
+
+
+def tokenizer_inputs(w):
+    """The Punkt model files of a dataset tokenised with nltk (checked here, at DAG-build time):
+    the vocabulary, which holds the dataset's tokenised captions, is built again when they change."""
+    tokenizer = dataset_tokenizer(HARNESS, w.dataset)
+    return [str(tokenizer.punkt / f) for f in PUNKT_FILES] if tokenizer.punkt else []
 
 
 def data_inputs(w):

@@ -44,11 +44,13 @@ rule generate_synthetic:
 
 
 rule vocab:
-    """Vocabulary from the training captions only (or the configured one, checked against them)."""
+    """Vocabulary from the training captions only (or the configured one, checked against them),
+    with every split's captions tokenised by the dataset's tokenizer."""
     input:
         unpack(data_inputs),
         cfg=dataset_json,
         configured=lambda w: [str(p)] if (p := dataset_paths(HARNESS, w.dataset)["vocab"]) else [],
+        punkt=tokenizer_inputs,
     output:
         f"{R}/{{dataset}}/vocab.json",
     threads: res("vocab", "threads")
