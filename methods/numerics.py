@@ -5,8 +5,9 @@ Why a mode: torch picks its CPU kernels per host. ATen's vectorised kernels (Sle
 reductions) follow the CPU's instruction set (AVX2 or AVX-512); MKL's BLAS runs a per-vendor,
 per-ISA code path (on AMD MKL ignores ``MKL_CBWR=AVX2`` and dispatches as it likes: only its
 ``COMPATIBLE`` branch is the same code on Intel and AMD); oneDNN's convolutions JIT-compile per ISA
-and size their blocks by the host's caches; numpy and OpenBLAS dispatch per ISA too. Results then
-differ in the last bit between hosts, and training amplifies that into different tables.
+and pick their blocking from the host's cache sizes; numpy and OpenBLAS dispatch per ISA too.
+Results then differ in the last bit between hosts, and training amplifies that into different
+tables.
 
 Portable mode fixes each choice *before* torch or numpy is imported, so it lives in the process
 environment (``portable_environment``): the Snakemake rules prefix every job of a portable dataset
@@ -15,12 +16,13 @@ with it (``shell_prefix``), and a job started without it re-executes itself with
 deterministic algorithms and fixes the thread count, so that reductions split the same way whatever
 ``--cores`` Snakemake was given.
 
-oneDNN stays on, pinned to its AVX2 kernels: turning it off (ATen's im2col convolutions over the
-pinned MKL GEMM) would be portable beyond doubt, but measured 8x slower on the backbone
-pre-training (ResNet-18, batch 64 at 64 px: 24 s a step instead of 3 s), past the default job's
-budget. The remaining risk: oneDNN may size its blocks by the host's cache sizes, which could
-change the summation order of a convolution on a host with other caches; the golden test
-(tests/test_golden.py) is the check that catches it.
+oneDNN is off in portable mode (``torch.backends.mkldnn.enabled = False``): convolutions run
+ATen's im2col over the pinned MKL GEMM. With oneDNN pinned to its AVX2 kernels instead, the golden
+test (tests/test_golden.py) caught it: an AMD EPYC host and an Intel Xeon host of this project's VM
+gave other bits from the backbone pre-training on (2026-11-26; oneDNN's AVX2 convolutions there
+were brgconv_strided, jit and jit_1x1 kernels, whose blocking reads the cache sizes). The price:
+a ResNet-18 training step (batch 64 at 64 px, 2 threads) 4x slower (11 s instead of 2.6 s on the
+Intel host), inference at 224 px 1.2x.
 
 This module does not import torch or numpy: it must run before them.
 """
@@ -126,6 +128,7 @@ def apply_torch_settings(torch, environ: Mapping[str, str] = os.environ) -> dict
                                f"use numerics: native for this dataset on this host")
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.benchmark = False
+        torch.backends.mkldnn.enabled = False   # oneDNN's blocking follows the host's caches (module doc)
         torch.set_num_threads(int(environ[ENV_THREADS]))
     return describe(torch, environ)
 

@@ -58,7 +58,8 @@ def test_every_paper_states_claims_checked_on_the_built_in_data(plan):
     assert by_id["sgraf_beats_sgr"].protocols == ["coco_1k_5fold", "coco_5k"]
     assert "reasoning_beats_none" not in by_id   # Table 3 is a Flickr30K table
     label = {c.id: c for c in plan.claims[("label_wise", "cocolabelwise")]}
-    assert label["consistency_lowers_retrieval"].protocols == ["labelwise_coco_1k_5fold", "labelwise_coco_5k"]
+    assert label["consistency_lowers_retrieval"].protocols == ["labelwise_coco_1k_5fold", "labelwise_coco_5k",
+                                                               "labelwise_coco_1k_5fold_code", "labelwise_coco_5k_code"]
     # a claim may compare with another paper file's row of a merged table (SCAN vs VSE++ in table1)
     scan = plan.claims[("scan", "flickr")][0]
     assert scan.comparison.right == ("vsepp_resnet152_ft",) and plan.row("table1", "flickr", "vsepp_resnet152_ft").paper == "vsepp"

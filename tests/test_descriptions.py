@@ -116,15 +116,15 @@ CASES = {  # model kind -> [(run config, dataset config block, expected descript
     ],
     "label_wise": [
         (run({"kind": "label_wise", "embed_dim": 1024, "n_classes": 24, "shared_transformer": True,
-              "transformer": {"layers": 6, "heads": 8, "ff_dim": 2048},
+              "transformer": {"layers": 6, "heads": 8, "ff_dim": 2048}, "retrieval_score": "cosine",
               "text": text(300, 1024, bidirectional=True)}, [(45, False)], batch_size=64), REAL,
          "36×2048 precomputed regions, D 1024, shared 6-layer transformer (8 heads, FF 2048), 24 labels, "
-         "bi-GRU 1024, word 300; 45 epochs, batch 64"),
+         "bi-GRU 1024, word 300, cosine scores; 45 epochs, batch 64"),
         (run({"kind": "label_wise", "embed_dim": 64, "n_classes": 14, "shared_transformer": False,
-              "transformer": {"layers": 2, "heads": 4, "ff_dim": 128},
+              "transformer": {"layers": 2, "heads": 4, "ff_dim": 128}, "retrieval_score": "dot",
               "text": text(32, 64, bidirectional=True)}, [(4, False)], batch_size=64), TOY,
          "12×256 RoIAlign regions of ResNet-18 (toy pre-trained) conv4, D 64, per-modality 2-layer transformer "
-         "(4 heads, FF 128), 14 labels, bi-GRU 64, word 32; 4 epochs, batch 64"),
+         "(4 heads, FF 128), 14 labels, bi-GRU 64, word 32, dot-product scores; 4 epochs, batch 64"),
     ],
 }
 

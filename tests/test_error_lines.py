@@ -28,7 +28,7 @@ from methods.io import read_json, torch_save, write_json, write_text
 from methods.models.checkpoint import load_trained_model, read_model_file, save_trained_model
 from methods.report.figure import scatter
 from methods.report.table import to_csv
-from tests.conftest import REPO, copy_workflow, snakemake
+from tests.conftest import REPO, copy_workflow, planted_punkt, snakemake
 
 CONFIG = REPO_ROOT / "config" / "config.yaml"
 
@@ -305,7 +305,8 @@ def case_sentence_without_raw(tmp_path):
     karpathy = tmp_path / "dataset_flickr30k.json"
     write_json(karpathy, {"images": images})
     (tmp_path / "images").mkdir()
-    cfg = {"datasets": {"flickr": {"karpathy_json": str(karpathy), "images_dir": str(tmp_path / "images")}}}
+    cfg = {"datasets": {"flickr": {"karpathy_json": str(karpathy), "images_dir": str(tmp_path / "images"),
+                                   "nltk_data": str(planted_punkt(tmp_path / "nltk_data"))}}}
     return cfg, (f"error: {karpathy}: images[2] (im2.jpg): sentences[4] has no 'raw' caption string; "
                  f"expected a JSON object with 'images': [{{'filename', 'split' (train|restval|val|test), "
                  f"'sentences': [{{'raw': ...}}, ...] (texts_per_image per image, e.g. 5 captions), "

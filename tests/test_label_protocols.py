@@ -2,6 +2,7 @@
 micro-F1 through a protocol's folds against scikit-learn, micro-F1 cells shown to three decimals,
 a synthetic stand-in showing several protocols' reported numbers, and the figures' data."""
 import csv
+import dataclasses
 import json
 
 import numpy as np
@@ -16,6 +17,7 @@ from methods.metrics.protocols import (Protocol, evaluate_protocol, get_protocol
                                       split_labels)
 from methods.metrics.label_prediction import LABEL_PREDICTION_METRICS
 from methods.metrics.label_ranking import LABEL_RANKING_METRICS
+from methods.metrics.relevance import SharedLabels
 from methods.plan import Plan, data_kind, stand_in_protocols
 from methods.report import aggregate, table
 from methods.report.label_figures import ndcg_against_weight, training_curves
@@ -31,7 +33,7 @@ def labelled_payload(tmp_path, labels, texts_per_image):
 
 def test_split_labels_give_each_text_its_images_labels(tmp_path):
     labels = [[1, 0, 1], [0, 0, 0], [0, 1, 0]]
-    shared = split_labels(labelled_payload(tmp_path, labels, 2), "test", "labelwise_test")
+    shared = split_labels(labelled_payload(tmp_path, labels, 2), "test", get_protocol("labelwise_coco_5k"))
     np.testing.assert_array_equal(shared.image_labels, labels)
     np.testing.assert_array_equal(shared.text_labels, [labels[0], labels[0], labels[1], labels[1], labels[2], labels[2]])
     # a text shares as many labels with an image as its own image does
@@ -47,8 +49,8 @@ def test_identical_tag_sets_are_ranked_once_with_their_first_images_labels(tmp_p
     write_json(tmp_path / "d.json", {"images": images})
     payload = {"name": "d", "paths": {"karpathy_json": str(tmp_path / "d.json")},
                "dataset": {"splits": {"test": ["test"]}, "texts_per_image": 1}}
-    unique = split_labels(payload, "test", "labelwise_test", unique_texts=True)
-    assert unique.text_columns.tolist() == [0, 1, 4]
+    unique = split_labels(payload, "test", get_protocol("labelwise_test"))
+    assert unique.text_columns.tolist() == [0, 1, 4] and unique.image_texts.ravel().tolist() == [0, 1, 0, 0, 2]
     np.testing.assert_array_equal(unique.text_labels, [labels[0], labels[1], labels[4]])
     scores = np.random.default_rng(0).normal(size=(5, 5))
     got = evaluate_protocol(scores, get_protocol("labelwise_test"), unique)["metrics"]
@@ -59,19 +61,113 @@ def test_identical_tag_sets_are_ranked_once_with_their_first_images_labels(tmp_p
         assert got[f"{direction}_ndcg500"] == pytest.approx(want, rel=1e-12)
 
 
+# -- the label-wise code's evaluation (njustkmg/IJCAI21... utils/evaluation.py), transcribed per query --
+
+def code_ndcg(scores, relmatrix, offsets=None, threshold=500):
+    """i2t_one / i2t / t2i's NDCG loop for each query row, with np.argsort(d, kind='stable')[::-1]
+    (``offsets``: t2i's caption index i in log2(5 t + i + 2); None: log2(t + 2))."""
+    out = []
+    for q, d in enumerate(scores):
+        inds = np.argsort(d, kind="stable")[::-1]
+        rel, ideal = relmatrix[q][inds[:threshold]], np.sort(relmatrix[q])[::-1][:threshold]
+        dcg = idcg = 0.0
+        for t in range(min(threshold, len(d))):
+            disc = np.log2(t + 2) if offsets is None else np.log2(5 * t + offsets[q] + 2)
+            dcg += rel[t] / disc
+            idcg += ideal[t] / disc
+        out.append(dcg / idcg if dcg > 0 else 0.0)
+    return 100 * np.mean(out)
+
+
+def code_own_recall(scores, own, k):
+    """R@K as the code's loops: the best rank of any of the query's own items (``own``: per query the set)."""
+    ranks = [min(int(np.where(np.argsort(d, kind="stable")[::-1] == j)[0][0]) for j in own[q])
+             for q, d in enumerate(scores)]
+    return 100 * np.mean(np.array(ranks) < k)
+
+
+def tied_tag_payload(tmp_path):
+    rng = np.random.default_rng(3)
+    texts = [str(t) for t in rng.integers(0, 6, 24)]          # 24 images, 6 tag sets, repeated
+    labels = (rng.random((24, 4)) < 0.4).astype(int).tolist()
+    images = [{"filename": f"im{i}.jpg", "split": "test", "labels": row, "sentences": [{"raw": f"tag{t}"}]}
+              for i, (t, row) in enumerate(zip(texts, labels))]
+    write_json(tmp_path / "d.json", {"images": images})
+    return ({"name": "d", "paths": {"karpathy_json": str(tmp_path / "d.json")},
+             "dataset": {"splits": {"test": ["test"]}, "texts_per_image": 1}}, texts, np.array(labels))
+
+
+def test_tag_protocol_equals_the_code_on_tied_scores(tmp_path):
+    """NDCG@500 and R@K of labelwise_test against a per-query transcription of i2t_one: unique tag
+    sets, the image's own tag set for R@K, every image with that tag set for text queries, equal
+    scores ordered as np.argsort(kind='stable')[::-1]."""
+    payload, texts, labels = tied_tag_payload(tmp_path)
+    unique = split_labels(payload, "test", get_protocol("labelwise_test"))
+    scores = np.round(np.random.default_rng(4).random((24, 24)), 1)   # many exact ties
+    got = evaluate_protocol(scores, get_protocol("labelwise_test"), unique)["metrics"]
+    columns = unique.text_columns
+    kept, unique_texts = scores[:, columns], [texts[c] for c in columns]
+    relmatrix = labels @ labels[columns].T
+    assert got["i2t_ndcg500"] == pytest.approx(code_ndcg(kept, relmatrix), rel=1e-12)
+    assert got["t2i_ndcg500"] == pytest.approx(code_ndcg(kept.T, relmatrix.T), rel=1e-12)
+    own_text = [[unique_texts.index(t)] for t in texts]
+    own_images = [[i for i, t in enumerate(texts) if t == u] for u in unique_texts]
+    for k in (1, 5, 10):
+        assert got[f"i2t_own_r{k}"] == pytest.approx(code_own_recall(kept, own_text, k))
+        assert got[f"t2i_own_r{k}"] == pytest.approx(code_own_recall(kept.T, own_images, k))
+    # the harness's own rule (ties against the model) differs on these ties
+    protocol = Protocol("against", "test", 1, None, "", relevance="shared_labels", metrics=LABEL_RANKING_METRICS,
+                        unique_texts=True)
+    with pytest.raises(HarnessError, match="tie order against_model"):
+        evaluate_protocol(scores, protocol, unique)
+    against = evaluate_protocol(scores, protocol, dataclasses.replace(unique, tie_order="against_model"))["metrics"]
+    assert against["i2t_ndcg500"] < got["i2t_ndcg500"] and against["t2i_ndcg500"] < got["t2i_ndcg500"]
+
+
+def test_coco_protocols_equal_the_code_and_its_t2i_discount(tmp_path):
+    """labelwise_coco_*: NDCG as i2t / t2i of the code; the *_code protocol's text queries with the
+    discount log2(5 t + i + 2); R@K (own) equals the caption protocols' R@K on untied scores."""
+    rng = np.random.default_rng(5)
+    n, fold_size = 200, 40   # the COCO protocols' conventions on 5 folds of 40 images (not 1,000)
+    labels = (rng.random((n, 6)) < 0.3).astype(int)
+    scores = rng.random((n, 5 * n))
+
+    def small(name):
+        return dataclasses.replace(get_protocol(name), n_images=None)
+
+    shared = SharedLabels(labels, np.repeat(labels, 5, axis=0), tie_order="argsort_reversed")
+    code = SharedLabels(labels, np.repeat(labels, 5, axis=0), tie_order="argsort_reversed",
+                        ndcg_discount="coco_t2i_code")
+    plain = evaluate_protocol(scores, small("labelwise_coco_1k_5fold"), shared)
+    coded = evaluate_protocol(scores, small("labelwise_coco_1k_5fold_code"), code)
+    for f in range(5):
+        rows, cols = slice(f * fold_size, (f + 1) * fold_size), slice(5 * f * fold_size, 5 * (f + 1) * fold_size)
+        s, rel = scores[rows, cols], labels[rows] @ np.repeat(labels[rows], 5, axis=0).T
+        assert plain["folds"][f]["i2t_ndcg500"] == pytest.approx(code_ndcg(s, rel), rel=1e-12)
+        assert plain["folds"][f]["t2i_ndcg500"] == pytest.approx(code_ndcg(s.T, rel.T), rel=1e-12)
+        assert coded["folds"][f]["i2t_ndcg500"] == plain["folds"][f]["i2t_ndcg500"]
+        assert coded["folds"][f]["t2i_ndcg500"] == pytest.approx(
+            code_ndcg(s.T, rel.T, offsets=np.arange(5 * fold_size) % 5), rel=1e-12)
+    assert coded["metrics"]["t2i_ndcg500"] != pytest.approx(plain["metrics"]["t2i_ndcg500"])
+    captions = evaluate_protocol(scores, small("coco_1k_5fold"))["metrics"]
+    for d in ("i2t", "t2i"):
+        for k in (1, 5, 10):
+            assert plain["metrics"][f"{d}_own_r{k}"] == pytest.approx(captions[f"{d}_r{k}"], rel=1e-12)
+
+
 def test_split_labels_of_a_split_without_labels_is_one_line(tmp_path):
     payload = labelled_payload(tmp_path, [[1, 0]], 1)
     data = json.loads((tmp_path / "d.json").read_text())
     del data["images"][0]["labels"]
     write_json(tmp_path / "d.json", data)
     with pytest.raises(HarnessError, match=r"protocol labelwise_test needs labels.*no 'labels'"):
-        split_labels(payload, "test", "labelwise_test")
+        split_labels(payload, "test", get_protocol("labelwise_test"))
 
 
 def test_micro_f1_of_a_two_fold_protocol_is_the_mean_of_sklearn_per_fold(tmp_path):
     rng = np.random.default_rng(0)
     labels = (rng.random((8, 5)) < 0.4).astype(int).tolist()
-    shared = split_labels(labelled_payload(tmp_path, labels, 3), "test", "label_prediction")
+    shared = split_labels(labelled_payload(tmp_path, labels, 3), "test", get_protocol("label_prediction"))
     image_scores, text_scores = rng.random((8, 5)), rng.random((24, 5))
     relevance = label_prediction_relevance(shared, (image_scores, text_scores))
     protocol = Protocol("two_folds", "test", 2, None, "two folds", relevance="label_predictions",

@@ -91,12 +91,39 @@ def test_transformer_init_is_xavier_per_projection_and_loads_a_state_dict(tmp_pa
         build(transformer={"layers": 3, "heads": 4, "ff_dim": 24, "dropout": 0.0, "init_weights": str(path)})
 
 
+def test_code_layer_norm_divides_by_the_unbiased_std_plus_eps():
+    net = build()
+    ln = net.image_transformer.layers[0].norm1
+    x = torch.tensor([[1.0, 2.0, 3.0, 4.0] * 4], dtype=torch.float64)   # d = 16
+    std = math.sqrt(sum((v - 2.5) ** 2 for v in [1.0, 2.0, 3.0, 4.0] * 4) / 15)
+    torch.testing.assert_close(ln(x), (x - 2.5) / (std + 1e-6), rtol=1e-12, atol=0)
+    # a near-zero token (a padded position's 1e-5 p / 2): the code lifts it to a fraction of a real
+    # token's size where torch's eps inside the square root leaves it near zero
+    tiny = 5e-6 * torch.empty(1, 16, dtype=torch.float64).uniform_(-0.1, 0.1)
+    assert 0.05 < ln(tiny).norm() / math.sqrt(16) < 1.0
+    assert build(layer_norm="torch").image_transformer.layers[0].norm1(tiny).norm() / math.sqrt(16) < 1e-2
+
+
+def test_the_code_layer_norm_runs_in_evaluation_too():
+    """torch's fused inference path of TransformerEncoderLayer would apply its own layer norm."""
+    net = build(dtype=torch.float32).eval()
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        got = net.image_transformer(x)
+        want = net.train().image_transformer(x)   # dropout 0: training mode is the module path
+    torch.testing.assert_close(got, want)
+
+
 # -- per-item reference ------------------------------------------------------------------------
 
 def ref_layer_norm(x, ln):
+    """torch.nn.LayerNorm: / sqrt(biased variance + eps); the code's (transformer.py): / (unbiased std + eps)."""
     mu = x.mean(-1, keepdim=True)
-    var = ((x - mu) ** 2).mean(-1, keepdim=True)
-    return (x - mu) / torch.sqrt(var + ln.eps) * ln.weight + ln.bias
+    squares = ((x - mu) ** 2).sum(-1, keepdim=True)
+    d = x.shape[-1]
+    if isinstance(ln, torch.nn.LayerNorm):
+        return (x - mu) / torch.sqrt(squares / d + ln.eps) * ln.weight + ln.bias
+    return (x - mu) / (torch.sqrt(squares / (d - 1)) + 1e-6) * ln.weight + ln.bias
 
 
 def ref_encoder(x, enc, key_valid):
@@ -140,19 +167,23 @@ def ref_label_vector(hidden, head):
 
 
 def reference_text(net, tokens, length, padded_to, masked, over_padding):
-    """One text alone: its words through the bi-GRU (directions averaged, halved), zeros up to
-    ``padded_to`` (the batch's longest text), the encoder, ReLU, the head, the mean, l2."""
+    """One text alone: its words through the bi-GRU (directions averaged), zeros up to ``padded_to``
+    (the batch's longest text), plus 1e-5 x the position vector at every position (Model.py
+    EncoderText), halved, the encoder, ReLU, the head, the mean, l2 (cosine scores) or not (dot)."""
     words = net.text.embed.weight[tokens[:length]]
     fwd = ref_gru_direction(words, net.text.gru, "")
     bwd = ref_gru_direction(words.flip(0), net.text.gru, "_reverse").flip(0)
     x = torch.zeros(padded_to, fwd.shape[1], dtype=fwd.dtype)
-    x[:length] = (fwd + bwd) / 4
+    x[:length] = (fwd + bwd) / 2
+    if net.text_position is not None:
+        x = x + 1e-5 * net.text_position
+    x = x / 2
     valid = torch.arange(padded_to) < length
     hidden = torch.relu(ref_encoder(x, net.text_transformer, valid if masked else torch.ones_like(valid)))
     vec, prob = ref_label_vector(hidden, net.text_head)
     mean = vec.mean(0) if over_padding else vec[:length].mean(0)
     own = vec[:length].mean(0)   # label scores: the text's own words, relative to the largest
-    return mean / mean.norm(), own / own.max()
+    return mean / mean.norm() if net.retrieval_score == "cosine" else mean, own / own.max()
 
 
 def reference_image(net, regions):
@@ -160,14 +191,16 @@ def reference_image(net, regions):
     hidden = torch.relu(ref_encoder(x, net.image_transformer, torch.ones(len(x), dtype=torch.bool)))
     vec, prob = ref_label_vector(hidden, net.image_head)
     mean = vec.mean(0)
-    return mean / mean.norm(), mean / mean.max()
+    return mean / mean.norm() if net.retrieval_score == "cosine" else mean, mean / mean.max()
 
 
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("over_padding", [True, False])
 @pytest.mark.parametrize("shared", [True, False])
-def test_batched_encoders_equal_a_per_item_float64_forward(masked, over_padding, shared):
-    net = build(text_padding_mask=masked, mean_over_padding=over_padding, shared_transformer=shared)
+@pytest.mark.parametrize("code", [{}, {"layer_norm": "torch", "text_position_term": False, "retrieval_score": "dot"}],
+                         ids=["code", "torch_layer_norm_no_position_dot"])
+def test_batched_encoders_equal_a_per_item_float64_forward(masked, over_padding, shared, code):
+    net = build(text_padding_mask=masked, mean_over_padding=over_padding, shared_transformer=shared, **code)
     net.eval()
     b = batch(masks=False)
     with torch.no_grad():

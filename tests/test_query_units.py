@@ -69,7 +69,8 @@ def test_tag_sets_ranked_once_belong_to_their_first_image():
     rng = np.random.default_rng(4)
     labels = np.array([[1, 0, 1], [0, 1, 0], [1, 1, 0], [0, 0, 1], [1, 0, 0]], dtype=np.uint8)
     columns = np.array([0, 2, 4])
-    relevance = SharedLabels(labels, labels[columns], text_columns=columns, text_owners=columns)
+    relevance = SharedLabels(labels, labels[columns], text_columns=columns, text_owners=columns,
+                             tie_order="argsort_reversed")
     scores = rng.normal(size=(5, 5))
     u = protocol_units(scores, get_protocol("labelwise_test"), relevance, ["t2i_ndcg500", "i2t_map"])
     gains = labels.astype(float) @ labels[columns].T.astype(float)

@@ -112,11 +112,12 @@ def bf_captions(name: str, scores: np.ndarray) -> float:
     return values[name]
 
 
-def bf_shared_labels(name: str, scores: np.ndarray, image_labels: np.ndarray, text_labels: np.ndarray) -> float:
+def bf_shared_labels(name: str, scores: np.ndarray, image_labels: np.ndarray, text_labels: np.ndarray,
+                     owners: np.ndarray) -> float:
     from sklearn.metrics import average_precision_score, ndcg_score  # scikit-learn as the oracle
 
     if METRICS.get(name).components:   # a sum of directions (ndcg500_sum, for model selection)
-        return sum(bf_shared_labels(c, scores, image_labels, text_labels) for c in METRICS.get(name).components)
+        return sum(bf_shared_labels(c, scores, image_labels, text_labels, owners) for c in METRICS.get(name).components)
     gains = image_labels.astype(float) @ text_labels.T.astype(float)
     direction, metric = name.split("_", 1)
     s, rel = (scores, gains) if direction == "i2t" else (scores.T, gains.T)
@@ -130,9 +131,11 @@ def bf_shared_labels(name: str, scores: np.ndarray, image_labels: np.ndarray, te
             n = int(ranked.sum())
             aps.append(sum(ranked[:i + 1].sum() / (i + 1) for i in range(n) if ranked[i]) / n)
         return 100 * float(np.mean(aps))
-    if metric.startswith("label_r"):   # a query counts as a hit when any of its first K shares a label
-        k = int(metric.removeprefix("label_r"))
-        return 100 * float(np.mean([any(r[j] > 0 for j in np.argsort(-q)[:k]) for r, q in zip(rel, s)]))
+    if metric.startswith("own_r"):   # a hit: the query's own item (its text's image, an image's texts) in the first K
+        k = int(metric.removeprefix("own_r"))
+        if direction == "i2t":
+            return 100 * float(np.mean([any(owners[j] == i for j in np.argsort(-q)[:k]) for i, q in enumerate(s)]))
+        return 100 * float(np.mean([owners[t] in np.argsort(-q)[:k] for t, q in enumerate(s)]))
     k = int(metric.removeprefix("ndcg"))
     # every query, those sharing no label with any candidate included (scikit-learn gives them 0)
     return 100 * float(np.mean([ndcg_score(r[None], q[None], k=k) for r, q in zip(rel, s)]))
@@ -159,8 +162,9 @@ def test_metric_against_brute_force(name, seed):
         images[0], texts[:, 5] = False, False      # an image query without labels; a label no text has
         images[1] = [0, 0, 0, 0, 0, 1]             # ... and one whose only label no text shares
         scores = rng.normal(size=(15, 40))  # continuous: no ties, where tie rules differ
-        got = evaluate(torch.from_numpy(scores), SharedLabels(images, texts), [name])[name]
-        want = bf_shared_labels(name, scores, images, texts)
+        owners = rng.integers(0, 15, size=40)       # each text's image (some own none, some several)
+        got = evaluate(torch.from_numpy(scores), SharedLabels(images, texts, text_owners=owners), [name])[name]
+        want = bf_shared_labels(name, scores, images, texts, owners)
     elif metric.relevance == "extended_positives":
         positives = random_positives(rng, 12)
         scores = rng.integers(0, 4, size=(12, 60)).astype(np.float64)  # ties: negatives rank first

@@ -31,7 +31,9 @@ def flickr_vocab(work: Path, extra_words=(), captions=None) -> Path:
 
     if captions is None:
         captions = load_splits(work / "flickr/dataset_flickr30k.json", {"train": ["train"]}, 5)["train"].captions
-    vocab = Vocabulary.build(captions, 1, Tokenizer("nltk_line"))
+    # the flickr block's tokenizer: nltk with the layout's planted Punkt model (tests.conftest.flickr_layout)
+    vocab = Vocabulary.build(captions, 1, Tokenizer.from_dataset({"tokenizer": "nltk"}, work / "flickr/nltk_data",
+                                                                 "datasets.flickr"))
     vocab = Vocabulary(vocab.idx2word + list(extra_words), vocab.tokenizer)
     path = work / "flickr_vocab.json"
     vocab.save(path)

@@ -9,16 +9,27 @@ to an image when they share a label; its gain is the number of labels they share
 - ``{i2t,t2i}_ndcg500``: NDCG@500 with graded relevance (shared-label count) as the gain and
   log2(rank + 1) discount, the label-wise code's metric (njustkmg/IJCAI21... utils/evaluation.py
   i2t_one, threshold 500; on the tag datasets the protocol ranks each distinct tag set once, as that
-  code's ``validate`` does: ``methods.metrics.protocols``). Ideal DCG from the sorted gains. A query that shares no label with any
-  candidate scores 0 and counts in the mean, as in that code (and scikit-learn's ``ndcg_score``).
-- ``{i2t,t2i}_label_r{1,5,10}``: R@K with label relevance: the share of queries with an item
-  that shares a label among their first K (the caption protocols' R@K, with every item sharing a
-  label counted as a match); queries without any relevant item count as misses.
+  code's ``validate`` does: ``methods.metrics.protocols``). Ideal DCG from the sorted gains. A query
+  that shares no label with any candidate scores 0 and counts in the mean, as in that code (and
+  scikit-learn's ``ndcg_score``). The relevance's ``ndcg_discount: coco_t2i_code`` gives text
+  queries the discount of that code's COCO ``t2i``, 1 / log2(5 (rank - 1) + c + 2) with c the
+  caption's index within its image, in the DCG and the ideal DCG alike (i2t keeps log2(rank + 1)).
+- ``{i2t,t2i}_own_r{1,5,10}``: the label-wise code's R@K (``i2t_one`` / ``i2t`` / ``t2i``): the
+  share of queries whose own item is among their first K. An image's own texts are its captions, or
+  on a tag dataset the one distinct tag set equal to its own; a text's own images are its image, or
+  every image with that identical tag set. Sharing a label is not enough (that R@K saturates on a
+  few labels).
 - ``ndcg500_sum``: i2t + t2i NDCG@500, for model selection (not a table column) and the main
   metric of the label-wise protocols' training check, whose chance value ``chance_ndcg`` gives.
 
-Ties count against the model as in ``methods.metrics.retrieval``: among equal scores, the less
-relevant item is ranked first. All values in percent.
+Ties (``SharedLabels.tie_order``): ``against_model`` ranks the less relevant item first among
+equal scores, as ``methods.metrics.retrieval`` does; ``argsort_reversed`` ranks the later
+candidate first: the code's ``np.argsort(d)[::-1]`` with numpy's stable sort. The code's own
+default sort leaves the order of equal scores unspecified (numpy of its time: introsort, index
+order kept only within runs of up to 16; numpy >= 1.25 on AVX-512 / AVX2 hosts: SIMD sorting
+networks, not even then), so it depends on numpy's version and the host's CPU and no fixed rule
+reproduces it everywhere; the stable reading is the one that gives the same numbers on every
+machine. All values in percent.
 """
 from __future__ import annotations
 
@@ -28,7 +39,7 @@ from methods.metrics.registry import EvaluationContext, register_metric
 from methods.metrics.retrieval import ARROW, QUERIES
 
 NDCG_KS = (500,)
-LABEL_RECALL_KS = (1, 5, 10)
+OWN_RECALL_KS = (1, 5, 10)
 
 
 def graded_orientation(context: EvaluationContext, direction: str) -> tuple[np.ndarray, np.ndarray]:
@@ -40,14 +51,35 @@ def graded_orientation(context: EvaluationContext, direction: str) -> tuple[np.n
     return context.cached(f"{direction}_oriented", compute)
 
 
-def ranked_gains(context: EvaluationContext, direction: str) -> np.ndarray:
-    """(queries, candidates) gains in ranked order, ties broken against the model."""
+def ranked_order(context: EvaluationContext, direction: str) -> np.ndarray:
+    """(queries, candidates): each query's candidates in ranked order, descending score, equal
+    scores in the relevance's ``tie_order``."""
     def compute():
         scores, gains = graded_orientation(context, direction)
-        # lexsort: last key is primary; descending score, then ascending gain among ties
-        order = np.lexsort((gains, -scores), axis=1)
-        return np.take_along_axis(gains, order, axis=1)
+        if context.relevance.tie_order == "against_model":
+            return np.lexsort((gains, -scores), axis=1)   # last key primary: then ascending gain
+        m = scores.shape[1]
+        # a stable descending sort of the reversed row: equal scores keep the later candidate first
+        return (m - 1) - np.argsort(-scores[:, ::-1], axis=1, kind="stable")
+    return context.cached(f"{direction}_ranked_order", compute)
+
+
+def ranked_gains(context: EvaluationContext, direction: str) -> np.ndarray:
+    """(queries, candidates) gains in ranked order (``ranked_order``)."""
+    def compute():
+        _, gains = graded_orientation(context, direction)
+        return np.take_along_axis(gains, ranked_order(context, direction), axis=1)
     return context.cached(f"{direction}_ranked_gains", compute)
+
+
+def discounts(context: EvaluationContext, direction: str, length: int) -> np.ndarray:
+    """(queries or 1, length) NDCG discounts of ranks 1..length (``SharedLabels.ndcg_discount``)."""
+    ranks = np.arange(length)
+    if context.relevance.ndcg_discount == "rank" or direction == "i2t":
+        return 1.0 / np.log2(ranks + 2)[None, :]
+    n_images, n_texts = context.scores.shape
+    caption = np.arange(n_texts) % (n_texts // n_images)   # the query's index among its image's captions
+    return 1.0 / np.log2(5 * ranks[None, :] + caption[:, None] + 2)
 
 
 def average_precisions(context: EvaluationContext, direction: str) -> np.ndarray:
@@ -91,10 +123,10 @@ def ndcg_fractions(context: EvaluationContext, direction: str, k: int) -> np.nda
     """Each query's NDCG@k in [0, 1] (0 for a query that shares no label with any candidate)."""
     def compute():
         gains = ranked_gains(context, direction)[:, :k]
-        discounts = 1.0 / np.log2(np.arange(2, gains.shape[1] + 2))
-        dcg = (gains * discounts[None, :]).sum(axis=1)
+        weights = discounts(context, direction, gains.shape[1])
+        dcg = (gains * weights).sum(axis=1)
         _, all_gains = graded_orientation(context, direction)
-        ideal = (-np.sort(-all_gains, axis=1)[:, :k] * discounts[None, :]).sum(axis=1)
+        ideal = (-np.sort(-all_gains, axis=1)[:, :k] * weights).sum(axis=1)
         return np.divide(dcg, ideal, out=np.zeros_like(dcg), where=ideal > 0)
     return context.cached(f"{direction}_ndcg{k}_fractions", compute)
 
@@ -103,13 +135,17 @@ def ndcg_at(context: EvaluationContext, direction: str, k: int) -> float:
     return 100.0 * float(ndcg_fractions(context, direction, k).mean())
 
 
-def label_hits(context: EvaluationContext, direction: str, k: int) -> np.ndarray:
-    """Per query: an item sharing a label is among its first k."""
-    return (ranked_gains(context, direction)[:, :k] > 0).any(axis=1)
+def own_hits(context: EvaluationContext, direction: str, k: int) -> np.ndarray:
+    """Per query: one of its own items (``SharedLabels.own_keys``) is among its first k."""
+    image_keys, text_keys = context.relevance.own_keys(context.scores)
+    top = ranked_order(context, direction)[:, :k]
+    if direction == "i2t":   # (images, k) texts: a text's key among the image's keys
+        return (text_keys[top][:, :, None] == image_keys[:, None, :]).any(axis=(1, 2))
+    return (image_keys[top] == text_keys[:, None, None]).any(axis=(1, 2))
 
 
-def label_recall_at(context: EvaluationContext, direction: str, k: int) -> float:
-    return 100.0 * float(label_hits(context, direction, k).mean())
+def own_recall_at(context: EvaluationContext, direction: str, k: int) -> float:
+    return 100.0 * float(own_hits(context, direction, k).mean())
 
 
 for _d in ("i2t", "t2i"):
@@ -123,13 +159,13 @@ for _d in ("i2t", "t2i"):
         register_metric(f"{_d}_ndcg{_k}", lambda c, d=_d, k=_k: ndcg_at(c, d, k), relevance="shared_labels",
                         direction="higher", label=f"{ARROW[_d]} NDCG@{_k}", tolerance="ranking", scale="percent",
                         per_query=lambda c, d=_d, k=_k: 100.0 * ndcg_fractions(c, d, k), queries=QUERIES[_d])
-    for _k in LABEL_RECALL_KS:
-        register_metric(f"{_d}_label_r{_k}", lambda c, d=_d, k=_k: label_recall_at(c, d, k), relevance="shared_labels",
-                        direction="higher", label=f"{ARROW[_d]} R@{_k} (label)", tolerance="recall", scale="percent",
-                        per_query=lambda c, d=_d, k=_k: 100.0 * label_hits(c, d, k), queries=QUERIES[_d])
+    for _k in OWN_RECALL_KS:
+        register_metric(f"{_d}_own_r{_k}", lambda c, d=_d, k=_k: own_recall_at(c, d, k), relevance="shared_labels",
+                        direction="higher", label=f"{ARROW[_d]} R@{_k} (own)", tolerance="recall", scale="percent",
+                        per_query=lambda c, d=_d, k=_k: 100.0 * own_hits(c, d, k), queries=QUERIES[_d])
 LABEL_RANKING_METRICS = tuple(f"{d}_{m}" for d in ("i2t", "t2i")
                               for m in (*(f"ndcg{k}" for k in NDCG_KS), "map", "map_at_r",
-                                        *(f"label_r{k}" for k in LABEL_RECALL_KS)))
+                                        *(f"own_r{k}" for k in OWN_RECALL_KS)))
 # model selection on both directions at once (label-wise retrieval: validation NDCG@500 i2t + t2i)
 for _k in NDCG_KS:
     register_metric(f"ndcg{_k}_sum", None, components=(f"i2t_ndcg{_k}", f"t2i_ndcg{_k}"), relevance="shared_labels",

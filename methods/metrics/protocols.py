@@ -53,6 +53,10 @@ class Protocol:
     # the metric whose gain over chance says whether the model learned (``MAIN_METRIC_CHANCE``);
     # None: no training check (label predictions, package metrics, embedding statistics)
     main_metric: str | None = None
+    # shared-label protocols: the order of equal scores and the NDCG discount
+    # (``methods.metrics.relevance.TIE_ORDERS`` / ``NDCG_DISCOUNTS``)
+    tie_order: str = "against_model"
+    ndcg_discount: str = "rank"
 
     def __post_init__(self) -> None:
         for m in self.metrics:
@@ -64,11 +68,16 @@ class Protocol:
                              f"({', '.join(MAIN_METRIC_CHANCE)}) and the protocol's metrics to compute it")
         if self.unique_texts and (self.relevance != "shared_labels" or self.n_folds != 1):
             raise ValueError(f"protocol {self.name}: unique texts are a shared-label protocol of one fold")
+        if (self.tie_order, self.ndcg_discount) != ("against_model", "rank") and self.relevance != "shared_labels":
+            raise ValueError(f"protocol {self.name}: tie order and NDCG discount are shared-label conventions")
 
     @property
     def relevance_key(self) -> str:
         """Which relevance object of a split the protocol reads (``split_relevances``)."""
-        return f"{self.relevance}:unique_texts" if self.unique_texts else self.relevance
+        if self.relevance != "shared_labels":
+            return self.relevance
+        return ":".join((self.relevance, *(["unique_texts"] if self.unique_texts else []),
+                         self.tie_order, self.ndcg_discount))
 
 
 PROTOCOLS: Registry[Protocol] = Registry("protocol")
@@ -89,19 +98,33 @@ for _p in (
              "synthetic test split, all images at once, against every image a caption truly describes "
              "(extended positives; ECCV Caption's mAP@R, R-Precision and R@1)",
              relevance="extended_positives", metrics=ECCV_METRICS, main_metric="map_r_ext_sum"),
+    # the label-wise code's evaluation (njustkmg/IJCAI21... utils/evaluation.py): equal scores in
+    # reversed argsort order; on COCO also its t2i discount (the *_code protocols)
     Protocol("labelwise_test", "test", 1, None,
              "label-wise retrieval on the test split of a tag dataset, all items at once: an item is relevant "
              "when it shares a label with the query, graded by the number of shared labels (NDCG@500, mAP, "
-             "mAP@R); identical tag sets are one text, with its first image's labels, as the label-wise code "
-             "ranks them", relevance="shared_labels", metrics=LABEL_RANKING_METRICS, unique_texts=True,
-             main_metric="ndcg500_sum"),
+             "mAP@R; R@K counts the query's own tag set); identical tag sets are one text, with its first "
+             "image's labels, as the label-wise code ranks them", relevance="shared_labels",
+             metrics=LABEL_RANKING_METRICS, unique_texts=True, main_metric="ndcg500_sum",
+             tie_order="argsort_reversed"),
     Protocol("labelwise_coco_1k_5fold", "testall", 5, 5000,
              "label-wise retrieval on COCO 5K testall (80 object labels) in 5 consecutive folds of 1,000 images "
              "and their captions; every metric averaged over folds", relevance="shared_labels",
-             metrics=LABEL_RANKING_METRICS, main_metric="ndcg500_sum"),
+             metrics=LABEL_RANKING_METRICS, main_metric="ndcg500_sum", tie_order="argsort_reversed"),
     Protocol("labelwise_coco_5k", "testall", 1, 5000,
              "label-wise retrieval on COCO 5K testall (80 object labels), all 5,000 images / 25,000 captions",
-             relevance="shared_labels", metrics=LABEL_RANKING_METRICS, main_metric="ndcg500_sum"),
+             relevance="shared_labels", metrics=LABEL_RANKING_METRICS, main_metric="ndcg500_sum",
+             tie_order="argsort_reversed"),
+    Protocol("labelwise_coco_1k_5fold_code", "testall", 5, 5000,
+             "labelwise_coco_1k_5fold with the label-wise code's COCO t2i NDCG discount, log2(5 (rank - 1) + c + 2) "
+             "for the c-th caption of an image (utils/evaluation.py t2i)", relevance="shared_labels",
+             metrics=LABEL_RANKING_METRICS, main_metric="ndcg500_sum", tie_order="argsort_reversed",
+             ndcg_discount="coco_t2i_code"),
+    Protocol("labelwise_coco_5k_code", "testall", 1, 5000,
+             "labelwise_coco_5k with the label-wise code's COCO t2i NDCG discount, log2(5 (rank - 1) + c + 2) "
+             "for the c-th caption of an image (utils/evaluation.py t2i)", relevance="shared_labels",
+             metrics=LABEL_RANKING_METRICS, main_metric="ndcg500_sum", tie_order="argsort_reversed",
+             ndcg_discount="coco_t2i_code"),
     # no training check: micro-F1 scores a label head, not the score matrix (whose ranking protocols
     # check the same model); a head predicting every label has no single chance value to compare with
     Protocol("label_prediction", "test", 1, None,
@@ -182,7 +205,8 @@ def split_relevances(payload: dict, split: str) -> dict:
         if protocol.split == split:
             needed.setdefault(protocol.relevance_key, name)
     relevances = {}
-    for kind, name in needed.items():
+    for key, name in needed.items():
+        kind = get_protocol(name).relevance
         if kind == "captions_of_image":
             relevances[kind] = CaptionsOfImage(payload["dataset"]["texts_per_image"])
         elif kind == "extended_positives":
@@ -196,9 +220,7 @@ def split_relevances(payload: dict, split: str) -> dict:
                 split_positives(path, loaded, payload["paths"]["karpathy_json"], karpathy), loaded.texts_per_image)
         elif kind in ("shared_labels", "label_predictions"):
             # label predictions need the model: evaluation joins them to these labels (label_prediction_relevance)
-            relevances[kind] = split_labels(payload, split, name)
-        elif kind == "shared_labels:unique_texts":
-            relevances[kind] = split_labels(payload, split, name, unique_texts=True)
+            relevances[key] = split_labels(payload, split, get_protocol(name))
         elif kind == "coco_ids":
             loaded = payload_splits(payload, [split])[split]
             relevances[kind] = split_coco_ids(payload["paths"]["karpathy_json"], loaded,
@@ -209,22 +231,28 @@ def split_relevances(payload: dict, split: str) -> dict:
     return relevances
 
 
-def split_labels(payload: dict, split: str, protocol: str, unique_texts: bool = False) -> SharedLabels:
-    """The multi-hot labels of a split's images and of its texts (each text has its image's labels);
-    with ``unique_texts`` only the first of identical texts, in the order of their first occurrence
-    (``SharedLabels.text_columns``: their columns of the split's score matrix)."""
+def split_labels(payload: dict, split: str, protocol: Protocol) -> SharedLabels:
+    """The multi-hot labels of a split's images and of its texts (each text has its image's labels),
+    with the protocol's tie order and NDCG discount; with ``protocol.unique_texts`` only the first of
+    identical texts, in the order of their first occurrence (``SharedLabels.text_columns``: their
+    columns of the split's score matrix), and each image's own among them (``image_texts``)."""
     loaded = payload_splits(payload, [split])[split]
     if loaded.labels is None:
-        raise HarnessError(f"dataset {payload['name']}: protocol {protocol} needs labels, but the images of split "
-                           f"'{split}' in {payload['paths']['karpathy_json']} have no 'labels'")
+        raise HarnessError(f"dataset {payload['name']}: protocol {protocol.name} needs labels, but the images of "
+                           f"split '{split}' in {payload['paths']['karpathy_json']} have no 'labels'")
     image_labels = label_matrix(loaded)   # uint8 (N, C), checked multi-hot
     text_labels = np.repeat(image_labels, loaded.texts_per_image, axis=0)
-    if not unique_texts:
-        return SharedLabels(image_labels, text_labels)
-    _, first = np.unique(np.asarray(loaded.captions, dtype=object).astype(str), return_index=True)
+    conventions = {"tie_order": protocol.tie_order, "ndcg_discount": protocol.ndcg_discount}
+    if not protocol.unique_texts:
+        return SharedLabels(image_labels, text_labels, **conventions)
+    _, first, inverse = np.unique(np.asarray(loaded.captions, dtype=object).astype(str), return_index=True,
+                                  return_inverse=True)
     columns = np.sort(first)
+    position = np.empty(len(first), dtype=np.int64)   # np.unique's (sorted) id -> rank of its first occurrence
+    position[np.argsort(first)] = np.arange(len(first))
+    image_texts = position[inverse.reshape(-1)].reshape(len(image_labels), loaded.texts_per_image)
     return SharedLabels(image_labels, text_labels[columns], text_columns=columns,
-                        text_owners=columns // loaded.texts_per_image)
+                        text_owners=columns // loaded.texts_per_image, image_texts=image_texts, **conventions)
 
 
 def label_prediction_relevance(labels: SharedLabels, predictions: tuple[np.ndarray, np.ndarray]) -> LabelPredictions:
@@ -239,6 +267,11 @@ def protocol_scores(scores: torch.Tensor | np.ndarray, protocol: Protocol, relev
     scores = torch.as_tensor(scores)
     if relevance.kind != protocol.relevance:
         raise HarnessError(f"protocol {protocol.name} needs {protocol.relevance} relevance, got {relevance.kind}")
+    if relevance.kind == "shared_labels" and (relevance.tie_order, relevance.ndcg_discount) != (
+            protocol.tie_order, protocol.ndcg_discount):
+        raise HarnessError(f"protocol {protocol.name} ranks with tie order {protocol.tie_order} and NDCG discount "
+                           f"{protocol.ndcg_discount}; its relevance has {relevance.tie_order} and "
+                           f"{relevance.ndcg_discount} (split_labels builds the protocol's)")
     if protocol.unique_texts:   # the columns of the first of identical texts
         if relevance.text_columns is None:
             raise HarnessError(f"protocol {protocol.name} ranks unique texts, but its relevance names no text columns")

@@ -52,6 +52,14 @@ class CaptionsOfImage:
         return scores[fold * size:(fold + 1) * size, fold * size * c:(fold + 1) * size * c], self
 
 
+# how the label ranking metrics order a query's candidates among equal scores
+# (``methods.metrics.label_ranking.ranked_order``)
+TIE_ORDERS = ("against_model", "argsort_reversed")
+# the NDCG discount: log2(rank + 1) for every query; or, for text queries, the label-wise code's
+# COCO t2i (utils/evaluation.py t2i): log2(5 (rank - 1) + c + 2), c the query's caption index within its image
+NDCG_DISCOUNTS = ("rank", "coco_t2i_code")
+
+
 @dataclass(frozen=True, eq=False)
 class SharedLabels:
     image_labels: np.ndarray   # (N, L) multi-hot
@@ -61,6 +69,11 @@ class SharedLabels:
     text_columns: np.ndarray | None = None
     # the image (row) each of these texts belongs to; None: texts in image order, an equal number per image
     text_owners: np.ndarray | None = None
+    # each image's own texts among these (N, texts per image) when they are not the texts it owns
+    # (unique tag sets: the one equal to its own); None: the texts whose owner it is
+    image_texts: np.ndarray | None = None
+    tie_order: str = "against_model"       # TIE_ORDERS
+    ndcg_discount: str = "rank"            # NDCG_DISCOUNTS
     kind = "shared_labels"
 
     def __post_init__(self) -> None:
@@ -72,6 +85,9 @@ class SharedLabels:
         if self.image_labels.shape[1] != self.text_labels.shape[1]:
             raise HarnessError(f"shared-label relevance: images have {self.image_labels.shape[1]} labels, "
                                f"texts {self.text_labels.shape[1]}")
+        if self.tie_order not in TIE_ORDERS or self.ndcg_discount not in NDCG_DISCOUNTS:
+            raise HarnessError(f"shared-label relevance: tie order {self.tie_order!r} (one of {', '.join(TIE_ORDERS)}), "
+                               f"NDCG discount {self.ndcg_discount!r} (one of {', '.join(NDCG_DISCOUNTS)})")
 
     def check(self, scores: torch.Tensor) -> None:
         expected = (len(self.image_labels), len(self.text_labels))
@@ -97,10 +113,22 @@ class SharedLabels:
         """(N, M) number of labels each (image, text) pair shares."""
         return self.image_labels.astype(np.float64) @ self.text_labels.astype(np.float64).T
 
+    def own_keys(self, scores: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """(image keys (N, k), text keys (M,)): text t is image i's own when its key is among the
+        image's (the label-wise code's R@K: the image's own captions, or its own tag set)."""
+        if self.image_texts is not None:
+            return np.asarray(self.image_texts).reshape(len(self.image_labels), -1), np.arange(len(self.text_labels))
+        return np.arange(len(self.image_labels))[:, None], self.text_images(scores)
+
     def fold(self, scores: torch.Tensor, fold: int, n_folds: int) -> tuple[torch.Tensor, "SharedLabels"]:
+        if n_folds == 1:
+            return scores, self
+        if self.text_columns is not None or self.image_texts is not None:
+            raise HarnessError("shared-label relevance: a subset of the texts (unique tag sets) cannot be folded")
         n, m = scores.shape[0] // n_folds, scores.shape[1] // n_folds
         rows, cols = slice(fold * n, (fold + 1) * n), slice(fold * m, (fold + 1) * m)
-        return scores[rows, cols], SharedLabels(self.image_labels[rows], self.text_labels[cols])
+        return scores[rows, cols], SharedLabels(self.image_labels[rows], self.text_labels[cols],
+                                                tie_order=self.tie_order, ndcg_discount=self.ndcg_discount)
 
 
 @dataclass(frozen=True, eq=False)

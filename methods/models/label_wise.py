@@ -6,11 +6,15 @@ model/Model.py, model/transformer.py, utils/evaluation.py).
 Tokens. Image: each precomputed region -> fc (Xavier uniform, zero bias) -> d, then halved. Text:
 word embedding U(-0.1, 0.1) (the paper says Word2Vec 300-d; the code initialises uniformly) ->
 bi-GRU of d units, the two directions averaged, zero at padded positions, then halved. The code
-adds ``w * l2norm(pos)`` before halving, ``(x + w pos) / 2``: for images w = 1e-4 and pos an
-embedding of image 0's box for *every* image (utils/data_m.py ``self.box[0]``) through a box fc
-that the optimiser never updates; for texts w = 1e-5 and pos the embedding of position id 0 for
-every word. Both are constant vectors, omitted here; the halving is kept. Neither side is
-l2-normalised (the code builds both encoders with ``no_imgnorm`` / ``no_txtnorm`` True).
+adds ``w pos`` before halving, ``(x + w pos) / 2``, neither term l2-normalised (the code builds
+both encoders with ``no_imgnorm`` / ``no_txtnorm`` True): for texts w = 1e-5 and pos the
+embedding of position id 0 at every position, padded ones included, a U(-0.1, 0.1) row that
+``init_weights`` writes over the padding row and no gradient reaches (``text_position_term:
+true``, a fixed buffer here). At padded positions h is 0 and that constant is all the token
+holds, which the code's LayerNorm (below) lifts to about 0.2 of a real token. For images w = 1e-4
+and pos an embedding of image 0's boxes for *every* image (utils/data_m.py ``self.box[0]``)
+through a box fc the optimiser never updates: image tokens are never zero (no padded regions),
+so that term moves them by ~1e-4 of their size; omitted (a declared deviation).
 
 Shared encoder. ONE transformer encoder reads the tokens of both modalities (``shared_transformer:
 true``; false gives each modality its own encoder and label classifier of the same shape, the
@@ -18,17 +22,20 @@ supplement's "Independent" row of Table 1): the code's Annotated-Transformer enc
 layers (x + dropout(sublayer(LayerNorm(x)))) and a final LayerNorm, here
 ``torch.nn.TransformerEncoder(norm_first=True)`` with Xavier-uniform matrices as the code's
 ``make_model`` (each of the query/key/value projections on its own, Linear-default biases), then
-ReLU. Its LayerNorm divides by sqrt(biased variance + eps) where the code divides by (unbiased std
-+ eps), eps 1e-6 both. The code's attention ignores every mask (transformer.py calls ``attention``
-without it), so padded words are attended: ``text_padding_mask: false``; true masks them.
+ReLU. ``layer_norm: code`` normalises as the code's LayerNorm, a (x - mean) / (unbiased std +
+1e-6) + b; ``torch`` as torch.nn.LayerNorm, (x - mean) / sqrt(biased variance + 1e-6): the two
+agree to a factor sqrt(d / (d - 1)) on real tokens and differ on the near-zero padded ones. The
+code's attention ignores every mask (transformer.py calls ``attention`` without it), so padded
+words are attended: ``text_padding_mask: false``; true masks them.
 ``transformer.init_weights``: a torch state dict of an ``nn.TransformerEncoder`` of these sizes,
 loaded strictly after the Xavier init (the paper initialises from BERT-base; no converter here).
 
 Label head (the code's BackNet): per token sigmoid(fc -> C labels), l2-normalised (x / (|x| + 1e-8)).
 The item's label vector p̄ is the token mean of those unit vectors; the code's mean runs over
 every position of the padded batch (``mean_over_padding: true``; false: the text's own words).
-Retrieval scores are the cosine of the p̄ (utils/evaluation.py ``i2t_one``: dot / (|a| |b|)): the
-embedding is l2norm(p̄) and the registered cosine a dot product.
+Retrieval scores (``retrieval_score``) are the cosine of the p̄ (utils/evaluation.py ``i2t_one``,
+MIRFlickr and NUS-WIDE: dot / (|a| |b|); the embedding is l2norm(p̄)) or their dot product (its
+COCO ``i2t`` / ``t2i``: the embedding is p̄); either way the registered similarity is a dot product.
 
 Masked prediction (training): the transformer output at each masked word -> fc over the vocabulary,
 at each selected region -> fc over the detector classes; the code applies a sigmoid before its
@@ -69,6 +76,7 @@ from methods.models.text import GRUTextEncoder
 
 IGNORE = -100           # a token / region without a masked-prediction target
 LAYER_NORM_EPS = 1e-6   # model/transformer.py LayerNorm
+TEXT_POSITION_WEIGHT = 1e-5   # Model.py EncoderText self.w
 
 
 def relative_to_largest(label_vectors: torch.Tensor) -> torch.Tensor:
@@ -84,14 +92,45 @@ class LabelEncoding(ItemTensors):
     label_scores: torch.Tensor
 
 
-def code_transformer(dim: int, layers: int, heads: int, ff_dim: int, dropout: float) -> nn.TransformerEncoder:
+class CodeLayerNorm(nn.Module):
+    """model/transformer.py LayerNorm: a (x - mean) / (std + eps) + b, std the unbiased standard
+    deviation (torch.std's default); parameters named as torch.nn.LayerNorm's."""
+
+    def __init__(self, dim: int, eps: float = LAYER_NORM_EPS):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean = x.mean(dim=-1, keepdim=True)
+        return self.weight * (x - mean) / (x.std(dim=-1, keepdim=True) + self.eps) + self.bias
+
+
+class PreNormEncoderLayer(nn.TransformerEncoderLayer):
+    """The pre-norm layer, x + dropout(attn(norm1(x))) then x + dropout(ff(norm2(x))), always on
+    the module path: torch's fused inference path would apply its own layer norm in place of
+    norm1 / norm2 (a CodeLayerNorm)."""
+
+    def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None,
+                src_key_padding_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
+        x = src + self._sa_block(self.norm1(src), src_mask, src_key_padding_mask, is_causal=is_causal)
+        return x + self._ff_block(self.norm2(x))
+
+
+LAYER_NORMS = {"code": CodeLayerNorm, "torch": lambda dim: nn.LayerNorm(dim, eps=LAYER_NORM_EPS)}
+
+
+def code_transformer(dim: int, layers: int, heads: int, ff_dim: int, dropout: float,
+                     layer_norm: str = "code") -> nn.TransformerEncoder:
     """The code's pre-norm encoder (make_model) as torch modules, initialised as make_model does:
     Xavier-uniform on every matrix (q, k and v projections each as its own (d, d) Linear), biases
-    as nn.Linear's default U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
-    layer = nn.TransformerEncoderLayer(dim, heads, ff_dim, dropout, activation="relu", layer_norm_eps=LAYER_NORM_EPS,
-                                       batch_first=True, norm_first=True)
-    encoder = nn.TransformerEncoder(layer, layers, norm=nn.LayerNorm(dim, eps=LAYER_NORM_EPS),
-                                    enable_nested_tensor=False)
+    as nn.Linear's default U(-1/sqrt(fan_in), 1/sqrt(fan_in)); ``layer_norm``: ``LAYER_NORMS``."""
+    norm = LAYER_NORMS[layer_norm]
+    layer = PreNormEncoderLayer(dim, heads, ff_dim, dropout, activation="relu", layer_norm_eps=LAYER_NORM_EPS,
+                                batch_first=True, norm_first=True)
+    layer.norm1, layer.norm2 = norm(dim), norm(dim)
+    encoder = nn.TransformerEncoder(layer, layers, norm=norm(dim), enable_nested_tensor=False)
     bound = 1 / math.sqrt(dim)
     with torch.no_grad():
         for block in encoder.layers:
@@ -138,8 +177,11 @@ class LabelWise(EmbeddingModel):
     def __init__(self, region_dim: int, vocab_size: int, embed_dim: int, n_classes: int, text: GRUTextEncoder,
                  transformer: dict, shared_transformer: bool = True, text_padding_mask: bool = False,
                  mean_over_padding: bool = True, sigmoid_before_cross_entropy: bool = True,
-                 region_classes: bool = True, n_region_classes: int = 1000, max_length: int | None = None):
+                 region_classes: bool = True, n_region_classes: int = 1000, max_length: int | None = None,
+                 layer_norm: str = "code", text_position_term: bool = True, retrieval_score: str = "cosine"):
         super().__init__()
+        if retrieval_score not in ("cosine", "dot"):
+            raise ValueError(f"retrieval_score must be cosine or dot, got {retrieval_score!r}")
         if text.gru.hidden_size != embed_dim or not text.bidirectional:
             raise ValueError(f"the label-wise text encoder is a bi-GRU of embed_dim units (hidden_dim "
                              f"{text.gru.hidden_size}, bidirectional {text.bidirectional}, embed_dim {embed_dim})")
@@ -149,7 +191,7 @@ class LabelWise(EmbeddingModel):
 
         def encoder() -> nn.TransformerEncoder:
             enc = code_transformer(embed_dim, transformer["layers"], transformer["heads"], transformer["ff_dim"],
-                                   transformer["dropout"])
+                                   transformer["dropout"], layer_norm)
             load_encoder_weights(enc, transformer["init_weights"])
             return enc
 
@@ -166,6 +208,11 @@ class LabelWise(EmbeddingModel):
         self.mean_over_padding = mean_over_padding
         self.sigmoid_before_cross_entropy = sigmoid_before_cross_entropy
         self.max_length = max_length
+        self.retrieval_score = retrieval_score
+        # the code's position embedding of id 0 (a U(-0.1, 0.1) row no gradient reaches), drawn last
+        # so the other parameters' draws do not depend on the switch; None: no position term
+        self.register_buffer("text_position", torch.empty(embed_dim).uniform_(-0.1, 0.1) if text_position_term
+                             else None)
 
     @classmethod
     def from_config(cls, cfg: dict, ctx: BuildContext) -> "LabelWise":
@@ -173,15 +220,17 @@ class LabelWise(EmbeddingModel):
         return cls(ctx.image("dim", "label_wise"), ctx.vocab_size, cfg["embed_dim"], cfg["n_classes"], text,
                    cfg["transformer"], cfg["shared_transformer"], cfg["text_padding_mask"], cfg["mean_over_padding"],
                    cfg["sigmoid_before_cross_entropy"], cfg["region_classes"], cfg["n_region_classes"],
-                   cfg["max_length"])
+                   cfg["max_length"], cfg["layer_norm"], cfg["text_position_term"], cfg["retrieval_score"])
 
     @classmethod
     def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
         model = cfg["model"]
         tr = model["transformer"]
         shared = "shared" if model["shared_transformer"] else "per-modality"
+        scores = "cosine" if model["retrieval_score"] == "cosine" else "dot-product"
         return (f"{regions_text(ctx)}, D {model['embed_dim']}, {shared} {tr['layers']}-layer transformer "
-                f"({tr['heads']} heads, FF {tr['ff_dim']}), {model['n_classes']} labels, {gru_text(model['text'])}")
+                f"({tr['heads']} heads, FF {tr['ff_dim']}), {model['n_classes']} labels, {gru_text(model['text'])}, "
+                f"{scores} scores")
 
     def parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
         return [(self.trainable_parameters(), 1.0)]
@@ -199,7 +248,10 @@ class LabelWise(EmbeddingModel):
         out, _ = self.text.gru(packed)
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=tokens.shape[1])
         half = out.shape[-1] // 2
-        return (out[..., :half] + out[..., half:]) / 4   # directions averaged, then the code's halving
+        averaged = (out[..., :half] + out[..., half:]) / 2   # the two directions
+        if self.text_position is not None:   # the code's 1e-5 position term, at padded positions too
+            averaged = averaged + TEXT_POSITION_WEIGHT * self.text_position.to(averaged.dtype)
+        return averaged / 2   # the code's halving
 
     def truncated(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """(tokens, lengths, token_targets) cut to the batch's longest text (and to max_length)."""
@@ -254,9 +306,12 @@ class LabelWise(EmbeddingModel):
             out["masked_scores"], out["masked_targets"] = self._masked_scores(hidden, targets, self.word_predictor)
         return out
 
-    @staticmethod
-    def encoding(out: dict) -> LabelEncoding:
-        return LabelEncoding(l2norm(out["labels"], eps=PLAIN_L2NORM_EPS), out["label_scores"])
+    def retrieval_embedding(self, labels: torch.Tensor) -> torch.Tensor:
+        """The item's retrieval embedding from its label vector p̄: unit for cosine scores, p̄ for dot."""
+        return l2norm(labels, eps=PLAIN_L2NORM_EPS) if self.retrieval_score == "cosine" else labels
+
+    def encoding(self, out: dict) -> LabelEncoding:
+        return LabelEncoding(self.retrieval_embedding(out["labels"]), out["label_scores"])
 
     # Training reads the token and mean label vectors and the masked predictions; evaluation keeps
     # the retrieval embedding and the label scores.
@@ -270,12 +325,11 @@ class LabelWise(EmbeddingModel):
 
     # -- scores -----------------------------------------------------------------------------------
 
-    @staticmethod
-    def _embedding(x) -> torch.Tensor:
+    def _embedding(self, x) -> torch.Tensor:
         if isinstance(x, LabelEncoding):
             return x.embedding
         if isinstance(x, dict):
-            return l2norm(x["labels"], eps=PLAIN_L2NORM_EPS)
+            return self.retrieval_embedding(x["labels"])
         return x
 
     def score(self, img, txt) -> torch.Tensor:
