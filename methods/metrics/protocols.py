@@ -208,7 +208,7 @@ def split_relevances(payload: dict, split: str) -> dict:
     for key, name in needed.items():
         kind = get_protocol(name).relevance
         if kind == "captions_of_image":
-            relevances[kind] = CaptionsOfImage(payload["dataset"]["texts_per_image"])
+            relevances[key] = CaptionsOfImage(payload["dataset"]["texts_per_image"])
         elif kind == "extended_positives":
             path = payload["paths"].get("positives")
             if not path:
@@ -216,14 +216,14 @@ def split_relevances(payload: dict, split: str) -> dict:
                                    f"each caption describes), but the dataset has no positives file")
             loaded = payload_splits(payload, [split])[split]
             karpathy = payload["dataset"]["splits"][split]
-            relevances[kind] = ExtendedPositives(
+            relevances[key] = ExtendedPositives(
                 split_positives(path, loaded, payload["paths"]["karpathy_json"], karpathy), loaded.texts_per_image)
         elif kind in ("shared_labels", "label_predictions"):
             # label predictions need the model: evaluation joins them to these labels (label_prediction_relevance)
             relevances[key] = split_labels(payload, split, get_protocol(name))
         elif kind == "coco_ids":
             loaded = payload_splits(payload, [split])[split]
-            relevances[kind] = split_coco_ids(payload["paths"]["karpathy_json"], loaded,
+            relevances[key] = split_coco_ids(payload["paths"]["karpathy_json"], loaded,
                                               payload["dataset"]["splits"][split])
         else:
             raise HarnessError(f"dataset {payload['name']}: protocol {name} needs {kind} relevance, which "
