@@ -13,6 +13,8 @@ from torch import nn
 
 from methods.data.input_cache import cached_verdict
 from methods.errors import HarnessError, first_line
+from methods.features.portable_conv import portable_convolutions
+from methods.numerics import environment_mode
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -49,6 +51,8 @@ class ResNetBackbone(nn.Module):
                 net.load_state_dict(state)
             except Exception as exc:  # corrupt file or another architecture's weights
                 raise HarnessError(f"backbone {arch}: cannot load weights {path}: {exc}") from None
+        if environment_mode() == "portable":  # the same bits on every host (methods.features.portable_conv)
+            portable_convolutions(net)
         self.arch = arch
         self.stem = nn.Sequential(net.conv1, net.bn1, net.relu, net.maxpool, net.layer1)
         self.layer2, self.layer3, self.layer4 = net.layer2, net.layer3, net.layer4

@@ -21,7 +21,9 @@ from methods.data.datasets import load_dataset_payload, payload_splits
 from methods.errors import HarnessError
 from methods.features.backbone import eval_transform
 from methods.features.images import ImageFiles
+from methods.features.portable_conv import portable_convolutions
 from methods.io import torch_save
+from methods.numerics import environment_mode
 from methods.runtime import compute_setup, resolve_device, seed_everything
 
 
@@ -40,6 +42,8 @@ def pretrain(arch: str, images: ImageFiles, labels: list[list[int]], epochs: int
              seed: int, device: torch.device) -> dict:
     seed_everything(seed)
     net = getattr(torchvision.models, arch)(weights=None, num_classes=len(labels[0])).to(device)
+    if environment_mode() == "portable":
+        portable_convolutions(net)
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=1e-4)
     loader = DataLoader(_Labelled(images, labels), batch_size=batch_size, shuffle=True,
                         generator=torch.Generator().manual_seed(seed))
