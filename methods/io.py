@@ -201,6 +201,9 @@ def load_npy(path: str | os.PathLike) -> np.ndarray:
     try:
         with open(path, "rb") as f:
             magic = f.read(len(NPY_MAGIC))
+        if not magic:
+            raise HarnessError(f"{path}: an empty file (0 bytes); expected an array written by numpy.save "
+                               f"(an interrupted copy?)")
         if magic != NPY_MAGIC:
             raise HarnessError(f"{path}: not a .npy file (no NumPy header); expected an array written by numpy.save")
         return np.load(path, mmap_mode="r", allow_pickle=False)

@@ -16,14 +16,14 @@ with it (``shell_prefix``), and a job started without it re-executes itself with
 deterministic algorithms and fixes the thread count, so that reductions split the same way whatever
 ``--cores`` Snakemake was given.
 
-oneDNN is off in portable mode (``torch.backends.mkldnn.enabled = False``): convolutions run
-ATen's im2col over the pinned MKL GEMM. With oneDNN pinned to its AVX2 kernels instead, the golden
-test (tests/test_golden.py) caught it: an AMD EPYC host and an Intel Xeon host of this project's VM
-gave other bits from the backbone pre-training on (2026-11-26; oneDNN's AVX2 convolutions there
-were brgconv_strided, jit and jit_1x1 kernels, which choose their blocking from the cache sizes the
-CPU reports: the likely cause, not confirmed on the AMD host, which was not at hand). The price
-(side by side on the Intel host, under the same load): a ResNet-18 training step (batch 64 at
-64 px, 2 threads) about 4x slower, inference at 224 px 1.2x.
+oneDNN is off in portable mode (``torch.backends.mkldnn.enabled = False``), and the backbones'
+convolutions run ``methods.features.portable_conv`` (im2col + numpy's pinned OpenBLAS GEMMs). With
+oneDNN pinned to its AVX2 kernels instead, the golden test (tests/test_golden.py) caught it: an AMD
+EPYC host and an Intel Xeon host of this project's VM gave other bits from the backbone
+pre-training on (2026-11-26; oneDNN's AVX2 convolutions there were brgconv_strided, jit and jit_1x1
+kernels, which choose their blocking from the cache sizes the CPU reports: the likely cause, not
+confirmed on the AMD host, which was not at hand). A ResNet-18 training step (batch 64 at 64 px,
+2 threads, quiet Intel host): 1.3 s portable, 0.8 s with oneDNN.
 
 This module does not import torch or numpy: it must run before them.
 """

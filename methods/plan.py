@@ -331,6 +331,11 @@ class Plan:
             if name not in datasets:
                 raise HarnessError(f"{key}: no dataset '{name}' is configured (datasets: {', '.join(sorted(datasets))})")
         for d, ds in datasets.items():
+            feats = ds["features"]
+            if feats["crop"] > feats["resize"]:  # torchvision's CenterCrop pads what it cannot cut
+                raise HarnessError(f"datasets.{d}.features.crop: {feats['crop']} is larger than resize "
+                                   f"{feats['resize']} (the shorter image side after resizing), so the centre crop "
+                                   f"would pad the images with black; set crop <= resize")
             region = ds["features"].get("region")
             if region is not None and region["backbone"] not in backbones:
                 raise HarnessError(f"datasets.{d}.features.region.backbone: no backbone '{region['backbone']}' is "

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import fcntl
 import os
 import platform
@@ -128,6 +129,30 @@ def check_gpu_for_local_run(device: str, *, runs_here: bool, device_jobs: dict[s
     raise HarnessError(f"device: cuda (config) but no GPU is visible on this machine (torch.cuda.is_available() is "
                        f"False), and this local run would start jobs that need one ({jobs}); use device: auto or cpu, "
                        f"or run where a GPU is visible or with a cluster profile")
+
+
+# Resources a job may carry: Snakemake's own, those snakemake-executor-plugin-slurm (2.x) reads,
+# and ``gpu`` (the rules' GPU count, the local profile's GPU pool). A misspelled one would be
+# carried silently (e.g. ``slurm_partiton``: every job lands on the default partition).
+KNOWN_RESOURCES = frozenset({
+    "_cores", "_nodes", "threads", "mem", "mem_mb", "mem_mib", "disk", "disk_mb", "disk_mib", "runtime", "tmpdir",
+    "slurm_partition", "slurm_account", "slurm_extra", "slurm_cluster", "clusters", "cluster", "constraint", "qos",
+    "gres", "gpu", "gpu_model", "cpus_per_task", "cpus_per_gpu", "tasks", "tasks_per_node", "tasks_per_gpu",
+    "nodes", "mem_mb_per_cpu", "mpi",
+})
+
+
+def check_resource_names(default_resources, set_resources: dict[str, object]) -> None:
+    """When the DAG is built: every resource named by ``--default-resources`` / ``--set-resources``
+    (or a profile's ``default-resources`` / ``set-resources``) is one a job can use."""
+    named = [(k, "default-resources") for k in default_resources]
+    named += [(k, f"set-resources of rule {rule}") for rule, keys in set_resources.items() for k in keys]
+    for key, where in named:
+        if key not in KNOWN_RESOURCES:
+            close = difflib.get_close_matches(key, sorted(KNOWN_RESOURCES), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise HarnessError(f"{where} (workflow profile or command line): unknown resource '{key}'{hint}; "
+                               f"known: {', '.join(sorted(k for k in KNOWN_RESOURCES if not k.startswith('_')))}")
 
 
 def exact_fp32() -> None:

@@ -78,3 +78,18 @@ def test_model_file_records_the_image_shape(tiny_dag):
     assert info["image_shape"]["regions"] == 12 and info["image_shape"]["dim"] > 0   # config.yaml synthetic n_regions
     log = json.loads((run / "train_log.json").read_text())
     assert log["config_hash"] == info["config_hash"]
+
+
+def test_run_dirs_are_the_folders_the_dag_trained(tiny_dag):
+    import yaml
+
+    from methods.config import REPO_ROOT, load_harness_config
+
+    harness = load_harness_config(REPO_ROOT / "config/config.yaml",
+                                  yaml.safe_load((REPO_ROOT / "tests/data/tiny.yaml").read_text()))
+    for table, row, members in [("metric_learning", "vsepp_nt_xent", 1), ("sgraf_t1", "sgraf", 2)]:  # SGR + SAF
+        runs = api.run_dirs(table, row, "synthetic", harness)
+        assert len(runs) == members * len(harness["datasets"]["synthetic"]["seeds"]) and len(set(runs)) == len(runs)
+        for run in runs:
+            assert run.is_relative_to(REPO_ROOT / "results/synthetic/runs") and run.name.startswith("seed")
+            assert (tiny_dag / run.relative_to(REPO_ROOT) / "model.pt").is_file()

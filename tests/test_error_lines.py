@@ -22,6 +22,8 @@ from methods.data.karpathy import load_karpathy
 from methods.data.positives import load_positives
 from methods.data.precomp import check_npy_header, open_precomp
 from methods.data.text import Vocabulary
+from methods.data.tokenizers import Tokenizer
+from methods.runtime import KNOWN_RESOURCES
 from methods.scoring import average_similarities
 from methods.errors import MAX_MESSAGE_CHARS, HarnessError, run_cli
 from methods.io import read_json, torch_save, write_json, write_text
@@ -116,8 +118,13 @@ def test_precomputed_features_and_captions_errors(tmp_path):
     (tmp_path / "test_ims.npy").write_bytes(good)
     (tmp_path / "test_caps.txt").write_bytes(b"a dog\n" * 2 + b"a caf\xe9 in latin-1\n" + b"a dog\n" * 7)
     assert "test_caps.txt:3: not UTF-8 text (byte 0xe9)" in error_line(open_precomp, tmp_path, "test", 36, 8, 5)
+    (tmp_path / "test_caps.txt").write_text("a dog\n" * 10 + "\n")   # a trailing blank line
+    assert error_line(open_precomp, tmp_path, "test", 36, 8, 5).endswith(
+        "test_caps.txt: 11 captions for 2 feature rows in " + str(tmp_path / "test_ims.npy") + "; expected 5 x rows "
+        "(texts_per_image; or one row per caption) (line 11 is blank: one caption per line, no blank lines)")
     (tmp_path / "dev_pooled.npy").write_bytes(b"")
-    assert "dev_pooled.npy: not a .npy file" in error_line(check_npy_header, tmp_path / "dev_pooled.npy", (2, None))
+    assert "dev_pooled.npy: an empty file (0 bytes); expected an array written by numpy.save" in error_line(
+        check_npy_header, tmp_path / "dev_pooled.npy", (2, None))
 
 
 def test_model_file_errors(tmp_path):
@@ -157,6 +164,32 @@ def test_model_weights_of_another_shape(tiny_model_file, tmp_path):
     torch.save(ckpt, bad)
     message = error_line(load_trained_model, bad, backbones, torch.device("cpu"))
     assert re.search(rf"model.pt: weights do not fit the model its config builds \(.*size mismatch for {name}", message)
+
+
+def test_api_mistakes_are_one_line_each(tiny_model_file, tmp_path):
+    """A notebook user's mistakes with a trained model (20 token ids, 512-d pooled images)."""
+    model, info = api.load_model(tiny_model_file, backbones=random_init_backbones())
+    words = Vocabulary(["<pad>", "<start>", "<end>", "<unk>"] + [f"w{i}" for i in range(16)], Tokenizer("nltk_line"))
+    assert len(words) == info["vocab_size"] == 20
+    api.encode_texts(model, ["w1 w2", "w3"], words)   # the controls
+    api.encode_images(model, np.zeros((2, 512), np.float32))
+    other = Vocabulary(words.idx2word + ["w16", "w17"], words.tokenizer)
+    other.save(tmp_path / "other_vocab.json")
+    assert error_line(api.encode_texts, model, ["w1 w2"], str(tmp_path / "other_vocab.json")) == (
+        f"encode_texts: {tmp_path / 'other_vocab.json'} has 22 words, but the model was trained with a vocabulary "
+        f"of 20: use the vocabulary of its training run")
+    assert error_line(api.encode_texts, model, "w1 w2", words) == (
+        "encode_texts: texts is one string; pass a list of captions (e.g. [caption])")
+    assert error_line(api.encode_texts, model, [[1, 5, 20, 2]]) == (
+        "encode_texts: token ids must lie in [0, 20) (the model's vocabulary size); got ids from 1 to 20")
+    assert error_line(api.encode_images, model, np.zeros((2, 36, 512), np.float32)) == (
+        "encode_images: image features of shape (2, 36, 512), but the model reads (N, C) with C = 512 "
+        "(its image shape {'dim': 512})")
+    assert "image features of shape (2, 2048)" in error_line(api.encode_images, model, np.zeros((2, 2048)))
+    if not torch.cuda.is_available():
+        no_gpu = "device 'cuda' was asked for, but no GPU is visible (torch.cuda.is_available() is False); use device='cpu'"
+        assert error_line(api.load_model, tiny_model_file, "cuda") == f"load_model: {no_gpu}"
+        assert error_line(api.encode_texts, model, [[1, 2]], None, 8, "cuda") == f"encode_texts: {no_gpu}"
 
 
 def test_dataset_and_experiment_configs_the_dag_writes(tmp_path):
@@ -320,16 +353,25 @@ def case_config_value_and_two_more(tmp_path):
                  "results_dir: 3 is not of type 'string' (and 2 more)")
 
 
+def case_misspelled_resource(tmp_path):
+    """Found before the config is read: a resource no job reads, given with the SLURM profile."""
+    known = ", ".join(sorted(k for k in KNOWN_RESOURCES if not k.startswith("_")))
+    return {}, ("error: default-resources (workflow profile or command line): unknown resource 'slurm_partiton' "
+                f"(did you mean 'slurm_partition'?); known: {known}"), \
+        ["--workflow-profile", "workflow/profiles/slurm", "--default-resources", "slurm_partiton=gpu"]
+
+
 @pytest.mark.e2e
-@pytest.mark.parametrize("case", [case_sentence_without_raw, case_config_value_and_two_more],
-                         ids=["input function", "rule files"])
+@pytest.mark.parametrize("case", [case_sentence_without_raw, case_config_value_and_two_more, case_misspelled_resource],
+                         ids=["input function", "rule files", "profile"])
 def test_dag_build_error_is_one_line_on_the_console(tmp_path, case):
     work = tmp_path / "work"
     work.mkdir()
     copy_workflow(work)
-    cfg, expected = case(tmp_path)
+    cfg, expected, *args = case(tmp_path)
     (work / "case.yaml").write_text(yaml.safe_dump(cfg))
-    proc = snakemake(work, "-n", "--configfile=case.yaml", "--", "tables/table1_flickr.csv", check=False)
+    proc = snakemake(work, "-n", "--configfile=case.yaml", *(args[0] if args else []), "--",
+                     "tables/table1_flickr.csv", check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert [line for line in out.splitlines() if re.search(r"^error|Error|Exception", line)] == [expected], out[-3000:]

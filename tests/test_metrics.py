@@ -118,3 +118,23 @@ def test_chance_recalls_match_random_scores():
     # by hand: 12 images, 60 captions; i2t R@1 = 5/60, t2i R@10 = 10/12
     assert expected["i2t_r1"] == pytest.approx(100 * 5 / 60)
     assert expected["t2i_r10"] == pytest.approx(100 * 10 / 12)
+
+
+def test_api_evaluate_is_the_brute_force_metrics_of_a_score_matrix():
+    from methods import api
+
+    rng = np.random.default_rng(7)
+    scores = rng.normal(size=(1000, 5000)).astype(np.float32)
+    scores[np.arange(1000)[:, None], 5 * np.arange(1000)[:, None] + np.arange(5)] += 2.5   # a model that learned
+    result = api.evaluate(torch.from_numpy(scores), "f30k_1k")
+    sub = scores[:40, :200]   # brute force is slow: check the protocol's arithmetic on a block too
+    assert api.evaluate(sub, "synthetic_test")["metrics"] == pytest.approx(brute_force_metrics(sub), abs=1e-9)
+    images = np.arange(1000)   # continuous scores, no ties: R@K by counting, independently
+    assert result["metrics"]["i2t_r1"] == pytest.approx(100.0 * np.mean(scores.argmax(1) // 5 == images))
+    gt = scores[np.arange(5000) // 5, np.arange(5000)]
+    assert result["metrics"]["t2i_r10"] == pytest.approx(100.0 * np.mean((scores > gt).sum(0) < 10))
+    assert result["n_images"] == 1000 and result["protocol"] == "f30k_1k"
+    with pytest.raises(HarnessError, match="protocol synthetic_eccv needs its extended_positives relevance"):
+        api.evaluate(sub, "synthetic_eccv")
+    with pytest.raises(HarnessError, match=r"score matrix has shape \(40, 199\); expected \(N, 5N\)"):
+        api.evaluate(sub[:, :199], "synthetic_test")

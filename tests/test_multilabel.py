@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.io
+import scipy.sparse
 import yaml
 
 from methods.config import REPO_ROOT, load_harness_config
@@ -104,6 +105,24 @@ def test_import_tags_dataset(tmp_path):
     for i in range(SIZES["train"]):
         for r in range(R):
             assert classes[i, r] == max(range(K), key=lambda k: cls[i, r, k])
+
+
+def test_sparse_tag_and_label_matrices_import_as_the_dense_ones(tmp_path):
+    """MATLAB sparse .mat matrices (as MATLAB saves a sparse 0/1 matrix) give the same import."""
+    written = tags_source(tmp_path / "dense")
+    tags_source(tmp_path / "sparse")
+    for s in SIZES:
+        scipy.io.savemat(tmp_path / "sparse" / f"{s}_tag.mat", {"feat": scipy.sparse.csc_matrix(written[s]["tag"])})
+        scipy.io.savemat(tmp_path / "sparse" / f"{s}_label.mat", {"feat": scipy.sparse.csc_matrix(written[s]["label"].astype(np.float64))})
+    imported = []
+    for kind in ("dense", "sparse"):
+        cfg = harness_cfg(tmp_path / kind, tmp_path / kind)
+        assert multilabel.check_source(cfg, "mir") == SIZES
+        path = tmp_path / kind / "dataset.json"
+        multilabel.import_json(payload(cfg), path)
+        imported.append(json.loads(path.read_text())["images"])
+    assert imported[0] == imported[1]
+    assert any(e["labels"] != [0, 0] for e in imported[1]) and any(e["sentences"][0]["raw"] for e in imported[1])
 
 
 def test_region_classes_in_chunks(tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ from methods.config import REPO_ROOT, load_harness_config
 from methods.data.checks import check_dataset_inputs
 from methods.errors import HarnessError
 from methods.plan import Plan
+from methods.runtime import check_resource_names
 from tests.conftest import copy_workflow, planted_punkt, snakemake
 
 CONFIG = REPO_ROOT / "config" / "config.yaml"
@@ -202,6 +203,9 @@ CONFIG_CASES = {
                           r"^datasets\.synthetic\.stands_in_for\.protocol: coco_5k is not a protocol of flickr"),
     "pretrain_dataset": ({"backbones": {"resnet18_synthetic": {"pretrain": {"dataset": "synthtic"}}}},
                          r"^backbones\.resnet18_synthetic\.pretrain\.dataset: no dataset 'synthtic' is configured"),
+    "crop_over_resize": ({"datasets": {"flickr": {"features": {"resize": 256, "crop": 288}}}},
+                         r"^datasets\.flickr\.features\.crop: 288 is larger than resize 256 \(the shorter image "
+                         r"side after resizing\), so the centre crop would pad the images with black; set crop <= resize$"),
     "region_backbone": ({"datasets": {"synthetic": {"features": {"region": {"backbone": "resnet18"}}}}},
                         r"^datasets\.synthetic\.features\.region\.backbone: no backbone 'resnet18' is configured"),
 }
@@ -315,6 +319,39 @@ def test_splits_drawn_from_the_same_karpathy_images_may_share_a_file(tmp_path):
     cfg["datasets"]["flickr"]["splits"] = {"train": ["train"], "dev": ["test"], "test": ["test"]}
     dev_linked_to_test(tmp_path / "precomp")
     check_dataset_inputs(cfg, "flickr")
+
+
+@pytest.mark.parametrize("raw, what", [("", "empty"), ("  \t", "blank")])
+def test_a_caption_without_words_is_named_when_the_dag_is_built(tmp_path, raw, what):
+    cfg = load_harness_config(CONFIG, fake_flickr(tmp_path))
+    path = tmp_path / "dataset_flickr30k.json"
+    data = json.loads(path.read_text())
+    data["images"][4]["sentences"][3]["raw"] = raw
+    path.write_text(json.dumps(data))
+    with pytest.raises(HarnessError) as err:
+        check_dataset_inputs(cfg, "flickr")
+    name = data["images"][4]["filename"]
+    assert str(err.value) == (f"{path}: images[4] ({name}): sentences[3] is {what}; every caption must hold "
+                              f"words (fix or remove the sentence)")
+    data["images"][4]["sentences"][3]["raw"] = "a picture"   # the control
+    data["images"][4]["sentences"].append({"raw": ""})       # a sixth sentence is never read
+    path.write_text(json.dumps(data))
+    check_dataset_inputs(cfg, "flickr")
+
+
+def test_a_resource_no_job_reads_is_named():
+    """The SLURM profile's keys and the rules' pass; a misspelled one, in either place, is named."""
+    profile = yaml.safe_load((REPO_ROOT / "workflow/profiles/slurm/config.v8+.yaml").read_text())
+    check_resource_names(list(profile["default-resources"]) + ["slurm_account", "tmpdir", "disk_mb"],
+                         {"train_synthetic": ["gpu", "mem_mb", "runtime", "slurm_extra", "cpus_per_task"]})
+    with pytest.raises(HarnessError) as err:
+        check_resource_names(["mem_mb", "slurm_partiton"], {})
+    assert str(err.value).startswith("default-resources (workflow profile or command line): unknown resource "
+                                     "'slurm_partiton' (did you mean 'slurm_partition'?); known: ")
+    with pytest.raises(HarnessError) as err:
+        check_resource_names([], {"train_synthetic": ["runtime", "memory"]})
+    assert "set-resources of rule train_synthetic (workflow profile or command line): unknown resource 'memory'" \
+        in str(err.value)
 
 
 # -- every class fails at `snakemake -n`, before any job ------------------------------------------

@@ -35,7 +35,7 @@ def check_dataset_inputs(cfg: dict, name: str) -> dict[str, Split]:
             f"and datasets.{name}.images_dir (the folder of the images named in it) in config/config.yaml "
             f"or with --configfile")
     tokenizer = dataset_tokenizer(cfg, name)   # nltk: its Punkt model, file by file
-    splits = load_splits(paths["karpathy_json"], ds["splits"], ds["texts_per_image"])
+    splits = load_splits(paths["karpathy_json"], ds["splits"], ds["texts_per_image"], blank_captions=False)
     images_dir = paths["images_dir"]
     if not images_dir.is_dir():
         raise HarnessError(f"datasets.{name}.images_dir: folder not found: {images_dir}")

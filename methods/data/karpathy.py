@@ -75,6 +75,18 @@ def image_entry_problem(entry, texts_per_image: int) -> str | None:
     return None
 
 
+def check_captions_hold_words(path: str | Path, images: list[dict], texts_per_image: int) -> None:
+    """A user's Karpathy file: every caption the harness reads holds a word (a blank one would train
+    and score as a caption of no words). Not for the JSON the DAG writes from tag files, where an
+    image without tags has an empty text, as in the public code."""
+    for index, entry in enumerate(images):
+        for k, sentence in enumerate(entry["sentences"][:texts_per_image]):
+            if not sentence["raw"].strip():
+                raise HarnessError(f"{path}: images[{index}] ({entry['filename']}): sentences[{k}] is "
+                                   f"{'empty' if not sentence['raw'] else 'blank'}; every caption must hold words "
+                                   f"(fix or remove the sentence)")
+
+
 def build_split(images: list[dict], name: str, karpathy_splits: list[str], where: str, texts_per_image: int) -> Split:
     chosen = [e for e in images if e["split"] in karpathy_splits]
     if not chosen:
@@ -98,7 +110,11 @@ def build_split(images: list[dict], name: str, karpathy_splits: list[str], where
                  [int(e.get("imgid", i)) for i, e in enumerate(chosen)], captions, texts_per_image, labels)
 
 
-def load_splits(path: str | Path, split_map: dict[str, list[str]], texts_per_image: int) -> dict[str, Split]:
-    """The harness splits of a Karpathy file; ``texts_per_image``: the dataset config's count."""
+def load_splits(path: str | Path, split_map: dict[str, list[str]], texts_per_image: int,
+                blank_captions: bool = True) -> dict[str, Split]:
+    """The harness splits of a Karpathy file; ``texts_per_image``: the dataset config's count;
+    ``blank_captions`` False: refuse a caption without words (``check_captions_hold_words``)."""
     images = load_karpathy(path, texts_per_image)
+    if not blank_captions:
+        check_captions_hold_words(path, images, texts_per_image)
     return {name: build_split(images, name, ks, str(path), texts_per_image) for name, ks in split_map.items()}

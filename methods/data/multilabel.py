@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.io
+import scipy.sparse
 
 from methods.cli import run_command
 from methods.data.datasets import dataset_paths, load_dataset_payload, payload_tokenizer
@@ -99,10 +100,13 @@ def mat_shape(path: Path, key: str = "feat") -> tuple[int, ...]:
 
 
 def load_mat(path: Path, key: str = "feat") -> np.ndarray:
+    """Matrix ``key`` of a MATLAB file as a dense array; MATLAB sparse matrices (a legitimate way
+    to store 0/1 tag and label matrices) are made dense."""
     try:
-        return np.asarray(scipy.io.loadmat(str(path), variable_names=[key])[key])
+        value = scipy.io.loadmat(str(path), variable_names=[key])[key]
     except Exception as exc:
         raise HarnessError(f"{path}: not a readable MATLAB .mat file ({first_line(exc)})") from None
+    return value.toarray() if scipy.sparse.issparse(value) else np.asarray(value)
 
 
 def read_tag_list(path: Path) -> list[str]:

@@ -53,8 +53,11 @@ def open_precomp(precomp_dir: str | Path, split: str, n_regions: int, feature_di
     elif n_cap == n_img and n_img % t == 0:   # t > 1 here
         step = t
     else:
+        blank = [i + 1 for i, c in enumerate(captions) if not c]
+        hint = (f" (line {blank[0]} is blank{'' if len(blank) == 1 else f', and {len(blank) - 1} more'}: "
+                f"one caption per line, no blank lines)" if blank else "")
         raise HarnessError(f"{caps_path}: {n_cap} captions for {n_img} feature rows in {ims_path}; "
-                           f"expected {t} x rows (texts_per_image; or one row per caption)")
+                           f"expected {t} x rows (texts_per_image; or one row per caption){hint}")
     return ims, captions, step
 
 

@@ -49,6 +49,11 @@ class BuildContext:
 class RetrievalModel(nn.Module):
     image_input: ClassVar[str]
     finetune: bool = False   # True while the CNN backbone is trained (models with a backbone)
+    # what ``build_model`` built it for (token ids below ``vocab_size``; image features of
+    # ``image_shape``): the public API checks a caller's inputs against them
+    vocab_size: int | None = None
+    image_shape: dict | None = None
+    vocab_words: int | None = None   # words of the vocabulary it reads (vocab_size less training-only ids), where known
 
     @classmethod
     def set_sizes(cls, cfg: dict) -> tuple[int, int] | None:
@@ -172,4 +177,6 @@ def image_input_of(cfg: dict) -> ImageInput:
 
 def build_model(cfg: dict, ctx: BuildContext) -> RetrievalModel:
     """The model of a ``model`` config block (random weights)."""
-    return model_class(cfg["kind"]).from_config(cfg, ctx)
+    model = model_class(cfg["kind"]).from_config(cfg, ctx)
+    model.vocab_size, model.image_shape = ctx.vocab_size, dict(ctx.image_shape)
+    return model

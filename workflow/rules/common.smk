@@ -1,6 +1,7 @@
 import json
 import logging
 import os
+import re
 import sys
 from collections import Counter
 
@@ -18,7 +19,7 @@ from methods.numerics import shell_prefix
 from methods.metrics.protocols import check_coco_ids, check_split_sizes, get_protocol
 from methods.plan import Plan, data_kind, test_splits
 from methods.report.paper_figures import FIGURE_KINDS
-from methods.runtime import check_gpu_for_local_run, runs_jobs_here
+from methods.runtime import check_gpu_for_local_run, check_resource_names, runs_jobs_here
 from methods.retries import FAILED_JOBS_ENV, failed_jobs_dir
 
 
@@ -30,20 +31,31 @@ class HarnessErrorsInOneLine(logging.Filter):
 
     def filter(self, record):
         if record.levelno >= logging.ERROR:
-            harness_error = harness_error_in(sys.exc_info()[1])
-            if harness_error is not None:
-                record.msg, record.args = f"error: {harness_error}", ()
+            message = harness_error_in(sys.exc_info()[1])
+            if message is not None:
+                record.msg, record.args = f"error: {message}", ()
         return True
 
 
+# How Snakemake's WorkflowError writes an exception it wraps (InputFunctionException: "Error:\n  <type>: <message>")
+WRAPPED_HARNESS_ERROR = re.compile(r"^\s*HarnessError: (.+)$", re.MULTILINE)
+
+
 def harness_error_in(exc):
-    """The HarnessError ``exc`` is, or was raised while handling (its __cause__/__context__ chain)."""
-    seen = set()
+    """The message of the HarnessError ``exc`` is, was raised while handling (its __cause__ /
+    __context__ chain), or wraps: Snakemake re-raises an input function's InputFunctionException
+    inside another handler, which replaces its context, so the HarnessError survives only in its text."""
+    seen, chain = set(), []
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, HarnessError):
-            return exc
+            return str(exc)
         seen.add(id(exc))
+        chain.append(exc)
         exc = exc.__cause__ or exc.__context__
+    for exc in chain:
+        wrapped = WRAPPED_HARNESS_ERROR.search(str(exc))
+        if wrapped:
+            return wrapped.group(1)
     return None
 
 
@@ -51,6 +63,9 @@ for _old in [f for f in snakemake_logger.filters if type(f).__name__ == HarnessE
     snakemake_logger.removeFilter(_old)  # the Snakefile parsed again in one process (the API, tests)
 snakemake_logger.addFilter(HarnessErrorsInOneLine())
 
+_defaults = workflow.resource_settings.default_resources   # None without --default-resources or a profile
+check_resource_names(list(_defaults.keys()) if _defaults is not None else [],
+                     workflow.resource_settings.overwrite_resources or {})
 HARNESS = validate(dict(config), "config", "config/config.yaml (with --config/--configfile overrides)")
 PLAN = Plan(HARNESS)
 R = HARNESS["results_dir"]
