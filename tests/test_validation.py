@@ -133,26 +133,10 @@ def case_unknown_protocol(work, cfg):
     return cfg, "tables/table1_flickr.csv", r"datasets.flickr.protocols.0: 'f30k_5k' is not one of \['f30k_1k'"
 
 
-def case_glove_of_another_dimension(work, cfg):   # found by a training job's input function
-    glove = Path(cfg["datasets"]["flickr"]["glove"])
-    small = work / "glove_50d.txt"
-    small.write_text("".join(" ".join(line.split()[:51]) + "\n" for line in glove.read_text().splitlines()))
-    cfg["datasets"]["flickr"]["glove"] = str(small)
-    return cfg, "tables/table1_flickr.csv", (r"^error: \S*glove_50d.txt: 50-dimensional word vectors \(line 1 has 50 "
-                                             r"values after the word\), but the model's word_dim \(model.text.word_dim\) "
-                                             r"is 300; expected a GloVe file of 300-d vectors$")
-
-
-def case_glove_not_set(work, cfg):
-    cfg["datasets"]["flickr"]["glove"] = None
-    return cfg, "tables/table1_flickr.csv", (r"^error: experiment mvsa-\w+ sets model.text.word_init: glove, but "
-                                             r"datasets.flickr.glove is not set")
-
-
 CASES = [case_unknown_table, case_unknown_method, case_hyperparameter_type, case_hyperparameter_range,
          case_config_range, case_missing_karpathy_file, case_missing_image, case_features_shape,
          case_features_dtype, case_caption_count, case_vocab_of_other_captions, case_vocab_with_test_words,
-         case_unknown_protocol, case_glove_of_another_dimension, case_glove_not_set]
+         case_unknown_protocol]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.__name__[5:] for c in CASES])
