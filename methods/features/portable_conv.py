@@ -1,11 +1,13 @@
-"""Convolutions for portable numerics on the CPU: im2col (ATen's ``unfold``/``fold``) and GEMMs run
-by numpy's OpenBLAS, whose code path portable mode pins (``OPENBLAS_CORETYPE=Haswell``, one
-BLAS thread): the same kernels, blockings and so bits on every x86-64 host with AVX2.
+"""Convolutions for portable numerics on the CPU: im2col as one strided copy, GEMMs run by numpy's
+OpenBLAS, whose code path portable mode pins (``OPENBLAS_CORETYPE=Haswell``, one BLAS thread),
+and col2im as one add per kernel offset in a fixed order: the same kernels, blockings and so bits
+on every x86-64 host with AVX2.
 
 Why not torch's own: oneDNN's convolutions pick their blocking from the host's cache sizes (an
 Intel and an AMD host gave other bits, ``methods.numerics``), and without oneDNN ATen's im2col
-convolution runs MKL's ``COMPATIBLE`` (SSE2) GEMM one sample at a time, about 8x slower than
-oneDNN for a ResNet-18 training step at 64 px. Here each convolution is three whole-batch GEMMs
+convolution runs MKL's ``COMPATIBLE`` (SSE2) GEMM one sample at a time, about 5x slower than
+oneDNN for a ResNet-18 training step at 64 px (3.9 s against 0.8 s; this path 1.3 s;
+``methods.benchmarks.portable_conv``). Here each convolution is three whole-batch GEMMs
 (forward, weight gradient, input gradient), each split into fixed row blocks over the process's
 compute threads (``torch.get_num_threads()``, which portable mode fixes): every output row is one
 single-threaded OpenBLAS call of a fixed shape, so the result depends on the thread count
