@@ -1,4 +1,5 @@
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -24,9 +25,15 @@ def copy_workflow(dest: Path) -> Path:
     return dest
 
 
+def local_snakemake_env() -> dict:
+    """The environment of a local Snakemake run: a stand-in scontrol that fails at once first on the
+    PATH (tests/no_slurm/scontrol says why). The SLURM test keeps the real one."""
+    return {**os.environ, "PATH": f"{REPO / 'tests' / 'no_slurm'}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
-    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(cmd, cwd=workdir, env=local_snakemake_env(), capture_output=True, text=True, timeout=1800)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
     return proc

@@ -105,7 +105,7 @@ def test_training_job_stopped_mid_epoch_resumes_under_snakemake(tiny_dag, tmp_pa
     of the uninterrupted run of the session DAG."""
     import shutil
 
-    from tests.conftest import snakemake
+    from tests.conftest import local_snakemake_env, snakemake
 
     work = tmp_path / "work"
     shutil.copytree(tiny_dag, work, symlinks=True)  # timestamps kept: everything upstream is up to date
@@ -118,7 +118,7 @@ def test_training_job_stopped_mid_epoch_resumes_under_snakemake(tiny_dag, tmp_pa
     shutil.rmtree(run_dir)
 
     snake = subprocess.Popen([sys.executable, "-m", "snakemake", target, "--cores", "2", "--configfile", "tiny.yaml"],
-                             cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             cwd=work, env=local_snakemake_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     trainer = _training_process(snake, run_dir, f"runs/{exp}/seed0")
     trainer.send_signal(sig)
     out, _ = snake.communicate(timeout=600)
