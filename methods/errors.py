@@ -1,8 +1,12 @@
 """One exception type for every user-facing error, and the one line an entry point prints for it."""
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
-from typing import Callable
+import threading
+from typing import Callable, Iterator
 
 from methods.retries import NOT_RETRIED, earlier_failure, failure_record, record_failure
 
@@ -40,6 +44,62 @@ class HarnessError(Exception):
         super().__init__(one_line(message))
 
 
+class Stopped(HarnessError):
+    """A job stopped by SIGTERM (a SLURM time limit, preemption) or SIGINT (Ctrl-C), raised where the
+    job was: every atomic write it had open (``methods.io``) removes its temporary file on the way
+    out and adds its output to ``unfinished``. Training checkpoints on SIGTERM instead
+    (``methods.training.loop``)."""
+
+    transient = True  # a re-run computes it again (methods.retries)
+
+    def __init__(self, signum: int, doing: str):
+        super().__init__(f"received {signal.Signals(signum).name} while running {doing}")
+        self.unfinished: list[str] = []
+
+    def __str__(self) -> str:
+        if not self.unfinished:
+            return f"{super().__str__()}: stopped, nothing written"
+        return one_line(f"{super().__str__()}: stopped; removed the unfinished {', '.join(self.unfinished)} "
+                        f"(a re-run starts it again)")
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextlib.contextmanager
+def stop_signals_raise(doing: str) -> Iterator[None]:
+    """While the block runs, SIGTERM and SIGINT raise ``Stopped`` (the default SIGTERM kills the
+    process at once and leaves its temporary files behind); a second signal during the clean-up is
+    ignored. Only the main thread can set handlers: elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    job = os.getpid()
+
+    def stop(signum, frame):
+        if os.getpid() != job:  # a forked worker (a DataLoader's) dies as it did before
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        raise Stopped(signum, doing)
+
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def job_name() -> str:
+    """The running entry point, as typed (``methods.features.extract``), for messages."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", None) or (sys.argv[0] if sys.argv and sys.argv[0] else "this command")
+
+
 def first_line(exc: BaseException) -> str:
     """Library errors (torch.load) can span many lines; a message needs the first."""
     text = str(exc).strip()
@@ -56,13 +116,15 @@ def os_error_line(exc: OSError) -> str:
 def run_cli(fn: Callable[[], None]) -> None:
     """Run an entry point: a HarnessError, or an OSError from a file it touched, prints
     ``error: <one line>`` on stderr and exits 2, never a traceback. Under Snakemake, such a failure
-    is recorded, and a retry of the job stops at once with the same line (methods.retries)."""
+    is recorded, and a retry of the job stops at once with the same line (methods.retries).
+    SIGTERM and SIGINT stop it the same way (``Stopped``), its temporary files removed."""
     record = failure_record(sys.argv)
     if (earlier := earlier_failure(record)) is not None:
         print(f"error: {earlier} ({NOT_RETRIED})", file=sys.stderr)
         sys.exit(2)
     try:
-        fn()
+        with stop_signals_raise(job_name()):
+            fn()
     except HarnessError as exc:
         message = str(exc)
         if not exc.transient:

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from methods.errors import HarnessError, first_line, run_cli
+from methods.errors import HarnessError, Stopped, first_line, run_cli
 
 # A new file's mode before the umask (what open() and the shell use); the kernel applies the umask
 # and default ACLs to it. tempfile.mkstemp's fixed 0600 would survive the rename onto the output.
@@ -90,6 +90,8 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
         message = write_failure(path, exc) if _is_write_error(exc, tmp) else None
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
+        if isinstance(exc, Stopped):
+            exc.unfinished.append(str(path))
         if message:
             raise HarnessError(message) from None
         raise

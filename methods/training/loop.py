@@ -338,6 +338,7 @@ class Trainer:
             seen, total, skipped = partial["seen"], partial["total"], partial["skipped"]
             counter.load_state_dict(partial["counter"], device)
         model.train()
+        seen_before = seen  # samples of this epoch before a resumed checkpoint: not this process's speed
         t0 = time.perf_counter()
         bar = tqdm(loader, desc=f"{stage['name']} {epoch + 1}/{stage['epochs']}", disable=not inp.progress,
                    mininterval=2.0, initial=skip, total=skip + len(loader))
@@ -365,7 +366,7 @@ class Trainer:
             self.scaler.update()
             seen += batch["tokens"].shape[0]
             total += loss.item()
-            bar.set_postfix(loss=f"{loss.item():.3f}", samples_per_s=f"{seen / (time.perf_counter() - t0):.0f}",
+            bar.set_postfix(loss=f"{loss.item():.3f}", samples_per_s=f"{(seen - seen_before) / (time.perf_counter() - t0):.0f}",
                             refresh=False)
             if self.received and step + 1 < skip + len(loader):
                 self.checkpoints.save_last(model, self.scaler, self.best, self.history, stage_idx, epoch, step + 1,
