@@ -2,16 +2,14 @@
 ``<side>.<metric> > <side>.<metric>`` (or ``<``), a side one row id or ``mean(row, row, ...)``.
 
 ``parse_comparison`` turns it into a ``Comparison`` that always reads "left above right": a claim
-written with ``<`` has its sides swapped (``a.meanr < b.meanr`` is ``b.meanr > a.meanr``).
-``number``, ``ours_difference`` and ``escape_cell`` write a checked claim the same way in the claims
-table and the reproduction report.
+written with ``<`` has its sides swapped (``a.meanr < b.meanr`` is ``b.meanr > a.meanr``). The plan
+reads claims with it at every Snakemake start, so it needs no pandas (``methods.report.cells``
+writes the checked claims).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-
-import pandas as pd
 
 from methods.errors import HarnessError
 
@@ -55,27 +53,3 @@ def parse_comparison(text: str, where: str) -> Comparison:
         raise HarnessError(f"{where}: '{text}' has row(s) {sorted(set(a) & set(b))} on both sides")
     left, right = (a, b) if match.group("op") == ">" else (b, a)
     return Comparison(left, right, match.group("a_metric"))
-
-
-def number(value, digits: int = 2, signed: bool = False) -> str:
-    """A number of a claims table as shown (– when missing)."""
-    if value is None or pd.isna(value):
-        return "–"
-    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
-
-
-def ours_difference(r) -> str:
-    """Our difference, ± its spread over seeds and how many seeds' differences exceed the claimed
-    margin (rows sharing two or more seeds), and the seeds."""
-    if pd.isna(r.n_seeds):
-        return f"{number(r.reproduced_difference, signed=True)} (seeds per row)"
-    seeds = int(r.n_seeds)
-    if pd.isna(r.difference_seed_std):
-        return f"{number(r.reproduced_difference, signed=True)} ({seeds} seed{'s' if seeds > 1 else ''})"
-    return (f"{number(r.reproduced_difference, signed=True)} ± {number(r.difference_seed_std)} ({seeds} seeds, "
-            f"{int(r.seeds_above_margin)} above the margin)")
-
-
-def escape_cell(text) -> str:
-    """Text for a markdown table cell: pipes escaped, one line."""
-    return str(text).replace("|", "\\|").replace("\n", " ")

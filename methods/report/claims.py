@@ -41,7 +41,7 @@ from methods.metrics.registry import METRICS, base_metrics, value_from
 from methods.metrics.training_check import (NOT_TRAINED, UNKNOWN, RowTraining, TrainingThresholds, row_training,
                                             saturated)
 from methods.report.bootstrap import claim_verdict, mean_over_seeds, paired_difference_interval
-from methods.report.claim_form import escape_cell, number, ours_difference
+from methods.report.cells import escape_cell, number, ours_difference
 from methods.scoring import average_similarities
 
 COLUMNS = ("paper", "dataset", "data", "claim", "words", "paraphrased", "where", "table", "compare", "margin",

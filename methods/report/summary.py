@@ -17,7 +17,7 @@ from methods.cli import run_command
 from methods.io import read_json, write_text
 from methods.metrics.training_check import NOT_TRAINED, TRAINED, UNKNOWN, TrainingThresholds, row_training
 from methods.report.bootstrap import verdict_kind
-from methods.report.claim_form import escape_cell, number
+from methods.report.cells import escape_cell, number
 
 COLUMNS = ("dataset", "paper", "table", "row", "label", "seeds", "ensemble_size", "protocol", "main_metric", "value",
            "value_std", "chance", "times_chance", "gain_share", "trained", "training_check")

@@ -53,6 +53,8 @@ rule vocab:
         punkt=tokenizer_inputs,
     output:
         f"{R}/{{dataset}}/vocab.json",
+    params:
+        numerics=numerics_env_of(lambda d: res("vocab", "threads")),
     threads: res("vocab", "threads")
     resources:
         mem_mb=res("vocab", "mem_mb"),
@@ -65,7 +67,7 @@ rule vocab:
     benchmark:
         benchmark_file("vocab", "{dataset}")
     shell:
-        "python -m methods.data.vocab --dataset-config {input.cfg} --out {output} " + TO_LOG
+        "{params.numerics}python -m methods.data.vocab --dataset-config {input.cfg} --out {output} " + TO_LOG
 
 
 # Multi-label datasets (kind multilabel): imported from a source folder in the label-wise code's
@@ -148,6 +150,8 @@ rule import_multilabel:
         f"{R}/{{dataset}}/data/dataset_{{dataset}}.json",
     wildcard_constraints:
         dataset="|".join(MULTILABEL) or "no-multilabel-dataset",
+    params:
+        numerics=numerics_env_of(lambda d: res("generate", "threads")),
     threads: res("generate", "threads")
     resources:
         mem_mb=res("generate", "mem_mb"),
@@ -160,7 +164,7 @@ rule import_multilabel:
     benchmark:
         benchmark_file("import_multilabel", "{dataset}")
     shell:
-        "python -m methods.data.multilabel --dataset-config {input.cfg} --json {output} " + TO_LOG
+        "{params.numerics}python -m methods.data.multilabel --dataset-config {input.cfg} --json {output} " + TO_LOG
 
 
 rule multilabel_precomp:
@@ -174,6 +178,7 @@ rule multilabel_precomp:
     wildcard_constraints:
         dataset="|".join(MULTILABEL) or "no-multilabel-dataset",
     params:
+        numerics=numerics_env_of(lambda d: res("regions", "threads")),
         out_dir=lambda w: f"{R}/{w.dataset}/precomp",
     threads: res("regions", "threads")
     resources:
@@ -187,7 +192,7 @@ rule multilabel_precomp:
     benchmark:
         benchmark_file("multilabel_precomp", "{dataset}_{split}")
     shell:
-        "python -m methods.data.multilabel --dataset-config {input.cfg} --split {wildcards.split} "
+        "{params.numerics}python -m methods.data.multilabel --dataset-config {input.cfg} --split {wildcards.split} "
         "--out-dir {params.out_dir} --results-dir {R} " + TO_LOG
 
 
@@ -200,6 +205,8 @@ rule multilabel_region_classes:
         f"{R}/{{dataset}}/precomp/{{split}}_region_classes.npy",
     wildcard_constraints:
         dataset="|".join(MULTILABEL) or "no-multilabel-dataset",
+    params:
+        numerics=numerics_env_of(lambda d: res("regions", "threads")),
     threads: res("regions", "threads")
     resources:
         mem_mb=res("regions", "mem_mb"),
@@ -212,5 +219,5 @@ rule multilabel_region_classes:
     benchmark:
         benchmark_file("multilabel_region_classes", "{dataset}_{split}")
     shell:
-        "python -m methods.data.multilabel --dataset-config {input.cfg} --split {wildcards.split} "
+        "{params.numerics}python -m methods.data.multilabel --dataset-config {input.cfg} --split {wildcards.split} "
         "--region-classes {output} " + TO_LOG
