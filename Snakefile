@@ -1,5 +1,6 @@
 # Reproducibility harness for image-text retrieval papers.
-#   snakemake --cores 2                          every table and figure of the default (synthetic) dataset
+#   snakemake --cores 2                          the default (synthetic) datasets' tables, figures, claims and reports
+#                                                (less datasets.<name>.skip_tables; all: --configfile config/synthetic_all_tables.yaml)
 #   snakemake --cores 8 tables/table1_flickr.csv one table, from raw inputs
 # The DAG is built from config/config.yaml and the paper files it lists (methods/papers/*.yaml).
 from snakemake.utils import min_version

@@ -155,6 +155,10 @@ def check_reported(by_protocol: dict, where: str) -> None:
                                    f"{', '.join(known)}")
 
 
+# A config file that builds every declared table on the synthetic datasets (datasets.<name>.skip_tables: [])
+ALL_TABLES_CONFIG = "config/synthetic_all_tables.yaml"
+
+
 def repository_tables(dataset: str) -> set[str]:
     """Tables the harness's own paper files (methods/papers) declare for ``dataset``."""
     names = set()
@@ -301,6 +305,8 @@ class Plan:
         self.paper_notes: dict[str, str] = {}
         self.paper_tables: dict[str, list[str]] = {}   # paper key -> the tables its file declares
         self.claims: dict[tuple[str, str], list[Claim]] = {}   # (paper key, dataset) -> claims checked there
+        # (table, dataset) of every table a paper file declares, built or left out by datasets.<name>.skip_tables
+        self.declared_tables: set[tuple[str, str]] = set()
         self._method_files: dict[Path, dict] = {}
         stated = []
         for paper_file in cfg["papers"]:
@@ -309,12 +315,14 @@ class Plan:
         for path, paper in stated:   # after every paper: a claim may compare with another file's row of its table
             self._add_claims(path, paper)
         for dataset, ds_cfg in cfg["datasets"].items():
-            declared = {name for name, ds in self.tables if ds == dataset}
-            unknown = set(ds_cfg.get("table_seeds", {})) - declared
+            declared = {name for name, ds in self.declared_tables if ds == dataset}
+            named = [(f"table_seeds.{name}", name) for name in ds_cfg.get("table_seeds", {})]
+            named += [(f"skip_tables.{i}", name) for i, name in enumerate(ds_cfg.get("skip_tables", []))]
+            unknown = [(key, name) for key, name in named if name not in declared]
             if unknown:  # a table of one of the harness's own paper files left out of `papers` is no typo
-                unknown -= repository_tables(dataset)
-            for name in sorted(unknown):
-                raise HarnessError(f"datasets.{dataset}.table_seeds.{name}: no table '{name}' is declared for "
+                unknown = [(key, name) for key, name in unknown if name not in repository_tables(dataset)]
+            for key, name in unknown:
+                raise HarnessError(f"datasets.{dataset}.{key}: no table '{name}' is declared for "
                                    f"{dataset} (declared: {', '.join(sorted(declared)) or 'none'})")
 
     # -- building -------------------------------------------------------------------------
@@ -384,7 +392,8 @@ class Plan:
                                        f"(datasets: {', '.join(sorted(self.cfg['datasets']))})")
             for row in table["rows"]:
                 self._check_row(path, table_name, table["datasets"], row, paper)
-            for dataset in table["datasets"]:
+            self.declared_tables.update((table_name, dataset) for dataset in table["datasets"])
+            for dataset in self._built_on(table_name, table["datasets"]):
                 ds_cfg = self.cfg["datasets"][dataset]
                 reported_key = reported_dataset(dataset, ds_cfg)
                 key = (table_name, dataset)
@@ -431,7 +440,7 @@ class Plan:
                 raise HarnessError(f"{path}: figure '{fig_name}' names table '{fig['table']}', which this paper "
                                    f"file does not declare")
             for dataset in paper["tables"][fig["table"]]["datasets"]:
-                if dataset in self.cfg["datasets"]:
+                if (fig["table"], dataset) in self.tables:
                     if (fig_name, dataset) in self.figures:
                         raise HarnessError(f"{path}: figure '{fig_name}' is declared by two paper files")
                     table_rows = {r["id"]: r for r in paper["tables"][fig["table"]]["rows"]}
@@ -447,6 +456,11 @@ class Plan:
                                                                paper=paper["key"])
         return paper
 
+    def _built_on(self, table_name: str, datasets: list[str]) -> list[str]:
+        """The datasets of a paper file's table that build it: all but those whose ``skip_tables``
+        names it (the synthetic data's default job, for its time budget)."""
+        return [d for d in datasets if table_name not in self.cfg["datasets"][d].get("skip_tables", [])]
+
     def _add_claims(self, path: Path, paper: dict) -> None:
         """Each claim of a paper file, checked on every dataset of its table: rows the table has and
         runs, a metric that is a mean over test queries, a protocol of the dataset that reports it."""
@@ -457,7 +471,7 @@ class Plan:
                                    f"(tables: {', '.join(paper['tables'])})")
             comparison = parse_comparison(claim["compare"], f"{where}.compare")
             check_claimable(comparison.metric, f"{where}.compare")
-            for dataset in paper["tables"][claim["table"]]["datasets"]:
+            for dataset in self._built_on(claim["table"], paper["tables"][claim["table"]]["datasets"]):
                 rows = {r.id: r for r in self.tables[(claim["table"], dataset)].rows}
                 for row_id in comparison.rows:
                     if row_id not in rows:
@@ -575,6 +589,9 @@ class Plan:
 
     def table(self, name: str, dataset: str) -> Table:
         self.check_target_dataset(dataset, f"{name}_{dataset}")
+        if (name, dataset) in self.declared_tables - set(self.tables):
+            raise HarnessError(f"table '{name}' is declared for dataset '{dataset}', but datasets.{dataset}.skip_tables "
+                               f"leaves it out; build every table with --configfile {ALL_TABLES_CONFIG}")
         if (name, dataset) not in self.tables:
             known = sorted(f"{t}_{d}" for t, d in self.tables)
             raise HarnessError(f"no table '{name}' is declared for dataset '{dataset}'; declared: {', '.join(known)}")
@@ -672,6 +689,9 @@ class Plan:
         return {"paper": paper, "paper_name": self.papers[paper], "notes": self.paper_notes[paper], "dataset": dataset,
                 "dataset_kind": data_kind(ds_cfg), "reported_dataset": reported_dataset(dataset, ds_cfg),
                 "tables": self.report_tables(paper, dataset), "has_claims": bool(self.paper_claims(paper, dataset)),
+                "skipped_tables": [t for t in self.paper_tables[paper]
+                                   if (t, dataset) in self.declared_tables and (t, dataset) not in self.tables],
+                "all_tables_config": ALL_TABLES_CONFIG,
                 "bootstrap": self.cfg["claims"], "tolerance": self.cfg["tolerance"],
                 "training_check": self.cfg["training_check"]}
 

@@ -10,10 +10,18 @@ import pytest
 import torch
 import torchvision
 
+from methods.config import deep_merge, load_harness_config, load_yaml
 from methods.data.tokenizers import PUNKT_SUBDIR
 from methods.metrics.eccv_caption import package_caption_ids, package_caption_images
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def config_with_every_table(overrides: dict | None = None) -> dict:
+    """config/config.yaml with every table of the synthetic datasets built (the default job skips
+    some: datasets.<name>.skip_tables), for the tests of those tables' rows."""
+    every = load_yaml(REPO / "config" / "synthetic_all_tables.yaml")
+    return load_harness_config(REPO / "config" / "config.yaml", deep_merge(every, overrides or {}))
 
 
 def copy_workflow(dest: Path) -> Path:

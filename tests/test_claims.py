@@ -23,6 +23,7 @@ from methods.report.bootstrap import verdict
 from methods.report.claim_form import parse_comparison
 from methods.report.claims_figure import plot_claims
 from methods.report.reproduction import build_report
+from tests.conftest import config_with_every_table
 
 CONFIG = REPO_ROOT / "config" / "config.yaml"
 TPI = 5
@@ -31,7 +32,7 @@ TRAINING_CHECK = {"min_gain_share": 0.05, "min_score_spread": 1e-4, "saturated_s
 
 @pytest.fixture(scope="module")
 def harness():
-    return load_harness_config(CONFIG)
+    return config_with_every_table()
 
 
 @pytest.fixture(scope="module")
@@ -255,6 +256,20 @@ def test_the_report_counts_cells_by_verdict_and_says_what_did_not_reproduce(tmp_
     assert "- Row `c`: 1 cells not comparable (ensemble of 2 vs 1)." in text
     assert "- Row `d` has cells the sources give no number for: not found." in text
     assert "Every claim tested is supported" not in text and "synthetic" not in text
+    assert "skip_tables" not in text
+    # a table of the paper its dataset's config leaves out is named, with how to build it
+    spec.update(skipped_tables=["t3", "t4"], all_tables_config="config/synthetic_all_tables.yaml")
+    text = build_report(spec, [str(tmp_path / "t_flickr.csv")], [str(tmp_path / "t.spec.json")], None)
+    assert ("Not built on flickr by this configuration (`datasets.flickr.skip_tables`), so neither their cells nor "
+            "the claims on them are here: `t3`, `t4`. `--configfile config/synthetic_all_tables.yaml` builds them."
+            in text)
+
+
+def test_the_report_spec_names_the_tables_the_dataset_skips(plan):
+    default = Plan(load_harness_config(CONFIG))
+    assert default.report_spec("sgraf", "synthetic")["skipped_tables"] == ["sgraf_t3", "sgraf_t4", "sgraf_t5", "sgraf_t7"]
+    assert default.report_spec("sgraf", "flickr")["skipped_tables"] == []
+    assert plan.report_spec("sgraf", "synthetic")["skipped_tables"] == []   # every table built
 
 
 def test_the_figure_draws_intervals_that_leave_out_the_estimate_and_undefined_ones(planted, tmp_path):

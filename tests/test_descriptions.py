@@ -12,6 +12,7 @@ from methods.models.description import DescribeContext, backbone_text, describe_
 from methods.plan import Plan
 from methods.report import table
 from methods.report.aggregate import aggregate
+from tests.conftest import config_with_every_table
 
 BACKBONES = {
     "r18_toy": {"arch": "resnet18", "weights": "results/toy/backbones/r18_toy.pt",
@@ -146,7 +147,7 @@ def test_backbone_weights_are_named():
 
 
 def test_plan_rows_carry_the_description_of_their_runs():
-    plan = Plan(load_harness_config(REPO_ROOT / "config" / "config.yaml"))
+    plan = Plan(config_with_every_table())
     ctx = DescribeContext(plan.cfg["datasets"]["synthetic"], plan.cfg["backbones"])
     spec = plan.table_spec("table1", "synthetic")
     for row in spec["rows"]:

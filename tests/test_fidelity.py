@@ -12,6 +12,7 @@ from methods.config import REPO_ROOT, load_harness_config
 from methods.errors import HarnessError
 from methods.fidelity import load_method_file, row_ledger, source_ledger
 from methods.plan import Plan, resolve_method_config
+from tests.conftest import config_with_every_table
 
 SOURCE_BEHAVIOUR = {
     # fartashf/vsepp (master): train.py defaults and the README's ResNet rows (--cnn_type resnet152,
@@ -104,7 +105,7 @@ def value_at(cfg: dict, dotted: str):
 
 @pytest.fixture(scope="module")
 def plan():
-    return Plan(load_harness_config(REPO_ROOT / "config" / "config.yaml"))
+    return Plan(config_with_every_table())
 
 
 def judged_rows(plan):

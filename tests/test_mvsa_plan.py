@@ -5,6 +5,7 @@ import yaml
 
 from methods.config import REPO_ROOT, load_harness_config
 from methods.plan import Plan
+from tests.conftest import config_with_every_table
 
 CONFIG = REPO_ROOT / "config" / "config.yaml"
 SETTINGS = {"it_lse": ("i2t", "lse", 4.0, 5.0), "it_avg": ("i2t", "avg", 4.0, None),
@@ -13,7 +14,7 @@ SETTINGS = {"it_lse": ("i2t", "lse", 4.0, 5.0), "it_avg": ("i2t", "avg", 4.0, No
 
 @pytest.fixture(scope="module")
 def plan():
-    return Plan(load_harness_config(CONFIG))
+    return Plan(config_with_every_table())
 
 
 def row_configs(plan, table, dataset):

@@ -7,13 +7,14 @@ import pytest
 from methods.config import REPO_ROOT, load_harness_config
 from methods.errors import HarnessError
 from methods.plan import Plan
+from tests.conftest import config_with_every_table
 
 CONFIG = REPO_ROOT / "config" / "config.yaml"
 
 
 @pytest.fixture(scope="module")
 def plan():
-    return Plan(load_harness_config(CONFIG))
+    return Plan(config_with_every_table())
 
 
 def stage_schedule(cfg):
@@ -104,6 +105,38 @@ def test_table_seeds_replace_the_seeds_of_the_named_tables_only(plan):
     t1 = {r.id: r for r in plan.table("sgraf_t1", "synthetic").rows}
     t3 = {r.id: r for r in plan.table("sgraf_t3", "synthetic").rows}
     assert plan.row_runs(t3["t3_6_glo_loc_3steps"], "synthetic") == plan.row_runs(t1["sgr"], "synthetic")[:1]
+
+
+def test_the_default_job_skips_the_listed_tables_with_their_figures_and_claims():
+    """config.yaml's synthetic datasets skip some tables (the default job's 20 minutes): they, their
+    figures and their claims are not built, a paper left without a table there has no report,
+    every other declared table is built, and config/synthetic_all_tables.yaml builds them all."""
+    default, every = Plan(load_harness_config(CONFIG)), Plan(config_with_every_table())
+    skipped = {d: set(cfg.get("skip_tables", [])) for d, cfg in default.cfg["datasets"].items()}
+    assert skipped["synthetic"] and skipped["synthtags"] and not skipped["flickr"] and not skipped["coco"]
+    assert set(default.tables) == {(t, d) for t, d in every.tables if t not in skipped[d]}
+    assert all(t in skipped[d] for t, d in set(every.tables) - set(default.tables))
+    targets = set(default.default_targets())
+    for t, d in every.tables:
+        if d in default.cfg["default_datasets"]:
+            assert (f"tables/{t}_{d}.csv" in targets) == (t not in skipped[d])
+    assert set(default.figures) == {(f, d) for (f, d), fig in every.figures.items() if fig.table not in skipped[d]}
+    for (paper, d), claims in every.claims.items():
+        kept = [c.id for c in claims if c.table not in skipped[d]]
+        assert [c.id for c in default.claims.get((paper, d), [])] == kept
+    for paper in ("metric_learning", "deviations"):   # every synthetic table of theirs is skipped
+        assert "synthetic" not in default.paper_datasets(paper) and "synthetic" in every.paper_datasets(paper)
+        assert f"reports/{paper}_synthetic.md" not in targets
+    with pytest.raises(HarnessError, match=r"table 'sgraf_t3' is declared for dataset 'synthetic', but "
+                                           r"datasets\.synthetic\.skip_tables leaves it out; build every table with "
+                                           r"--configfile config/synthetic_all_tables\.yaml"):
+        default.table("sgraf_t3", "synthetic")
+
+
+def test_skip_tables_naming_an_undeclared_table_is_a_clear_error():
+    cfg = load_harness_config(CONFIG, {"datasets": {"synthetic": {"skip_tables": ["table1", "sgraf_t9"]}}})
+    with pytest.raises(HarnessError, match=r"datasets\.synthetic\.skip_tables\.1: no table 'sgraf_t9'"):
+        Plan(cfg)
 
 
 def test_table_seeds_naming_an_undeclared_table_is_a_clear_error():

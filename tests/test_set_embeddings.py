@@ -19,6 +19,7 @@ from methods.models.set_prediction import SlotAggregation
 from methods.models.set_similarity import SET_SIMILARITIES, set_score_matrix, set_similarity
 from methods.plan import Plan
 from methods.training.schedule import lr_at
+from tests.conftest import config_with_every_table
 
 
 def unit_sets(n, k, d, seed):
@@ -241,7 +242,7 @@ def test_selecting_elements_scores_the_subsets():
 
 @pytest.fixture(scope="module")
 def plan():
-    return Plan(load_harness_config(REPO_ROOT / "config" / "config.yaml"))
+    return Plan(config_with_every_table())
 
 
 def test_view_rows_share_the_trained_run_and_statistics_are_a_column_of_table_3(plan):

@@ -4,13 +4,14 @@ import pytest
 
 from methods.config import REPO_ROOT, load_harness_config
 from methods.plan import Plan
+from tests.conftest import config_with_every_table
 
 CONFIG = REPO_ROOT / "config" / "config.yaml"
 
 
 @pytest.fixture(scope="module")
 def plan():
-    return Plan(load_harness_config(CONFIG))
+    return Plan(config_with_every_table())
 
 
 def configs(plan, table, dataset):

@@ -17,7 +17,7 @@ import pandas as pd
 from methods.cli import run_command
 from methods.io import read_json, write_text
 from methods.report.bootstrap import VERDICTS, verdict_kind
-from methods.report.claim_form import escape_cell, number, ours_difference
+from methods.report.cells import escape_cell, number, ours_difference
 
 CELL_KINDS = ("within", "outside", "not comparable", "not reported", "reported only", "did not train")
 LISTED_CELLS = 25   # cells outside tolerance listed by name; the rest are counted
@@ -29,8 +29,14 @@ def _cell_kind(verdict: str) -> str:
 
 
 def scope(spec: dict, claims: pd.DataFrame | None) -> list[str]:
-    """Section 1: the claims tested, in the paper's words, where it states them, and their machine form."""
+    """Section 1: the claims tested, in the paper's words, where it states them, and their machine form;
+    the paper's tables the dataset's config leaves out (``skip_tables``), whose claims are not tested."""
     lines = ["## 1. Scope of reproducibility", ""]
+    if spec.get("skipped_tables"):
+        lines += [f"Not built on {spec['dataset']} by this configuration (`datasets.{spec['dataset']}.skip_tables`), "
+                  f"so neither their cells nor the claims on them are here: "
+                  f"{', '.join(f'`{t}`' for t in spec['skipped_tables'])}. "
+                  f"`--configfile {spec['all_tables_config']}` builds them.", ""]
     if claims is None:
         return lines + [f"The paper file states no claim checked on {spec['dataset']}: this report compares its "
                         f"tables cell by cell only.", ""]
