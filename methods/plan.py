@@ -461,6 +461,10 @@ class Plan:
         names it (the synthetic data's default job, for its time budget)."""
         return [d for d in datasets if table_name not in self.cfg["datasets"][d].get("skip_tables", [])]
 
+    def skipped(self, table: str, dataset: str) -> bool:
+        """A table a paper file declares for ``dataset`` that its ``skip_tables`` leaves out."""
+        return (table, dataset) in self.declared_tables and (table, dataset) not in self.tables
+
     def _add_claims(self, path: Path, paper: dict) -> None:
         """Each claim of a paper file, checked on every dataset of its table: rows the table has and
         runs, a metric that is a mean over test queries, a protocol of the dataset that reports it."""
@@ -589,7 +593,7 @@ class Plan:
 
     def table(self, name: str, dataset: str) -> Table:
         self.check_target_dataset(dataset, f"{name}_{dataset}")
-        if (name, dataset) in self.declared_tables - set(self.tables):
+        if self.skipped(name, dataset):
             raise HarnessError(f"table '{name}' is declared for dataset '{dataset}', but datasets.{dataset}.skip_tables "
                                f"leaves it out; build every table with --configfile {ALL_TABLES_CONFIG}")
         if (name, dataset) not in self.tables:
@@ -689,8 +693,7 @@ class Plan:
         return {"paper": paper, "paper_name": self.papers[paper], "notes": self.paper_notes[paper], "dataset": dataset,
                 "dataset_kind": data_kind(ds_cfg), "reported_dataset": reported_dataset(dataset, ds_cfg),
                 "tables": self.report_tables(paper, dataset), "has_claims": bool(self.paper_claims(paper, dataset)),
-                "skipped_tables": [t for t in self.paper_tables[paper]
-                                   if (t, dataset) in self.declared_tables and (t, dataset) not in self.tables],
+                "skipped_tables": [t for t in self.paper_tables[paper] if self.skipped(t, dataset)],
                 "all_tables_config": ALL_TABLES_CONFIG,
                 "bootstrap": self.cfg["claims"], "tolerance": self.cfg["tolerance"],
                 "training_check": self.cfg["training_check"]}
