@@ -1,14 +1,18 @@
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torchvision
+from filelock import FileLock
 
 from methods.config import deep_merge, load_harness_config, load_yaml
 from methods.data.tokenizers import PUNKT_SUBDIR
@@ -123,10 +127,78 @@ def fitting_weights(path: Path, arch: str) -> Path:
     return path
 
 
+TINY_DAG = "tiny_dag"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    """The tests of the session DAG run last: the DAG builds in the background meanwhile
+    (``tiny_dag_build``), beside the other tests."""
+    items.sort(key=lambda item: TINY_DAG in getattr(item, "fixturenames", ()))   # stable: order kept within each part
+
+
+def shared_temp(tmp_path_factory) -> Path:
+    """The session's temporary folder, shared by pytest-xdist's workers (each has a folder of its own
+    below it) and the controller."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def dag_build_folder(tmp_path_factory) -> Path:
+    return shared_temp(tmp_path_factory) / "dag"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tiny_dag_build(request, tmp_path_factory):
+    """Starts the whole default DAG on the tiny synthetic dataset as the session begins, when a
+    collected test needs it: once for all workers (the first to come launches it, detached; it
+    writes its exit status to ``rc``). ``tiny_dag`` waits for it."""
+    if any(TINY_DAG in getattr(item, "fixturenames", ()) for item in request.session.items):
+        work = dag_build_folder(tmp_path_factory)
+        with FileLock(str(work) + ".lock"):
+            if not work.exists():
+                staging = copy_workflow(Path(tempfile.mkdtemp(dir=work.parent, prefix=".dag-")))
+                shutil.copy(REPO / "tests" / "data" / "tiny.yaml", staging / "tiny.yaml")
+                staging.rename(work)   # complete before it has its name
+                cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "tiny.yaml"]
+                with open(work / "snakemake.out", "w") as out:
+                    # rc appears once snakemake has ended, complete (written, then renamed)
+                    proc = subprocess.Popen(["sh", "-c", '"$@"; echo $? > rc.tmp && mv rc.tmp rc', "sh", *cmd],
+                                            cwd=work, env=local_snakemake_env(), stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True)   # its own process group: stopped as one
+                (work / "pgid").write_text(str(proc.pid))
+        yield
+        if not os.environ.get("PYTEST_XDIST_WORKER"):
+            stop_dag_build(work)
+    else:
+        yield
+
+
+def stop_dag_build(work: Path) -> None:
+    """Stops the DAG build launched in ``work`` if it still runs (a session ended early)."""
+    if (work / "pgid").exists() and not (work / "rc").exists():
+        try:
+            os.killpg(int((work / "pgid").read_text()), signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """pytest-xdist's controller stops the build once every worker has ended (a run without workers
+    stops it when ``tiny_dag_build`` ends)."""
+    if getattr(session.config.option, "numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER"):
+        stop_dag_build(dag_build_folder(session.config._tmp_path_factory))   # the workers' parent folder
+
+
 @pytest.fixture(scope="session")
-def tiny_dag(tmp_path_factory):
+def tiny_dag(tiny_dag_build, tmp_path_factory):
     """The whole default DAG run once on the tiny synthetic dataset."""
-    work = copy_workflow(tmp_path_factory.mktemp("dag"))
-    shutil.copy(REPO / "tests" / "data" / "tiny.yaml", work / "tiny.yaml")
-    snakemake(work, "--configfile", "tiny.yaml")
+    work = dag_build_folder(tmp_path_factory)
+    rc, deadline = work / "rc", time.monotonic() + 1800
+    while not rc.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the tiny DAG ({work}) did not finish within 1800 s")
+        time.sleep(1)
+    if rc.read_text().strip() != "0":
+        raise AssertionError(f"the tiny DAG failed ({work}):\n{(work / 'snakemake.out').read_text()[-8000:]}")
     return work

@@ -13,7 +13,9 @@ from methods.metrics.retrieval import chance_recalls, retrieval_metrics
 from methods.plan import Plan
 from tests.conftest import REPO, fitting_weights, flickr_layout, snakemake
 
-pytestmark = pytest.mark.e2e
+# one pytest-xdist worker runs these tests one after the other: they write configs and layouts into
+# the session DAG's folder and run Snakemake there
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("tiny_dag_folder")]
 
 
 def job_counts(proc) -> dict[str, int]:

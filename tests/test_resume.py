@@ -39,27 +39,32 @@ def test_stopped_then_rerun_equals_uninterrupted(tiny_dag, tmp_path, model, loss
     exp = tmp_path / "exp.json"
     exp.write_text(json.dumps(cfg))
 
+    # the uninterrupted run and the one to stop run side by side (one thread each, two cores)
     straight = tmp_path / "straight"
-    subprocess.run(train_cmd(tiny_dag, exp, straight), cwd=tiny_dag, check=True, capture_output=True)
-
-    killed = tmp_path / "killed"
-    proc = subprocess.Popen(train_cmd(tiny_dag, exp, killed), cwd=tiny_dag, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    last = killed / "checkpoints" / "last.pt"
-    deadline = time.time() + 120
-    while not last.exists() and time.time() < deadline:
-        time.sleep(0.02)
-    if sig == signal.SIGKILL:
-        time.sleep(0.3)  # somewhere inside a later epoch
-    proc.send_signal(sig)
-    stopped_output, _ = proc.communicate()
-    assert not (killed / "model.pt").exists(), "the run finished before it could be stopped"
-    if sig == signal.SIGTERM:
-        assert proc.returncode == 2
-        assert re.search(r"received SIGTERM: checkpoint written at stage 'train' epoch 2 after step \d+ ", stopped_output), \
-            stopped_output[-2000:]
-        assert torch.load(last, weights_only=True)["step"] > 0
-    out = subprocess.run(train_cmd(tiny_dag, exp, killed), cwd=tiny_dag, check=True, capture_output=True, text=True)
+    straight_proc = subprocess.Popen(train_cmd(tiny_dag, exp, straight), cwd=tiny_dag, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+    try:
+        killed = tmp_path / "killed"
+        proc = subprocess.Popen(train_cmd(tiny_dag, exp, killed), cwd=tiny_dag, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        last = killed / "checkpoints" / "last.pt"
+        deadline = time.time() + 120
+        while not last.exists() and time.time() < deadline:
+            time.sleep(0.02)
+        if sig == signal.SIGKILL:
+            time.sleep(0.3)  # somewhere inside a later epoch
+        proc.send_signal(sig)
+        stopped_output, _ = proc.communicate()
+        assert not (killed / "model.pt").exists(), "the run finished before it could be stopped"
+        if sig == signal.SIGTERM:
+            assert proc.returncode == 2
+            assert re.search(r"received SIGTERM: checkpoint written at stage 'train' epoch 2 after step \d+ ", stopped_output), \
+                stopped_output[-2000:]
+            assert torch.load(last, weights_only=True)["step"] > 0
+        out = subprocess.run(train_cmd(tiny_dag, exp, killed), cwd=tiny_dag, check=True, capture_output=True, text=True)
+    finally:
+        straight_output, _ = straight_proc.communicate()
+    assert straight_proc.returncode == 0, straight_output[-3000:]
     assert "resuming from" in out.stdout
     if sig == signal.SIGTERM:
         assert re.search(r"resuming from .*: stage 0 epoch 1 after step \d+", out.stdout), out.stdout[-2000:]
