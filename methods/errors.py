@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from methods.retries import NOT_RETRIED, earlier_failure, failure_record, record_failure
 
@@ -70,11 +70,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 def stop_signals_raise(doing: str) -> Iterator[None]:
     """While the block runs, SIGTERM and SIGINT raise ``Stopped`` (the default SIGTERM kills the
     process at once and leaves its temporary files behind); a second signal during the clean-up is
-    ignored. Only the main thread can set handlers: elsewhere the block runs as it is."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
+    ignored."""
     job = os.getpid()
 
     def stop(signum, frame):
@@ -86,12 +82,23 @@ def stop_signals_raise(doing: str) -> Iterator[None]:
             signal.signal(sig, signal.SIG_IGN)
         raise Stopped(signum, doing)
 
-    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    with signal_handlers(STOP_SIGNALS, stop):
+        yield
+
+
+@contextlib.contextmanager
+def signal_handlers(signals: Iterable[int], handler: Callable) -> Iterator[None]:
+    """``handler`` for ``signals`` while the block runs, the previous handlers again after it. Only
+    the main thread can set handlers: elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def job_name() -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import random
 import signal
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from tqdm import tqdm
 
 from methods.data.inputs import SplitData
 from methods.data.text import Vocabulary
-from methods.errors import HarnessError, first_line
+from methods.errors import HarnessError, first_line, signal_handlers
 from methods.features.backbone import eval_transform, train_transform
 from methods.features.images import ImageFiles
 from methods.io import torch_save
@@ -113,15 +112,8 @@ def preemption_signals():
     """While training, SIGTERM/SIGUSR1 only set a flag (the list holds the signals received):
     the loop checkpoints at the next step boundary instead of dying mid-write."""
     received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():  # handlers can only be set there
+    with signal_handlers(PREEMPTION_SIGNALS, lambda signum, frame: received.append(signum)):
         yield received
-        return
-    previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum)) for sig in PREEMPTION_SIGNALS}
-    try:
-        yield received
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _make_optimizer(name: str, groups: list, lr: float, weight_decay: float) -> torch.optim.Optimizer:
