@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import methods.metrics.eccv_caption as eccv_caption_module
-from methods.data.karpathy import Split
+from methods.data.karpathy import Split, load_splits
 from methods.errors import HarnessError
 from methods.metrics.eccv import per_query
 from methods.metrics.eccv_caption import (ECCV_CAPTION_METRICS, CocoIds, full_rankings, package_metrics,
@@ -62,16 +62,19 @@ def write_karpathy(path: Path, entries: list[dict]) -> Path:
     return path
 
 
-def split_of(entries: list[dict]) -> Split:
-    return Split("testall", [f"{e['filepath']}/{e['filename']}" for e in entries], [e["imgid"] for e in entries],
-                 [s["raw"] for e in entries for s in e["sentences"]], 5)
+def split_of(path: Path) -> Split:
+    """The test split as the harness loads it from the Karpathy file at ``path``."""
+    return load_splits(path, {"testall": ["test"]}, 5)["testall"]
 
 
 def test_split_coco_ids_follow_the_package_id_file(tmp_path):
     image_ids, caption_ids = package_layout()
     assert len(image_ids) == N_IMAGES and len(set(image_ids)) == N_IMAGES
     entries = karpathy_entries(image_ids)
-    ids = split_coco_ids(write_karpathy(tmp_path / "dataset_coco.json", entries), split_of(entries), ["test"])
+    path = write_karpathy(tmp_path / "dataset_coco.json", entries)
+    split = split_of(path)
+    path.unlink()   # the loaded split carries its COCO ids: the 160 MB file is not parsed again
+    ids = split_coco_ids(path, split)
     assert isinstance(ids, CocoIds) and ids.kind == "coco_ids"
     assert ids.image_ids.tolist() == list(image_ids)
     assert ids.caption_ids.tolist() == caption_ids.tolist()
@@ -97,7 +100,7 @@ def test_an_image_out_of_the_package_order_is_named_by_its_row(tmp_path):
     path = write_karpathy(tmp_path / "dataset_coco.json", entries)
     with pytest.raises(HarnessError, match=rf"row 7 is COCO image {image_ids[9]}, but .* image\(s\) "
                                            rf"\[{image_ids[7]}\] at captions 35-39"):
-        split_coco_ids(path, split_of(entries), ["test"])
+        split_coco_ids(path, split_of(path))
 
 
 def test_a_split_that_is_not_coco_5k_is_an_error(tmp_path):
@@ -106,32 +109,26 @@ def test_a_split_that_is_not_coco_5k_is_an_error(tmp_path):
     path = write_karpathy(tmp_path / "dataset_coco.json", entries)
     with pytest.raises(HarnessError, match="10 images, but ECCV Caption / CxC are defined on the COCO 5K test set "
                                            r"\(5000 images"):
-        split_coco_ids(path, split_of(entries), ["test"])
+        split_coco_ids(path, split_of(path))
 
 
 @pytest.mark.parametrize("cocoid", [None, "391895"])
 def test_an_image_without_an_integer_cocoid_is_named(tmp_path, cocoid):
     image_ids, _ = package_layout()
     entries = karpathy_entries(image_ids)
-    split = split_of(entries)
     if cocoid is None:
         del entries[3]["cocoid"]
     else:
         entries[3]["cocoid"] = cocoid
     path = write_karpathy(tmp_path / "dataset_coco.json", entries)
     with pytest.raises(HarnessError, match="image 3 of split 'testall' has no integer 'cocoid'"):
-        split_coco_ids(path, split, ["test"])
+        split_coco_ids(path, split_of(path))
 
 
-def test_a_split_holding_other_images_is_an_error(tmp_path):
-    image_ids, _ = package_layout()
-    entries = karpathy_entries(image_ids)
-    path = write_karpathy(tmp_path / "dataset_coco.json", entries)
-    split = split_of(entries)
-    split.image_ids[4], split.image_ids[5] = split.image_ids[5], split.image_ids[4]
-    with pytest.raises(HarnessError, match=r"Karpathy split\(s\) \['test'\] do not hold the images of the loaded "
-                                           "split 'testall'"):
-        split_coco_ids(path, split, ["test"])
+def test_a_split_not_loaded_from_a_karpathy_file_has_no_coco_ids(tmp_path):
+    split = Split("testall", ["a.jpg"], [1], ["w"] * 5, 5)
+    with pytest.raises(HarnessError, match="split 'testall' was not loaded from a Karpathy file: it has no COCO ids"):
+        split_coco_ids(tmp_path / "dataset_coco.json", split)
 
 
 def eccv_oracle(scores: np.ndarray, gt: dict[int, list[int]], query_index: dict[int, int],

@@ -212,7 +212,8 @@ def positives_file(tmp_path: Path, edit=None) -> Path:
 def load(tmp_path: Path, name: str = "test", karpathy_splits=("test",), edit=None) -> np.ndarray:
     karpathy = write_karpathy(tmp_path)
     split = load_splits(karpathy, {name: list(karpathy_splits)}, 5)[name]
-    return split_positives(positives_file(tmp_path, edit), split, karpathy, list(karpathy_splits))
+    karpathy.unlink()   # the loaded split carries its sentence ids: the file is not parsed again
+    return split_positives(positives_file(tmp_path, edit), split, karpathy)
 
 
 def test_loader_builds_the_matrix_in_score_matrix_order(tmp_path):
@@ -259,10 +260,26 @@ def test_loader_errors_on_unreadable_and_missing_files(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(HarnessError, match=f"{bad}:1:2: not valid JSON") as info:
-        split_positives(bad, split, karpathy, ["test"])
+        split_positives(bad, split, karpathy)
     assert "\n" not in str(info.value)
     with pytest.raises(HarnessError, match="extended-positives file not found: .*missing.json"):
-        split_positives(tmp_path / "missing.json", split, karpathy, ["test"])
+        split_positives(tmp_path / "missing.json", split, karpathy)
+
+
+@pytest.mark.parametrize("sentid", [None, "203"])
+def test_a_sentence_without_an_integer_sentid_is_named(tmp_path, sentid):
+    karpathy = write_karpathy(tmp_path)
+    data = json.loads(karpathy.read_text())
+    sentence = next(e for e in data["images"] if e["imgid"] == 20)["sentences"][3]
+    if sentid is None:
+        del sentence["sentid"]
+    else:
+        sentence["sentid"] = sentid
+    karpathy.write_text(json.dumps(data))
+    split = load_splits(karpathy, {"test": ["test"]}, 5)["test"]
+    with pytest.raises(HarnessError, match=rf"^{karpathy}: a sentence of split 'test' \(image 20\) has no integer "
+                                           rf"'sentid' \({sentid!r}\); extended positives are keyed by sentid$"):
+        split_positives(positives_file(tmp_path), split, karpathy)
 
 
 # -- wiring: dataset paths and the relevance evaluation builds ----------------------------------

@@ -7,6 +7,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -33,13 +35,40 @@ from tests.test_validation import bad_paper
 
 # -- units: each check on a hand-built bad input ---------------------------------------------
 
-def test_non_finite_rows_counted_across_chunks():
-    array = np.zeros((10, 3, 4), np.float32)
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [np.float32, ">f4", np.float16])
+@pytest.mark.parametrize("chunk_bytes", [1, 2 * 3 * 4 * 4, 1 << 20])   # under a row; two rows; the whole file
+def test_non_finite_rows_counted_across_chunks(tmp_path, order, dtype, chunk_bytes):
+    array = np.zeros((10, 3, 4), dtype, order=order)
     array[3, 1, 2] = np.nan
     array[7, 0, 0] = -np.inf
     array[7, 2, 3] = np.nan  # a second bad value in the same row: still one row
-    assert non_finite_rows(array, chunk_bytes=2 * 3 * 4 * 4) == (2, 3)  # two rows a chunk
-    assert non_finite_rows(np.ones((5, 2), np.float16)) == (0, None)
+    array[9, 2, 3] = np.inf  # the last value of the file
+    path = tmp_path / "ims.npy"
+    np.save(path, array)
+    brute = [i for i in range(10) if not np.isfinite(np.load(path)[i].astype(np.float64)).all()]
+    assert brute == [3, 7, 9]
+    assert non_finite_rows(path, chunk_bytes) == (10, 3, 3)
+    np.save(path, np.ones((5, 2), dtype, order=order))
+    assert non_finite_rows(path, chunk_bytes) == (5, 0, None)
+    np.save(path, np.ones((0, 36, 8), dtype))
+    assert non_finite_rows(path, chunk_bytes) == (0, 0, None)
+
+
+def test_non_finite_scan_of_a_large_file_holds_one_chunk_in_memory(tmp_path):
+    """A 1 GiB feature file (sparse: zeros) is scanned with about one chunk resident; a memory map
+    of the whole file would count every page it read (1 GiB) in the process's resident memory."""
+    path = tmp_path / "train_ims.npy"
+    rows = 2**30 // (36 * 2048 * 4)
+    np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, 36, 2048))  # sparse: no page written
+    script = ("import resource, sys\n"
+              "from methods.data.finite import non_finite_rows\n"
+              "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+              "print(non_finite_rows(sys.argv[1]), before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+    out = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, check=True, cwd=REPO)
+    result, before_kib, after_kib = out.stdout.rsplit(" ", 2)
+    assert result == f"({rows}, 0, None)"
+    assert (int(after_kib) - int(before_kib)) * 1024 < 300 * 2**20, out.stdout   # KiB on Linux
 
 
 def test_finite_check_names_file_row_and_count_and_scans_each_version_once(tmp_path, monkeypatch):

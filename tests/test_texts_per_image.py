@@ -271,4 +271,4 @@ def test_masked_prediction_config_keys():
 def test_eccv_caption_with_another_text_count_is_a_one_line_error(tmp_path):
     split = Split("testall", ["a.jpg", "b.jpg"], [1, 2], ["x", "y"], 1)
     assert "1 texts per image, but ECCV Caption / CxC are defined on 5 captions per COCO image" in error_line(
-        split_coco_ids, tmp_path / "dataset_coco.json", split, ["test"])
+        split_coco_ids, tmp_path / "dataset_coco.json", split)

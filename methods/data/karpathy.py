@@ -24,6 +24,11 @@ class Split:
     captions: list[str]
     texts_per_image: int
     labels: list[list[int]] | None = None
+    # as the Karpathy file gives them (checked where they are used): each image's 'cocoid', and each
+    # caption's (Karpathy split of its image, 'sentid'); None for a split not loaded from a file.
+    # Kept so that no reader parses the file again (COCO's is 160 MB, ~1 GB of Python objects)
+    coco_ids: list | None = None
+    caption_keys: list[tuple[str, object]] | None = None
 
     def __post_init__(self) -> None:
         if len(self.captions) != self.texts_per_image * len(self.filenames):
@@ -106,8 +111,9 @@ def build_split(images: list[dict], name: str, karpathy_splits: list[str], where
     labels = [e["labels"] for e in chosen] if labelled else None
     # COCO's Karpathy file keeps train2014/val2014 in 'filepath'; Flickr30K has one folder.
     filenames = [f"{e['filepath']}/{e['filename']}" if e.get("filepath") else e["filename"] for e in chosen]
-    return Split(name, filenames,
-                 [int(e.get("imgid", i)) for i, e in enumerate(chosen)], captions, texts_per_image, labels)
+    return Split(name, filenames, [int(e.get("imgid", i)) for i, e in enumerate(chosen)], captions, texts_per_image,
+                 labels, coco_ids=[e.get("cocoid") for e in chosen],
+                 caption_keys=[(e["split"], s.get("sentid")) for e in chosen for s in e["sentences"][:texts_per_image]])
 
 
 def load_splits(path: str | Path, split_map: dict[str, list[str]], texts_per_image: int,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from methods.data.karpathy import Split, load_karpathy
-from methods.errors import HarnessError, first_line
+from methods.data.karpathy import Split
+from methods.errors import HarnessError
 from methods.io import read_json
 
 LAYOUT = ('{"dataset": ..., "definition": ..., "splits": {"<Karpathy split>": {"caption_images": '
@@ -35,26 +35,19 @@ def load_positives(path: str | Path) -> dict[str, dict[str, list[int]]]:
     return {name: split["caption_images"] for name, split in splits.items()}
 
 
-def split_entries(karpathy_json: str | Path, split: Split, karpathy_splits: list[str]) -> list[dict]:
-    """The Karpathy file's entries of a loaded harness split, checked to be its images in its order."""
-    chosen = [e for e in load_karpathy(karpathy_json, split.texts_per_image) if e["split"] in karpathy_splits]
-    if [int(e.get("imgid", i)) for i, e in enumerate(chosen)] != list(split.image_ids):
-        raise HarnessError(f"{karpathy_json}: Karpathy split(s) {karpathy_splits} do not hold the images of the "
-                           f"loaded split '{split.name}' in its order")
-    return chosen
-
-
-def caption_keys(karpathy_json: str | Path, split: Split, karpathy_splits: list[str]) -> list[tuple[str, int, int]]:
-    """(Karpathy split, sentid, imgid) of every caption of ``split`` in caption order, from the
-    Karpathy file the split was loaded from (the same images and first texts_per_image sentences)."""
-    chosen = split_entries(karpathy_json, split, karpathy_splits)
-    ids = list(split.image_ids)
-    try:
-        return [(e["split"], int(s["sentid"]), imgid)
-                for e, imgid in zip(chosen, ids) for s in e["sentences"][:split.texts_per_image]]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise HarnessError(f"{karpathy_json}: a sentence of split '{split.name}' has no integer 'sentid' "
-                           f"({first_line(exc)}); extended positives are keyed by sentid") from None
+def caption_keys(karpathy_json: str | Path, split: Split) -> list[tuple[str, int, int]]:
+    """(Karpathy split, sentid, imgid) of every caption of ``split`` in caption order, as loaded from
+    the Karpathy file ``karpathy_json`` (the same images and first texts_per_image sentences)."""
+    if split.caption_keys is None:
+        raise HarnessError(f"split '{split.name}' was not loaded from a Karpathy file: it has no sentids")
+    imgids = [imgid for imgid in split.image_ids for _ in range(split.texts_per_image)]
+    keys = []
+    for (karpathy_split, sentid), imgid in zip(split.caption_keys, imgids):
+        if isinstance(sentid, bool) or not isinstance(sentid, int):
+            raise HarnessError(f"{karpathy_json}: a sentence of split '{split.name}' (image {imgid}) has no integer "
+                               f"'sentid' ({sentid!r}); extended positives are keyed by sentid")
+        keys.append((karpathy_split, sentid, imgid))
+    return keys
 
 
 def positives_matrix(path: str | Path, split: Split, captions: list[tuple[str, int, int]]) -> np.ndarray:
@@ -86,8 +79,6 @@ def positives_matrix(path: str | Path, split: Split, captions: list[tuple[str, i
     return matrix
 
 
-def split_positives(path: str | Path, split: Split, karpathy_json: str | Path,
-                    karpathy_splits: list[str]) -> np.ndarray:
-    """The extended-positives matrix of a loaded harness split (``karpathy_splits``: the Karpathy
-    splits merged into it, the dataset config's ``splits`` entry)."""
-    return positives_matrix(path, split, caption_keys(karpathy_json, split, karpathy_splits))
+def split_positives(path: str | Path, split: Split, karpathy_json: str | Path) -> np.ndarray:
+    """The extended-positives matrix of a harness split loaded from ``karpathy_json``."""
+    return positives_matrix(path, split, caption_keys(karpathy_json, split))

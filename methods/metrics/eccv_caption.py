@@ -28,7 +28,6 @@ import numpy as np
 import torch
 
 from methods.data.karpathy import CAPTIONS_PER_IMAGE, Split
-from methods.data.positives import split_entries
 from methods.errors import HarnessError
 from methods.metrics.registry import register_metric
 from methods.metrics.relevance import check_finite
@@ -100,17 +99,18 @@ def coco_ids(image_ids: list[int], where: str) -> CocoIds:
     return CocoIds(np.asarray(image_ids, dtype=np.int64), caption_ids.astype(np.int64))
 
 
-def split_coco_ids(karpathy_json: str | Path, split: Split, karpathy_splits: list[str]) -> CocoIds:
-    """The COCO ids of a loaded harness split, from the Karpathy file's ``cocoid`` of its images."""
+def split_coco_ids(karpathy_json: str | Path, split: Split) -> CocoIds:
+    """The COCO ids of a harness split loaded from ``karpathy_json``: its images' ``cocoid``."""
     if split.texts_per_image != CAPTIONS_PER_IMAGE:
         raise HarnessError(f"{karpathy_json} split '{split.name}': {split.texts_per_image} texts per image, but ECCV "
                            f"Caption / CxC are defined on {CAPTIONS_PER_IMAGE} captions per COCO image")
-    chosen = split_entries(karpathy_json, split, karpathy_splits)
-    missing = next((i for i, e in enumerate(chosen) if not isinstance(e.get("cocoid"), int)), None)
+    if split.coco_ids is None:
+        raise HarnessError(f"split '{split.name}' was not loaded from a Karpathy file: it has no COCO ids")
+    missing = next((i for i, c in enumerate(split.coco_ids) if isinstance(c, bool) or not isinstance(c, int)), None)
     if missing is not None:
         raise HarnessError(f"{karpathy_json}: image {missing} of split '{split.name}' has no integer 'cocoid' "
                            f"(ECCV Caption / CxC identify images by COCO id)")
-    return coco_ids([e["cocoid"] for e in chosen], f"{karpathy_json} split '{split.name}'")
+    return coco_ids(split.coco_ids, f"{karpathy_json} split '{split.name}'")
 
 
 def full_rankings(scores: torch.Tensor, gallery_ids: np.ndarray, query_ids: np.ndarray) -> dict[int, np.ndarray]:

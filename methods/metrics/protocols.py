@@ -176,14 +176,14 @@ def check_split_sizes(dataset: str, protocols: list[str], split_sizes: dict[str,
                                f"into the {protocol.n_folds} folds of protocol {name}")
 
 
-def check_coco_ids(protocols: list[str], splits: dict, karpathy_json, karpathy_splits: dict) -> None:
+def check_coco_ids(protocols: list[str], splits: dict, karpathy_json) -> None:
     """Protocols scored by COCO ids (ECCV Caption / CxC): the split's images are the COCO 5K test
     images in eccv_caption's order, checked when the DAG is built (the first differing row is
     named); evaluation would find out only after training. ``splits``: harness split -> Split."""
     for name in protocols:
         protocol = get_protocol(name)
         if protocol.relevance == "coco_ids" and protocol.split in splits:
-            split_coco_ids(karpathy_json, splits[protocol.split], karpathy_splits[protocol.split])
+            split_coco_ids(karpathy_json, splits[protocol.split])
 
 
 def evaluate_split(scores: torch.Tensor | np.ndarray, protocols: list[str], split: str,
@@ -205,6 +205,7 @@ def split_relevances(payload: dict, split: str) -> dict:
         if protocol.split == split:
             needed.setdefault(protocol.relevance_key, name)
     relevances = {}
+    loaded = None   # the split, read from the Karpathy file once for every kind that needs it
     for key, name in needed.items():
         kind = get_protocol(name).relevance
         if kind == "captions_of_image":
@@ -214,17 +215,15 @@ def split_relevances(payload: dict, split: str) -> dict:
             if not path:
                 raise HarnessError(f"dataset {payload['name']}: protocol {name} needs extended positives (every image "
                                    f"each caption describes), but the dataset has no positives file")
-            loaded = payload_splits(payload, [split])[split]
-            karpathy = payload["dataset"]["splits"][split]
-            relevances[key] = ExtendedPositives(
-                split_positives(path, loaded, payload["paths"]["karpathy_json"], karpathy), loaded.texts_per_image)
+            loaded = loaded or payload_splits(payload, [split])[split]
+            relevances[key] = ExtendedPositives(split_positives(path, loaded, payload["paths"]["karpathy_json"]),
+                                                loaded.texts_per_image)
         elif kind in ("shared_labels", "label_predictions"):
             # label predictions need the model: evaluation joins them to these labels (label_prediction_relevance)
             relevances[key] = split_labels(payload, split, get_protocol(name))
         elif kind == "coco_ids":
-            loaded = payload_splits(payload, [split])[split]
-            relevances[key] = split_coco_ids(payload["paths"]["karpathy_json"], loaded,
-                                              payload["dataset"]["splits"][split])
+            loaded = loaded or payload_splits(payload, [split])[split]
+            relevances[key] = split_coco_ids(payload["paths"]["karpathy_json"], loaded)
         else:
             raise HarnessError(f"dataset {payload['name']}: protocol {name} needs {kind} relevance, which "
                                f"evaluation cannot build from a dataset")

@@ -247,8 +247,7 @@ def extended_positives(payload: dict, spec: dict, sims: np.ndarray) -> np.ndarra
     if not path:
         return None
     split = spec["split"]
-    positives = split_positives(path, payload_splits(payload, [split])[split], payload["paths"]["karpathy_json"],
-                                payload["dataset"]["splits"][split])
+    positives = split_positives(path, payload_splits(payload, [split])[split], payload["paths"]["karpathy_json"])
     if positives.shape != sims.shape:
         raise HarnessError(f"{path}: split '{split}' has {positives.shape[0]} images x {positives.shape[1]} captions, "
                            f"{spec['run']}/sims_{split}.npy scores {sims.shape[0]} x {sims.shape[1]}")

@@ -180,7 +180,7 @@ def checked_dataset(dataset):
         if HARNESS["datasets"][dataset]["kind"] == "multilabel":   # the source files' headers (none when generated)
             sizes, where = check_multilabel_source(HARNESS, dataset), f"datasets.{dataset}.source_dir"
         check_split_sizes(dataset, protocols, sizes, where)
-        check_coco_ids(protocols, splits, karpathy, HARNESS["datasets"][dataset]["splits"])
+        check_coco_ids(protocols, splits, karpathy)
         _CHECKED_DATASETS.add(dataset)
 
 
