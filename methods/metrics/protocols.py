@@ -215,14 +215,14 @@ def split_relevances(payload: dict, split: str) -> dict:
             if not path:
                 raise HarnessError(f"dataset {payload['name']}: protocol {name} needs extended positives (every image "
                                    f"each caption describes), but the dataset has no positives file")
-            loaded = loaded or payload_splits(payload, [split])[split]
+            loaded = payload_splits(payload, [split])[split] if loaded is None else loaded
             relevances[key] = ExtendedPositives(split_positives(path, loaded, payload["paths"]["karpathy_json"]),
                                                 loaded.texts_per_image)
         elif kind in ("shared_labels", "label_predictions"):
             # label predictions need the model: evaluation joins them to these labels (label_prediction_relevance)
             relevances[key] = split_labels(payload, split, get_protocol(name))
         elif kind == "coco_ids":
-            loaded = loaded or payload_splits(payload, [split])[split]
+            loaded = payload_splits(payload, [split])[split] if loaded is None else loaded
             relevances[key] = split_coco_ids(payload["paths"]["karpathy_json"], loaded)
         else:
             raise HarnessError(f"dataset {payload['name']}: protocol {name} needs {kind} relevance, which "
