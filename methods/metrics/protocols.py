@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from methods.data.karpathy import Split
 from methods.data.datasets import payload_splits
 from methods.data.inputs import label_matrix
 from methods.data.positives import split_positives
@@ -220,7 +221,8 @@ def split_relevances(payload: dict, split: str) -> dict:
                                                 loaded.texts_per_image)
         elif kind in ("shared_labels", "label_predictions"):
             # label predictions need the model: evaluation joins them to these labels (label_prediction_relevance)
-            relevances[key] = split_labels(payload, split, get_protocol(name))
+            loaded = payload_splits(payload, [split])[split] if loaded is None else loaded
+            relevances[key] = split_labels(payload, split, get_protocol(name), loaded)
         elif kind == "coco_ids":
             loaded = payload_splits(payload, [split])[split] if loaded is None else loaded
             relevances[key] = split_coco_ids(payload["paths"]["karpathy_json"], loaded)
@@ -230,12 +232,13 @@ def split_relevances(payload: dict, split: str) -> dict:
     return relevances
 
 
-def split_labels(payload: dict, split: str, protocol: Protocol) -> SharedLabels:
+def split_labels(payload: dict, split: str, protocol: Protocol, loaded: Split | None = None) -> SharedLabels:
     """The multi-hot labels of a split's images and of its texts (each text has its image's labels),
     with the protocol's tie order and NDCG discount; with ``protocol.unique_texts`` only the first of
     identical texts, in the order of their first occurrence (``SharedLabels.text_columns``: their
-    columns of the split's score matrix), and each image's own among them (``image_texts``)."""
-    loaded = payload_splits(payload, [split])[split]
+    columns of the split's score matrix), and each image's own among them (``image_texts``). ``loaded``:
+    the split, when the caller has read it already."""
+    loaded = payload_splits(payload, [split])[split] if loaded is None else loaded
     if loaded.labels is None:
         raise HarnessError(f"dataset {payload['name']}: protocol {protocol.name} needs labels, but the images of "
                            f"split '{split}' in {payload['paths']['karpathy_json']} have no 'labels'")
