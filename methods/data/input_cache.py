@@ -1,9 +1,12 @@
 """Verdicts of slow DAG-build-time input checks (a 33 GB feature file scanned for NaN, a state
 dict loaded and compared with its architecture), cached in ``<results_dir>/.input_checks.json``
 by (resolved path, size, mtime_ns): each version of a file is checked once, not at every
-``snakemake`` call; a replaced or edited file is checked again."""
+``snakemake`` call; a replaced or edited file is checked again. Larger results derived from one
+file (the compact index of a 130 MB Karpathy JSON) get a file of their own in
+``<results_dir>/.input_checks/``, under the same rule."""
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Callable
@@ -12,6 +15,7 @@ from methods.errors import HarnessError
 from methods.io import write_json
 
 CACHE_NAME = ".input_checks.json"
+INDEX_DIR = ".input_checks"
 
 
 def cache_file(results_dir: str | Path) -> Path:
@@ -44,3 +48,24 @@ def cached_verdict(results_dir: str | Path, kind: str, path: str | Path, check: 
     except (OSError, HarnessError):
         pass  # a read-only results folder (a collaborator's dry run): check again next time
     return verdict
+
+
+def cached_index(results_dir: str | Path, kind: str, path: str | Path, params: dict,
+                 build: Callable[[Path], dict]) -> dict:
+    """``build(path)``'s result (a JSON-serialisable dict derived from the file and ``params``), from
+    its own cache file while the file's size and mtime and ``params`` are those it was built with.
+    A result that ``build`` refuses (it raises) is not cached: the file is read again next time."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    stamp = {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "params": params}
+    name = hashlib.sha256(json.dumps([kind, str(path), params], sort_keys=True).encode()).hexdigest()[:16]
+    where = Path(results_dir) / INDEX_DIR / f"{kind}-{name}.json"
+    entry = _read(where)
+    if entry.get("stamp") == stamp and isinstance(entry.get("index"), dict):
+        return entry["index"]
+    index = build(path)
+    try:
+        write_json(where, {"stamp": stamp, "index": index})
+    except (OSError, HarnessError):
+        pass  # a read-only results folder: built again next time
+    return index

@@ -40,6 +40,31 @@ class Split:
         return len(self.filenames)
 
 
+@dataclass(frozen=True)
+class SplitIndex:
+    """What a DAG build reads of one harness split (its image files in order, and their COCO ids),
+    small enough to cache: COCO's Karpathy file takes seconds to parse, its index milliseconds."""
+
+    name: str
+    filenames: list[str]
+    coco_ids: list | None
+    texts_per_image: int
+
+    def __len__(self) -> int:
+        return len(self.filenames)
+
+    def to_json(self) -> dict:
+        return {"filenames": self.filenames, "coco_ids": self.coco_ids}
+
+    @classmethod
+    def from_json(cls, name: str, data: dict, texts_per_image: int) -> "SplitIndex":
+        return cls(name, data["filenames"], data["coco_ids"], texts_per_image)
+
+    @classmethod
+    def of(cls, split: Split) -> "SplitIndex":
+        return cls(split.name, split.filenames, split.coco_ids, split.texts_per_image)
+
+
 def load_karpathy(path: str | Path, texts_per_image: int) -> list[dict]:
     path = Path(path)
     if not path.is_file():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from methods.data.karpathy import Split
+from methods.data.karpathy import Split, SplitIndex
 from methods.errors import HarnessError
 from methods.io import load_npy, read_lines
 
@@ -78,7 +78,7 @@ def file_fingerprint(path: Path) -> tuple[int, str]:
 
 
 def check_precomp_splits(precomp_dir: str | Path, opened: dict[str, tuple[np.ndarray, list[str], int]],
-                         splits: dict[str, Split], split_map: dict[str, list[str]], where: str) -> None:
+                         splits: dict[str, Split | SplitIndex], split_map: dict[str, list[str]], where: str) -> None:
     """The precomputed files of each harness split hold that split's images: no two splits drawn
     from different Karpathy splits share a file (a dev file copied from train would select the
     model on training images), and each has one row per image of its Karpathy split(s).

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from methods.data.karpathy import CAPTIONS_PER_IMAGE, Split
+from methods.data.karpathy import CAPTIONS_PER_IMAGE, Split, SplitIndex
 from methods.errors import HarnessError
 from methods.metrics.registry import register_metric
 from methods.metrics.relevance import check_finite
@@ -99,7 +99,7 @@ def coco_ids(image_ids: list[int], where: str) -> CocoIds:
     return CocoIds(np.asarray(image_ids, dtype=np.int64), caption_ids.astype(np.int64))
 
 
-def split_coco_ids(karpathy_json: str | Path, split: Split) -> CocoIds:
+def split_coco_ids(karpathy_json: str | Path, split: Split | SplitIndex) -> CocoIds:
     """The COCO ids of a harness split loaded from ``karpathy_json``: its images' ``cocoid``."""
     if split.texts_per_image != CAPTIONS_PER_IMAGE:
         raise HarnessError(f"{karpathy_json} split '{split.name}': {split.texts_per_image} texts per image, but ECCV "

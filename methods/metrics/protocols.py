@@ -180,7 +180,8 @@ def check_split_sizes(dataset: str, protocols: list[str], split_sizes: dict[str,
 def check_coco_ids(protocols: list[str], splits: dict, karpathy_json) -> None:
     """Protocols scored by COCO ids (ECCV Caption / CxC): the split's images are the COCO 5K test
     images in eccv_caption's order, checked when the DAG is built (the first differing row is
-    named); evaluation would find out only after training. ``splits``: harness split -> Split."""
+    named); evaluation would find out only after training. ``splits``: harness split -> Split or
+    SplitIndex."""
     for name in protocols:
         protocol = get_protocol(name)
         if protocol.relevance == "coco_ids" and protocol.split in splits:
