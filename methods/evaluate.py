@@ -29,20 +29,24 @@ from methods.metrics.protocols import (evaluate_split, get_protocol, label_predi
 from methods.models import image_input_of
 from methods.models.element_views import check_elements, parse_view
 from methods.runtime import compute_setup, provenance, resolve_device
+from methods.scoring import add_block_argument, block_provenance, use_block_budget
 
 
 def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | Path, vocab_path: str | Path,
-                 device, relevances: dict | None = None, views: list[str] | None = None) -> list[dict]:
+                 device, relevances: dict | None = None, views: list[str] | None = None,
+                 block_elements: list[tuple[str, int]] = ()) -> list[dict]:
     """Evaluate the trained model ``run_dir/model.pt`` on one test split under every protocol of
     its dataset; writes ``eval_<split>.json`` and ``sims_<split>.npy`` and returns the results.
     ``relevances``: ``split_relevances(payload, split)``, read before training when given.
     ``views``: evaluation views instead (``eval_<split>@<view>.json`` and ``sims_<split>@<view>.npy``
-    each): the split is encoded once and scored once per view."""
+    each): the split is encoded once and scored once per view. ``block_elements``: (device, budget)
+    pairs of a cross-attention model's score blocks (config ``scoring.block_elements``)."""
     t0 = time.time()
     ds, paths = payload["dataset"], payload["paths"]
     if relevances is None:
         relevances = split_relevances(payload, split)  # before any encoding: a bad positives file fails fast
     model, ckpt = api.load_model(run_dir / "model.pt", device, payload["backbones"])
+    use_block_budget(model, block_elements, device)
     cfg = ckpt["config"]
     elements = {view: parse_view(view) for view in views or []}
     if elements:
@@ -96,7 +100,8 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
         write_json(run_dir / (f"eval_{split}.json" if view is None else f"eval_{split}@{view}.json"), {
             "kind": "single", "ensemble_size": 1, "dataset": payload["name"], "split": split, "view": view,
             "config": cfg, "config_hash": ckpt["config_hash"], "seed": ckpt["seed"],
-            "best_epoch": ckpt["best"], "results": results, "provenance": provenance(device),
+            "best_epoch": ckpt["best"], "results": results,
+            "provenance": {**provenance(device), **block_provenance(model)},
             "wall_seconds": {"encode_and_score": (t_encoded - t_enc) + (t_score - t_view),
                              "total": time.time() - t0}})
         for r in results:
@@ -118,7 +123,7 @@ def _evaluate(args) -> None:
     payload = load_dataset_payload(args.dataset_config)
     views = args.views.split(",") if args.views else None
     evaluate_run(Path(args.run_dir), args.split, payload, args.features_dir, args.vocab, resolve_device(args.device),
-                 views=views)
+                 views=views, block_elements=args.block_elements)
 
 
 def _arguments(parser) -> None:
@@ -128,6 +133,7 @@ def _arguments(parser) -> None:
     parser.add_argument("--vocab", required=True)
     parser.add_argument("--views", help="evaluation views of a set model, comma-separated, e.g. i0_tall,iall_t1 "
                                         "(methods.models.element_views)")
+    add_block_argument(parser)
 
 
 def main(argv: list[str] | None = None) -> None:

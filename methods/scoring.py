@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import argparse
+
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
@@ -18,10 +20,38 @@ from methods.data.inputs import CachedGridFeatures, CachedImageFeatures
 from methods.data.text import pad_tokens
 from methods.errors import HarnessError
 from methods.features.images import ImageFiles
-from methods.models.base import RetrievalModel
+from methods.models.base import CrossAttentionModel, RetrievalModel
+from methods.models.cross_attention import WordFeatures, default_block_elements
 from methods.models.layers import at_least_float32
 from methods.io import load_npy
 from methods.runtime import autocast, to_device
+
+
+def add_block_argument(parser: argparse.ArgumentParser) -> None:
+    """``--block-elements cpu=N cuda=M``: config ``scoring.block_elements``, the per-block element
+    budget of a cross-attention model's score matrix on each device."""
+    parser.add_argument("--block-elements", nargs="+", type=_device_budget, default=[], metavar="DEVICE=N",
+                        help="elements of one block's per-pair intermediates (cross-attention models), by device")
+
+
+def _device_budget(text: str) -> tuple[str, int]:
+    device, _, value = text.partition("=")
+    if device not in ("cpu", "cuda") or not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"'{text}': expected cpu=N or cuda=N with N a positive integer")
+    return device, int(value)
+
+
+def use_block_budget(model: RetrievalModel, budgets: list[tuple[str, int]], device: torch.device) -> None:
+    """A cross-attention model scores in blocks of the budget given for ``device`` (else the
+    device's default, ``cross_attention.BLOCK_ELEMENTS``)."""
+    if isinstance(model, CrossAttentionModel):
+        model.block_elements = dict(budgets).get(device.type) or default_block_elements(device)
+
+
+def block_provenance(model: RetrievalModel) -> dict:
+    """What an evaluation record says of its blocks: a cross-attention model's budget (the blocks'
+    shapes can move the last bits of a float32 score)."""
+    return {"block_elements": model.block_elements} if isinstance(model, CrossAttentionModel) else {}
 
 
 def concat_encoded(chunks: list) -> Any:
@@ -31,8 +61,12 @@ def concat_encoded(chunks: list) -> Any:
 
 def stored(encoded: Any) -> Any:
     """An encoding as kept between encoding and scoring: fp16 (autocast) outputs in fp32, a
-    float64 model's in float64 (feature sets have their own ``at_least_float32``)."""
-    return at_least_float32(encoded) if torch.is_tensor(encoded) else encoded.at_least_float32()
+    float64 model's in float64 (feature sets have their own ``at_least_float32``); word features
+    packed by length, batch by batch, so a split's captions are never held padded to their longest."""
+    if torch.is_tensor(encoded):
+        return at_least_float32(encoded)
+    encoded = encoded.at_least_float32()
+    return encoded.packed() if isinstance(encoded, WordFeatures) else encoded
 
 
 @torch.no_grad()

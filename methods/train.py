@@ -30,6 +30,7 @@ from methods.models import image_input_of
 from methods.models.checkpoint import save_trained_model
 from methods.models.description import finetunes
 from methods.runtime import compute_setup, provenance, resolve_device, seed_everything
+from methods.scoring import add_block_argument, use_block_budget
 from methods.training.loop import TrainInputs, load_checkpoint, train
 
 
@@ -61,6 +62,7 @@ def _train(args) -> None:
     if word_vectors is not None and n_tokens > len(word_vectors):
         word_vectors = torch.cat([word_vectors, word_vectors.new_zeros(n_tokens - len(word_vectors), word_vectors.shape[1])])
     model = api.build_model(cfg, n_tokens, image_shape, payload["backbones"], word_vectors, cnn=finetunes(cfg))
+    use_block_budget(model, args.block_elements, device)
     run_dir = Path(args.run_dir)
     inp = TrainInputs(cfg, config_hash(cfg), args.seed, run_dir, device, vocab, splits["train"], splits["dev"],
                       Path(paths["images_dir"]) if paths["images_dir"] else None,
@@ -80,7 +82,8 @@ def _train(args) -> None:
     b = best["best"]
     print(f"best validation {b['metric']} {b['value']:.2f} (rsum {b['rsum']:.2f}) at stage {b['stage']} epoch {b['epoch']}")
     for split in args.evaluate:
-        evaluate_run(run_dir, split, payload, args.features_dir, args.vocab, device, relevances[split])
+        evaluate_run(run_dir, split, payload, args.features_dir, args.vocab, device, relevances[split],
+                     block_elements=args.block_elements)
 
 
 def _arguments(parser) -> None:
@@ -92,6 +95,7 @@ def _arguments(parser) -> None:
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--evaluate", nargs="*", default=[], metavar="SPLIT",
                         help="test splits to evaluate the kept model on (eval_<split>.json, sims_<split>.npy)")
+    add_block_argument(parser)
 
 
 def main(argv: list[str] | None = None) -> None:

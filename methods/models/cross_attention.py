@@ -19,10 +19,12 @@ import torch.nn.functional as F
 
 from methods.models.layers import SCAN_L2NORM_EPS, ItemTensors, at_least_float32, l2norm
 
-# Elements of the per-pair intermediates of one block (pairs x per-pair elements). On a GPU, large blocks
-# keep the kernels busy (H100, 1K x 5K SGR under fp16 autocast: 2**29 is 11% faster than 2**28, peak
-# 2.9 GiB); on a CPU, blocks that stay near the caches are faster (2 cores: 2**22 is 5x faster than 2**28).
-BLOCK_ELEMENTS = {"cuda": 2 ** 29, "cpu": 2 ** 22}
+# Elements of the per-pair intermediates of one block (pairs x per-pair elements); the DAG's jobs take
+# config scoring.block_elements (the same values by default), the API these. On a GPU, large blocks keep
+# the kernels busy (H100, 1K x 5K SGR under fp16 autocast: 2**29 is 11% faster than 2**28) but a COCO 5K
+# evaluation must fit a 16 GB card; on a CPU, blocks that stay near the caches are faster (2 cores:
+# 2**22 is 5x faster than 2**28).
+BLOCK_ELEMENTS = {"cuda": 2 ** 28, "cpu": 2 ** 22}
 
 
 def default_block_elements(device: torch.device) -> int:
@@ -59,11 +61,59 @@ class WordFeatures:
     def to(self, device) -> "WordFeatures":
         return WordFeatures(self.words.to(device), self.lengths.to(device), self.glob.to(device))
 
+    def double(self) -> "WordFeatures":
+        return WordFeatures(self.words.double(), self.lengths, self.glob.double())
+
+    def packed(self) -> "PackedWordFeatures":
+        """These captions stored by length, without their padding."""
+        return PackedWordFeatures(self.words[self.mask], self.lengths, self.glob)
+
+
+@dataclass
+class PackedWordFeatures:
+    """A split's word features stored by length: every caption's words back to back, so their
+    memory grows with the words, not with captions x the longest caption (COCO 5K, 25,000 captions
+    of 13.9 tokens on average and up to ~50, at 1,024 float32 values a word: 1.4 GB instead of
+    5.1 GB). ``[index]`` gives those captions as WordFeatures padded to their own longest, the
+    blocks ``score_in_blocks`` scores; a block's values are those of the padded encoding."""
+
+    words: torch.Tensor     # (sum of lengths, D): caption k's words at rows starts[k] .. starts[k] + lengths[k]
+    lengths: torch.Tensor   # (N,), on the same device as words
+    glob: torch.Tensor      # (N, D)
+
+    def __post_init__(self) -> None:
+        self.starts = torch.cumsum(self.lengths, 0) - self.lengths
+
+    def __len__(self) -> int:
+        return self.lengths.shape[0]
+
+    def __getitem__(self, index) -> WordFeatures:
+        rows = torch.arange(len(self), device=self.lengths.device)[index]
+        lengths = self.lengths[rows]
+        longest = int(lengths.max()) if lengths.numel() else 0
+        steps = torch.arange(longest, device=self.lengths.device)
+        valid = steps[None, :] < lengths[:, None]
+        positions = torch.where(valid, self.starts[rows][:, None] + steps[None, :], 0)
+        words = self.words[positions].masked_fill(~valid[..., None], 0)
+        return WordFeatures(words, lengths, self.glob[rows])
+
+    def at_least_float32(self) -> "PackedWordFeatures":
+        return PackedWordFeatures(at_least_float32(self.words), self.lengths, at_least_float32(self.glob))
+
+    def to(self, device) -> "PackedWordFeatures":
+        return PackedWordFeatures(self.words.to(device), self.lengths.to(device), self.glob.to(device))
+
+    def double(self) -> "PackedWordFeatures":
+        return PackedWordFeatures(self.words.double(), self.lengths, self.glob.double())
+
+    def padded(self) -> WordFeatures:
+        """All captions as one padded WordFeatures (small splits: figures, tests)."""
+        return self[:]
+
     @staticmethod
-    def cat(parts: list["WordFeatures"]) -> "WordFeatures":
-        longest = max(p.words.shape[1] for p in parts)
-        words = torch.cat([F.pad(p.words, (0, 0, 0, longest - p.words.shape[1])) for p in parts])
-        return WordFeatures(words, torch.cat([p.lengths for p in parts]), torch.cat([p.glob for p in parts]))
+    def cat(parts: list["PackedWordFeatures"]) -> "PackedWordFeatures":
+        return PackedWordFeatures(*(torch.cat([getattr(p, name) for p in parts])
+                                    for name in ("words", "lengths", "glob")))
 
 
 def region_word_cosines(regions: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
@@ -141,7 +191,7 @@ def caption_blocks(lengths: torch.Tensor, n_images: int, pair_elements: Callable
 
 @torch.no_grad()
 def score_in_blocks(pair_scores: Callable[[RegionFeatures, WordFeatures], torch.Tensor],
-                    img: RegionFeatures, cap: WordFeatures, pair_elements: Callable[[int], int],
+                    img: RegionFeatures, cap: WordFeatures | PackedWordFeatures, pair_elements: Callable[[int], int],
                     budget: int | None = None, image_block: int = 128) -> torch.Tensor:
     """(N_img, N_cap) scores on the CPU, float32 (float64 for float64 features); ``pair_scores(img_block,
     cap_block)`` gives (I, C) for one block. Captions are grouped by length; results go back to their order."""

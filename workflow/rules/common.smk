@@ -75,6 +75,8 @@ if workflow.is_main_process:
     os.environ[FAILED_JOBS_ENV] = failed_jobs_dir(R)
 
 DEVICE = HARNESS["device"]
+# --block-elements of the jobs that score a split (config scoring.block_elements)
+BLOCK_ELEMENTS = " ".join(f"{device}={n}" for device, n in HARNESS["scoring"]["block_elements"].items())
 CONDA_ENV = "../../envs/harness.yaml"  # relative to workflow/rules/; for --software-deployment-method conda
 SYNTHETIC = [n for n, d in HARNESS["datasets"].items() if d["kind"] == "synthetic"]
 MULTILABEL = [n for n, d in HARNESS["datasets"].items() if d["kind"] == "multilabel"]

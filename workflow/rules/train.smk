@@ -35,6 +35,7 @@ for _name in HARNESS["datasets"]:
             run_dir=lambda w, name=_name: run_dir(name, w.exp, w.seed),
             splits=" ".join(_tests),
             device=DEVICE,
+            block_elements=BLOCK_ELEMENTS,
         threads: dataset_resource(_name, "train", "threads")
         resources:
             mem_mb=res("train", "mem_mb"),
@@ -53,7 +54,8 @@ for _name in HARNESS["datasets"]:
         shell:
             "{params.numerics}python -m methods.train --dataset-config {input.cfg} --experiment {input.exp} --seed {wildcards.seed} "
             "--run-dir {params.run_dir} --features-dir {params.features} --vocab {input.vocab} "
-            "--evaluate {params.splits} --device {params.device} --threads {threads} " + TO_LOG
+            "--evaluate {params.splits} --device {params.device} --threads {threads} "
+            "--block-elements {params.block_elements} " + TO_LOG
 
 
 rule ensemble:
@@ -105,6 +107,7 @@ for _name in HARNESS["datasets"]:
                 run_dir=lambda w, name=_name, exp=_exp: run_dir(name, exp, w.seed),
                 views=",".join(_views),
                 device=DEVICE,
+                block_elements=BLOCK_ELEMENTS,
             threads: dataset_resource(_name, "evaluate", "threads")
             resources:
                 mem_mb=res("evaluate", "mem_mb"),
@@ -120,4 +123,5 @@ for _name in HARNESS["datasets"]:
             shell:
                 "{params.numerics}python -m methods.evaluate --dataset-config {input.cfg} --run-dir {params.run_dir} "
                 "--split {wildcards.split} --views {params.views} --features-dir {params.features} "
-                "--vocab {input.vocab} --device {params.device} --threads {threads} " + TO_LOG
+                "--vocab {input.vocab} --device {params.device} --threads {threads} "
+                "--block-elements {params.block_elements} " + TO_LOG
