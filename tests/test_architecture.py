@@ -97,7 +97,7 @@ def schema_enum(schema: dict, *path: str) -> list[str]:
 @pytest.mark.parametrize("registry_path, schema_path", [
     (("methods.models", "MODELS"), ("method", "properties", "model", "properties", "kind")),
     (("methods.losses", "LOSS_TERMS"), ("method", "$defs", "loss_term", "properties", "kind")),
-    (("methods.report.paper_figures", "FIGURE_KINDS"),
+    (("methods.report.figure_kinds", "FIGURE_KINDS"),
      ("paper", "properties", "figures", "additionalProperties", "properties", "kind")),
 ])
 def test_schema_enums_list_exactly_the_registered_names(registry_path, schema_path):
@@ -106,6 +106,20 @@ def test_schema_enums_list_exactly_the_registered_names(registry_path, schema_pa
     registry = getattr(importlib.import_module(registry_path[0]), registry_path[1])
     schema = load_schema(schema_path[0])
     assert schema_enum(schema, *schema_path[1:]) == registry.names()
+
+
+def test_every_declared_figure_kind_has_one_drawing():
+    from methods.report.figure_kinds import FIGURE_KINDS
+    from methods.report.paper_figures import DRAWINGS
+
+    assert DRAWINGS.names() == FIGURE_KINDS.names()
+
+
+def test_the_snakefile_plans_figures_without_matplotlib():
+    """The figure kinds the plan reads are declarations: a Snakemake start does not pay matplotlib's import."""
+    code = "import sys, methods.report.figure_kinds; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE.parent)
+    assert out.stdout.strip() == "False"
 
 
 def test_model_schema_has_a_block_for_every_registered_model():

@@ -23,18 +23,13 @@ and, for gradient counts, the training logs of every run behind the rows.
 A footnote under each says what the rows' runs really ran, per model (the spec rows' ``ran``): on
 synthetic data not the paper's backbone and dimensions that the row labels name.
 
-Each kind is registered in ``FIGURE_KINDS`` with what it draws from and what the DAG must give
-it beyond the figure spec and the table's row aggregates (``needs``): ``train_logs`` (every
-run's ``train_log.json``), ``trained_run`` (the first run of the figure's row: its model,
-score matrix, image input, vocabulary and dataset config) or ``trained_runs`` (the first run's
-model of each of the figure's rows, with their image input, vocabulary and dataset config), and
-``positives`` (the dataset's extended-positives file, where it has one: what a true match is).
+Each kind is declared, with what the DAG must give it (``needs``), in
+``methods.report.figure_kinds``; its drawing is registered here in ``DRAWINGS`` under the same name.
 """
 from __future__ import annotations
 
 import argparse
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -57,6 +52,7 @@ from methods.metrics.training_check import TrainingThresholds  # noqa: E402
 from methods.models import image_input_of  # noqa: E402
 from methods.models.checkpoint import load_trained_model  # noqa: E402
 from methods.registry import Registry  # noqa: E402
+from methods.report.figure_kinds import FIGURE_KINDS  # noqa: E402
 from methods.data.datasets import payload_splits  # noqa: E402
 from methods.features.backbone import eval_transform  # noqa: E402
 from methods.features.images import ImageFiles  # noqa: E402
@@ -71,24 +67,14 @@ from methods.scoring import encode_texts  # noqa: E402
 
 LOSS_ORDER = ("triplet_sum", "triplet_hardest", "nt_xent", "smooth_ap")
 DIRECTIONS = {"i2t": "image → text (image queries)", "t2i": "text → image (caption queries)"}
-NEEDS = ("train_logs", "trained_run", "trained_runs", "positives")
+# kind -> its drawing: (spec, row aggregates, args) -> figure
+DRAWINGS: Registry[Callable[[dict, dict, argparse.Namespace], "plt.Figure"]] = Registry("figure drawing")
 
 
-@dataclass(frozen=True)
-class FigureKind:
-    name: str
-    draw: Callable[[dict, dict, argparse.Namespace], "plt.Figure"]   # (spec, row aggregates, args)
-    needs: tuple[str, ...] = ()
-
-
-FIGURE_KINDS: Registry[FigureKind] = Registry("figure kind")
-
-
-def register_figure(name: str, needs: tuple[str, ...] = ()):
-    unknown = set(needs) - set(NEEDS)
-    if unknown:
-        raise ValueError(f"figure kind {name}: unknown needs {sorted(unknown)} (known: {NEEDS})")
-    return lambda draw: FIGURE_KINDS.register(name, FigureKind(name, draw, needs))
+def register_figure(name: str):
+    """The drawing of a kind declared in ``methods.report.figure_kinds`` (an undeclared name is an error)."""
+    FIGURE_KINDS.get(name)
+    return DRAWINGS.register(name)
 
 
 def _ordered(values) -> list:
@@ -151,7 +137,7 @@ def rsum_by_loss(spec: dict, aggregates: dict[str, dict], args=None):
     return fig
 
 
-@register_figure("gradient_counts", needs=("train_logs",))
+@register_figure("gradient_counts")
 def gradient_counts(spec: dict, aggregates: dict | None = None, args=None):
     models = list(dict.fromkeys(r["model"] for r in spec["rows"]))
     fig, axes = plt.subplots(2, len(models), figsize=(5.2 * len(models), 7), squeeze=False, sharex="col")
@@ -188,7 +174,7 @@ def gradient_counts(spec: dict, aggregates: dict | None = None, args=None):
     return fig
 
 
-@register_figure("saf_weights", needs=("trained_run", "positives"))
+@register_figure("saf_weights")
 def saf_weights(spec: dict, aggregates: dict, args):
     run = Path(spec["run"])
     model, ckpt, _ = load_trained_model(run / "model.pt", {}, torch.device("cpu"))
@@ -269,14 +255,14 @@ def _relevance(payload: dict, spec: dict, data, sims: np.ndarray) -> dict:
     return {"labels": labels, "positives": extended_positives(payload, spec, sims) if labels is None else None}
 
 
-@register_figure("text_retrieval_examples", needs=("trained_run", "positives"))
+@register_figure("text_retrieval_examples")
 def text_retrieval_examples(spec: dict, aggregates: dict, args):
     payload, data, sims = _test_run(spec, args)
     return text_retrieval_figure(spec, sims, data.captions, data.texts_per_image,
                                  ShownImages(payload, spec["split"], spec["figure"]), **_relevance(payload, spec, data, sims))
 
 
-@register_figure("image_retrieval_examples", needs=("trained_run", "positives"))
+@register_figure("image_retrieval_examples")
 def image_retrieval_examples(spec: dict, aggregates: dict, args):
     payload, data, sims = _test_run(spec, args)
     relevance = _relevance(payload, spec, data, sims)
@@ -286,7 +272,7 @@ def image_retrieval_examples(spec: dict, aggregates: dict, args):
                                   top=3 if relevance["labels"] is not None else TOP_K)
 
 
-@register_figure("asa_attention", needs=("trained_run",))
+@register_figure("asa_attention")
 def asa_attention(spec: dict, aggregates: dict, args, n_images: int = 3):
     run = Path(spec["run"])
     payload = load_dataset_payload(args.dataset_config)
@@ -323,7 +309,7 @@ def rsum_by_setting(spec: dict, aggregates: dict, args=None):
     return fig
 
 
-@register_figure("set_element_projection", needs=("trained_runs",))
+@register_figure("set_element_projection")
 def set_element_projection(spec: dict, aggregates: dict, args, n_images: int = 100):
     """``n_images`` test images spread over the split and their captions, per row."""
     payload = load_dataset_payload(args.dataset_config)
@@ -350,7 +336,7 @@ def set_element_projection(spec: dict, aggregates: dict, args, n_images: int = 1
     return fig
 
 
-@register_figure("label_training_curves", needs=("train_logs",))
+@register_figure("label_training_curves")
 def label_training_curves(spec: dict, aggregates: dict | None = None, args=None):
     curves = {}
     for row in spec["rows"]:
@@ -385,8 +371,8 @@ def ndcg_by_loss_weight(spec: dict, aggregates: dict, args=None, term: str = "ma
 
 def draw_figure(args) -> None:
     spec = read_json(args.spec)
-    kind = FIGURE_KINDS.get(spec["kind"])
-    fig = kind.draw(spec, {Path(p).stem: read_json(p) for p in args.rows}, args)
+    draw = DRAWINGS.get(spec["kind"])
+    fig = draw(spec, {Path(p).stem: read_json(p) for p in args.rows}, args)
     fig.tight_layout()
     with atomic_path(args.out, suffix=".png") as tmp:
         fig.savefig(tmp, dpi=120, format="png")

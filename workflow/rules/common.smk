@@ -18,7 +18,7 @@ from methods.features.backbone import check_weights_fit
 from methods.numerics import shell_prefix
 from methods.metrics.protocols import check_coco_ids, check_split_sizes, get_protocol
 from methods.plan import Plan, data_kind, test_splits
-from methods.report.paper_figures import FIGURE_KINDS
+from methods.report.figure_kinds import FIGURE_KINDS
 from methods.runtime import check_gpu_for_local_run, check_resource_names, runs_jobs_here
 from methods.retries import FAILED_JOBS_ENV, failed_jobs_dir
 
