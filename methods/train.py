@@ -67,7 +67,7 @@ def _train(args) -> None:
     inp = TrainInputs(cfg, config_hash(cfg), args.seed, run_dir, device, vocab, splits["train"], splits["dev"],
                       Path(paths["images_dir"]) if paths["images_dir"] else None,
                       ds["features"]["crop"], ds["features"]["resize"], ds["val_max_images"],
-                      progress=not args.no_progress)
+                      progress=not args.no_progress, loader_workers=loader_workers(cfg["training"], args.threads))
     result = train(model, inp)
     best = load_checkpoint(result["best_path"])
     state = best["model"]
@@ -77,13 +77,21 @@ def _train(args) -> None:
                        best["best"], state)
     write_json(run_dir / "train_log.json", {
         "config": cfg, "config_hash": config_hash(cfg), "seed": args.seed, "best": best["best"],
-        "history": result["history"], "precision": result["precision"], "provenance": provenance(device),
+        "history": result["history"], "precision": result["precision"],
+        "provenance": {**provenance(device), "loader_workers": inp.loader_workers},
         "wall_seconds": {"train": result["train_seconds"], "total": time.time() - t0}})
     b = best["best"]
     print(f"best validation {b['metric']} {b['value']:.2f} (rsum {b['rsum']:.2f}) at stage {b['stage']} epoch {b['epoch']}")
     for split in args.evaluate:
         evaluate_run(run_dir, split, payload, args.features_dir, args.vocab, device, relevances[split],
                      block_elements=args.block_elements)
+
+
+def loader_workers(training_cfg: dict, threads: int) -> int:
+    """Loader worker processes: the method config's ``training.num_workers`` (the source's), at
+    most the job's threads (8 workers on 2 cores only compete with the step); a run's numbers do
+    not depend on it (each item draws from its own seed)."""
+    return min(training_cfg["num_workers"], max(1, threads))
 
 
 def _arguments(parser) -> None:

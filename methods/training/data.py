@@ -17,8 +17,17 @@ The collate function also adds the split's labels (``image_labels`` of the image
 ``text_labels`` of the captions) when it has them, and the masked-prediction targets
 (``token_targets``, ``region_class_targets``; ``methods.data.masked_prediction``) when the method
 config sets ``training.masked_prediction``.
+
+Random draws (an image's crop and flip, a caption's augmentation and masked words, a batch's masked
+regions) come from a seed of their own per item and epoch (``sample_seed``; ``for_epoch``), not
+from a loader worker's random stream: a run's numbers are the same whatever the number of loader
+workers, so that number can follow the job's cores.
 """
 from __future__ import annotations
+
+import contextlib
+import hashlib
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -32,9 +41,26 @@ from methods.errors import HarnessError
 from methods.features.images import ImageFiles
 
 
+def sample_seed(epoch_seed: int, index: int) -> int:
+    """The seed of item ``index``'s random draws in the epoch of ``epoch_seed``."""
+    return int.from_bytes(hashlib.blake2b(f"{epoch_seed}:{index}".encode(), digest_size=8).digest(), "little") >> 1
+
+
+@contextlib.contextmanager
+def drawing_from(seed: int | None) -> Iterator[None]:
+    """torch's CPU random draws in the block come from ``seed`` (None: the process's own stream),
+    and the process's stream is left where it was (the model's dropout draws from it)."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
 class CaptionPairs(Dataset):
     """Item k = (image index k // texts_per_image, token ids of caption k, transformed image or None,
-    masked-prediction targets of the tokens or None)."""
+    masked-prediction targets of the tokens or None, the seed of its random draws or None)."""
 
     def __init__(self, captions: list[str], vocab: Vocabulary, texts_per_image: int, images: ImageFiles | None = None,
                  max_images: int | None = None, augment: CaptionAugmentation | None = None,
@@ -47,6 +73,16 @@ class CaptionPairs(Dataset):
         self.n_images = n_img
         self.augment = augment   # drawn anew each time a caption is read (training only)
         self.masked = masked     # likewise, after the augmentation
+        self.epoch_seed: int | None = None   # None: draws from the process's stream (no draws in validation)
+
+    def for_epoch(self, epoch_seed: int) -> "CaptionPairs":
+        """Items read from now on draw from seeds of ``epoch_seed`` (set before the epoch's loader
+        starts its workers: each gets a copy of the dataset)."""
+        self.epoch_seed = epoch_seed
+        return self
+
+    def item_seed(self, index: int) -> int | None:
+        return None if self.epoch_seed is None else sample_seed(self.epoch_seed, index)
 
     def caption(self, k: int) -> tuple[list[int], list[int] | None]:
         """(token ids, masked-prediction targets or None) of caption k, augmented and masked anew."""
@@ -57,10 +93,11 @@ class CaptionPairs(Dataset):
         return len(self.tokens)
 
     def __getitem__(self, k: int):
-        image_index = k // self.texts_per_image
-        image = self.images[image_index] if self.images is not None else None
-        tokens, targets = self.caption(k)
-        return image_index, tokens, image, targets
+        image_index, seed = k // self.texts_per_image, self.item_seed(k)
+        with drawing_from(seed):
+            image = self.images[image_index] if self.images is not None else None
+            tokens, targets = self.caption(k)
+        return image_index, tokens, image, targets, seed
 
 
 class ImagesWithCaptions(CaptionPairs):
@@ -70,11 +107,12 @@ class ImagesWithCaptions(CaptionPairs):
         return self.n_images
 
     def __getitem__(self, i: int):
-        image = self.images[i] if self.images is not None else None
-        items = []
-        for j in range(self.texts_per_image):
-            tokens, targets = self.caption(i * self.texts_per_image + j)
-            items.append((i, tokens, image if j == 0 else None, targets))
+        seed, items = self.item_seed(i), []
+        with drawing_from(seed):
+            image = self.images[i] if self.images is not None else None
+            for j in range(self.texts_per_image):
+                tokens, targets = self.caption(i * self.texts_per_image + j)
+                items.append((i, tokens, image if j == 0 else None, targets, seed))
         return items
 
 
@@ -100,6 +138,15 @@ def training_batches(training_cfg: dict, split: SplitData, vocab: Vocabulary,
 
 
 BATCH_POSITIVES = ("diagonal", "same_image")
+
+
+def batch_seed(items: list) -> int | None:
+    """The seed of a batch's own draws, from its items' seeds (None when they have none)."""
+    seeds = [it[4] if len(it) > 4 else None for it in items]
+    if None in seeds:
+        return None
+    digest = hashlib.blake2b(np.asarray(seeds, dtype=np.int64).tobytes(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
 
 
 class PairCollator:
@@ -151,5 +198,6 @@ class PairCollator:
                 targets[row, :len(it[3])] = torch.tensor(it[3], dtype=torch.long)
             batch["token_targets"] = targets
             if self.masked.region_prob > 0:   # words only otherwise (no region classes needed)
-                batch["region_class_targets"] = self.masked.select_regions(self.region_classes[rows.numpy()])
+                with drawing_from(batch_seed(items)):
+                    batch["region_class_targets"] = self.masked.select_regions(self.region_classes[rows.numpy()])
         return batch

@@ -67,6 +67,7 @@ class TrainInputs:
     resize: int
     val_max_images: int
     progress: bool = True
+    loader_workers: int = 0    # DataLoader worker processes: training.num_workers, at most the job's threads
 
 
 def _rng_state() -> dict:
@@ -314,13 +315,15 @@ class Trainer:
         lr = lr_at(stage, epoch)
         _set_lr(optimizer, lr)
         per_step = stage["schedule"].get("per_step", False)   # DivE: the cosine advances every iteration
-        shuffle = torch.Generator().manual_seed(inp.seed * 1_000_003 + stage_idx * 10_007 + epoch)
+        epoch_seed = inp.seed * 1_000_003 + stage_idx * 10_007 + epoch
+        shuffle = torch.Generator().manual_seed(epoch_seed)
         order = torch.randperm(len(dataset), generator=shuffle).tolist()
-        # generator=shuffle: the loader draws its worker base seed from it, not from the global RNG,
-        # so creating it mid-epoch on resume leaves the dropout RNG stream where the checkpoint left it
-        loader = DataLoader(dataset, batch_size=tr["batch_size"], sampler=order[skip * tr["batch_size"]:],
-                            collate_fn=collate, num_workers=tr["num_workers"], generator=shuffle,
-                            worker_init_fn=seed_worker)
+        # each item's random draws from its own seed (methods.training.data): the same with any number
+        # of workers. generator=shuffle: the loader draws its worker base seed from it, not from the
+        # global RNG, so creating it mid-epoch on resume leaves the dropout RNG stream where it was
+        loader = DataLoader(dataset.for_epoch(epoch_seed), batch_size=tr["batch_size"],
+                            sampler=order[skip * tr["batch_size"]:], collate_fn=collate,
+                            num_workers=inp.loader_workers, generator=shuffle, worker_init_fn=seed_worker)
         loss_kind = self.loss.kind_at(self.global_epoch)
         count_every = tr["gradient_count"]["every_n_steps"]
         count_loss = self.loss.one_direction_at(self.global_epoch)
