@@ -7,10 +7,9 @@ saved score matrices (ensembles, and the claims' ensemble rows).
 """
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
-
-import argparse
 
 import numpy as np
 import torch

@@ -87,7 +87,8 @@ class SCAN(CrossAttentionModel):
         return scan_scores(img.regions, cap.words, cap.mask, self.direction, self.aggregation,
                            self.lambda_softmax, self.lambda_lse)
 
-    def score_matrix(self, img: RegionFeatures, txt: WordFeatures | PackedWordFeatures, amp: bool = False) -> torch.Tensor:
+    def score_matrix(self, img: RegionFeatures, txt: WordFeatures | PackedWordFeatures,
+                     amp: bool = False) -> torch.Tensor:
         """A split's scores; ``evaluation_dtype: float64`` scores the float32 encodings in float64, as
         kuanghuei/SCAN's evaluation does (it copies them into float64 numpy arrays, then runs its
         parameter-free attention on them). Training batches score in the model's dtype."""
