@@ -26,7 +26,7 @@ def write_karpathy(path, splits, caption="a dog on a mat.", cocoid_base=100):
 
 def test_index_holds_each_splits_files_and_coco_ids_in_the_files_order(tmp_path):
     images = write_karpathy(tmp_path / "k.json", ["test", "train", "val", "restval", "train", "test"])
-    index = karpathy_index(tmp_path / "results", tmp_path / "k.json", SPLIT_MAP, 5)
+    index, _ = karpathy_index(tmp_path / "results", tmp_path / "k.json", SPLIT_MAP, 5)
     for name, karpathy_splits in SPLIT_MAP.items():   # read straight from the entries
         chosen = [e for e in images if e["split"] in karpathy_splits]
         assert index[name].filenames == [f"{e['filepath']}/{e['filename']}" for e in chosen]
@@ -41,15 +41,17 @@ def test_each_version_of_the_file_is_parsed_once(tmp_path, monkeypatch):
     monkeypatch.setattr(checks, "load_splits", lambda *a, **k: parses.append(a[0]) or load_splits(*a, **k))
     path, results = tmp_path / "k.json", tmp_path / "results"
     write_karpathy(path, ["train", "val", "test"])
-    first = karpathy_index(results, path, SPLIT_MAP, 5)
-    assert karpathy_index(results, path, SPLIT_MAP, 5) == first and len(parses) == 1
+    first, keep = karpathy_index(results, path, SPLIT_MAP, 5)
+    assert not results.exists()   # kept only once the caller's checks have passed
+    keep()
+    assert karpathy_index(results, path, SPLIT_MAP, 5)[0] == first and len(parses) == 1
     assert len(list((results / INDEX_DIR).iterdir())) == 1
     write_karpathy(path, ["train", "val", "test"], cocoid_base=900)   # same size: the mtime tells them apart
     stat = os.stat(path)
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
-    assert karpathy_index(results, path, SPLIT_MAP, 5)["testall"].coco_ids == [902] and len(parses) == 2
+    assert karpathy_index(results, path, SPLIT_MAP, 5)[0]["testall"].coco_ids == [902] and len(parses) == 2
     other_map = {"train": ["train"], "dev": ["val"], "testall": ["test"]}   # another split map: its own index
-    assert karpathy_index(results, path, other_map, 5)["train"].filenames == ["train2014/im0.jpg"]
+    assert karpathy_index(results, path, other_map, 5)[0]["train"].filenames == ["train2014/im0.jpg"]
     assert len(parses) == 3
 
 
@@ -63,13 +65,18 @@ def test_a_refused_file_is_refused_every_time_and_not_indexed(tmp_path):
         with pytest.raises(HarnessError, match=r"images\[1\] \(im1.jpg\): sentences\[2\] is blank"):
             karpathy_index(results, path, SPLIT_MAP, 5)
     assert not (results / INDEX_DIR).exists()
+    with pytest.raises(HarnessError, match=r"Karpathy split file not found: \S+nowhere.json"):
+        karpathy_index(results, tmp_path / "nowhere.json", SPLIT_MAP, 5)
 
 
 def test_a_damaged_index_is_built_again(tmp_path):
     path, results = tmp_path / "k.json", tmp_path / "results"
     write_karpathy(path, ["train", "val", "test"])
-    expected = karpathy_index(results, path, SPLIT_MAP, 5)
+    expected, keep = karpathy_index(results, path, SPLIT_MAP, 5)
+    keep()
     (index_file,) = (results / INDEX_DIR).iterdir()
     index_file.write_text('{"stamp": ')   # damaged (writes are atomic, but a disk or a user may not be)
-    assert karpathy_index(results, path, SPLIT_MAP, 5) == expected
+    again, keep = karpathy_index(results, path, SPLIT_MAP, 5)
+    keep()
+    assert again == expected
     assert json.loads(index_file.read_text())["index"]["train"]["filenames"] == ["train2014/im0.jpg"]

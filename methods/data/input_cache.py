@@ -51,21 +51,29 @@ def cached_verdict(results_dir: str | Path, kind: str, path: str | Path, check: 
 
 
 def cached_index(results_dir: str | Path, kind: str, path: str | Path, params: dict,
-                 build: Callable[[Path], dict]) -> dict:
+                 build: Callable[[Path], dict]) -> tuple[dict, Callable[[], None]]:
     """``build(path)``'s result (a JSON-serialisable dict derived from the file and ``params``), from
-    its own cache file while the file's size and mtime and ``params`` are those it was built with.
-    A result that ``build`` refuses (it raises) is not cached: the file is read again next time."""
-    path = Path(path).resolve()
+    its own cache file while the file's size and mtime and ``params`` are those it was built with;
+    and ``keep()``, which stores a newly built result. Call it once every check of the inputs has
+    passed: a DAG build that stops on a bad input leaves nothing in the results folder. A result
+    that ``build`` refuses (it raises, e.g. naming a missing file) is never stored."""
+    path = Path(path)
+    if not path.is_file():
+        return build(path), lambda: None
+    path = path.resolve()
     stat = path.stat()
     stamp = {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "params": params}
     name = hashlib.sha256(json.dumps([kind, str(path), params], sort_keys=True).encode()).hexdigest()[:16]
     where = Path(results_dir) / INDEX_DIR / f"{kind}-{name}.json"
     entry = _read(where)
     if entry.get("stamp") == stamp and isinstance(entry.get("index"), dict):
-        return entry["index"]
+        return entry["index"], lambda: None
     index = build(path)
-    try:
-        write_json(where, {"stamp": stamp, "index": index})
-    except (OSError, HarnessError):
-        pass  # a read-only results folder: built again next time
-    return index
+
+    def keep() -> None:
+        try:
+            write_json(where, {"stamp": stamp, "index": index})
+        except (OSError, HarnessError):
+            pass  # a read-only results folder: built again next time
+
+    return index, keep

@@ -176,13 +176,14 @@ _CHECKED_DATASETS = set()  # the check stats every image: once per dataset per D
 
 def checked_dataset(dataset):
     if dataset not in _CHECKED_DATASETS:
-        splits = check_dataset_inputs(HARNESS, dataset)
+        splits, keep_index = check_dataset_inputs(HARNESS, dataset)
         protocols, karpathy = HARNESS["datasets"][dataset]["protocols"], dataset_paths(HARNESS, dataset)["karpathy_json"]
         sizes, where = {n: len(s) for n, s in splits.items()}, str(karpathy)
         if HARNESS["datasets"][dataset]["kind"] == "multilabel":   # the source files' headers (none when generated)
             sizes, where = check_multilabel_source(HARNESS, dataset), f"datasets.{dataset}.source_dir"
         check_split_sizes(dataset, protocols, sizes, where)
         check_coco_ids(protocols, splits, karpathy)
+        keep_index()   # a Karpathy file's index is cached once every check of the dataset has passed
         _CHECKED_DATASETS.add(dataset)
 
 
