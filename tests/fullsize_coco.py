@@ -2,13 +2,16 @@
 Karpathy's dataset_coco.json (123,287 images: 82,783 train, 30,504 restval, 5,000 val, 5,000 test;
 five captions each, a few with six or seven as in the real file), every image file it names (a few
 bytes each), BUTD region files ``{train,dev,testall}_ims.npy`` of (113,287 | 5,000 | 5,000) x 36 x
-2048 float32 as sparse files (33 GB of address space, a few MB on disk), their captions files, a
-300-d GloVe file, ResNet weights that load into their architecture, and a Punkt model.
+2048 float32 as sparse files (34 GB of address space, a few MB on disk), their captions files, a
+300-d GloVe file, ResNet weights that load into their architecture, and a Punkt model: ~700 MB
+written, most of it the image files' blocks.
 
 The captions are random words with COCO's length distribution (mean ~10.5 words, a long tail to
 ~50), so that a vocabulary, a tokenizer and a length-dependent batch meet the real sizes. The test
 images carry the COCO ids of the 5K test set in eccv_caption's order (protocol coco_5k_eccv
-checks them). Run as a script to make one: ``python -m tests.fullsize_coco DEST``."""
+checks them). ``python -m tests.fullsize_coco DEST`` makes one (``--config FILE``: its config
+block, for ``--configfile=``); ``--measure`` makes one and measures what a new user does first
+(``measure``; tests/test_size.py asserts its memory figures)."""
 from __future__ import annotations
 
 import argparse
@@ -34,7 +37,7 @@ KARPATHY_SIZES = {"train": 82_783, "restval": 30_504, "val": 5_000, "test": 5_00
 HARNESS_SPLITS = {"train": ["train", "restval"], "dev": ["val"], "testall": ["test"]}
 N_REGIONS, FEATURE_DIM = 36, 2048
 VOCABULARY = 12_000   # distinct words in the captions (COCO's training captions have ~25k, ~10k seen 4+ times)
-EXTRA_CAPTIONS = 787  # images with a sixth or seventh caption (616,767 sentences in the real file)
+EXTRA_CAPTIONS = 787  # images with a sixth or seventh caption (617,631 sentences; the real file has 616,767)
 
 
 def caption_lengths(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -261,7 +264,8 @@ def main() -> None:
         for step, m in measure(args.dest).items():
             if isinstance(m, Measured):
                 print(f"{step:>15}: exit {m.rc}, {m.seconds:6.1f} s, peak RSS {m.peak_rss_bytes / 2**30:.2f} GiB, "
-                      f"anonymous {m.peak_anon_bytes / 2**30:.2f} GiB (process tree {m.peak_anon_tree_bytes / 2**30:.2f})")
+                      f"anonymous {m.peak_anon_bytes / 2**30:.2f} GiB "
+                      f"(process tree {m.peak_anon_tree_bytes / 2**30:.2f})")
             else:
                 print(f"{step:>15}: {m}")
         return

@@ -31,7 +31,8 @@ def augmented_split(tmp_path, with_images: bool):
     images = None
     if with_images:
         for i in range(4):
-            Image.fromarray(np.random.default_rng(i).integers(0, 255, (40, 50, 3), dtype=np.uint8)).save(tmp_path / f"{i}.png")
+            pixels = np.random.default_rng(i).integers(0, 255, (40, 50, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(tmp_path / f"{i}.png")
         images = ImageFiles(tmp_path, [f"{i}.png" for i in range(4)], train_transform(24))
     return training_batches(training, split, vocab, images)
 
