@@ -228,7 +228,8 @@ def training_steps(work: Path, experiment: dict, steps_seconds: float = 20.0) ->
             os.kill(pid, signal.SIGTERM)
 
     result = measured(cmd, work, run / "train.log", while_running=stop_after_some_steps)
-    return result, int(load_checkpoint(run / "seed0" / "checkpoints" / "last.pt")["step"])
+    last = run / "seed0" / "checkpoints" / "last.pt"
+    return result, int(load_checkpoint(last)["step"]) if last.is_file() else 0   # 0: it stopped before a step
 
 
 def measure(root: Path) -> dict:

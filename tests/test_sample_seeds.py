@@ -69,6 +69,18 @@ def test_an_items_draws_leave_the_process_stream_where_it_was(tmp_path):
     assert first[1] == again[1] and torch.equal(first[2], again[2]) and first[4] == sample_seed(3, 4)
 
 
+def test_an_items_draws_never_reseed_the_gpu_stream(tmp_path, monkeypatch):
+    """Read in the main process (no workers), an item must not touch the CUDA generator that the
+    model's dropout draws from on a GPU (torch.manual_seed would reseed it; fork_rng(devices=[])
+    restores the CPU's only)."""
+    reseeded = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda seed: reseeded.append(seed))
+    monkeypatch.setattr(torch.cuda, "manual_seed", lambda seed: reseeded.append(seed))
+    dataset, collate = augmented_split(tmp_path, with_images=True)
+    collate([dataset.for_epoch(3)[k] for k in (0, 7, 13)])
+    assert reseeded == []
+
+
 def test_loader_workers_follow_the_jobs_threads():
     assert loader_workers({"num_workers": 8}, 2) == 2
     assert loader_workers({"num_workers": 4}, 16) == 4

@@ -37,12 +37,12 @@ def test_packed_words_hold_each_caption_once_without_padding():
         start += n
 
 
-@pytest.mark.parametrize("index", [torch.tensor([4, 0, 3]), torch.tensor([1]), slice(2, 5), torch.tensor([2, 4])])
+@pytest.mark.parametrize("index", [torch.tensor([4, 0, 3]), torch.tensor([1]), slice(2, 5), torch.tensor([2, 4]), 2])
 def test_a_block_of_packed_captions_is_the_padded_block(index):
     lengths = [3, 1, 7, 2, 7, 4]
     words, glob = padded_words(lengths)
     block = WordFeatures(words, torch.tensor(lengths), glob).packed()[index]
-    rows = torch.arange(6)[index]
+    rows = torch.arange(6)[index].reshape(-1)   # an int index: that one caption
     longest = max(lengths[r] for r in rows.tolist())
     assert torch.equal(block.words, words[rows, :longest])   # padded to the block's own longest, zeros after
     assert torch.equal(block.lengths, torch.tensor(lengths)[rows]) and torch.equal(block.glob, glob[rows])

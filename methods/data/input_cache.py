@@ -16,6 +16,7 @@ from methods.io import write_json
 
 CACHE_NAME = ".input_checks.json"
 INDEX_DIR = ".input_checks"
+INDEX_FORMAT = 1   # raise when what an index holds, or the checks behind it, change: older ones are built again
 
 
 def cache_file(results_dir: str | Path) -> Path:
@@ -62,7 +63,9 @@ def cached_index(results_dir: str | Path, kind: str, path: str | Path, params: d
         return build(path), lambda: None
     path = path.resolve()
     stat = path.stat()
-    stamp = {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "params": params}
+    # inode and ctime too: a copy that keeps size and mtime (cp -p, rsync -t) is another file
+    stamp = {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "inode": stat.st_ino,
+             "ctime_ns": stat.st_ctime_ns, "format": INDEX_FORMAT, "params": params}
     name = hashlib.sha256(json.dumps([kind, str(path), params], sort_keys=True).encode()).hexdigest()[:16]
     where = Path(results_dir) / INDEX_DIR / f"{kind}-{name}.json"
     entry = _read(where)

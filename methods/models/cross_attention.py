@@ -88,7 +88,7 @@ class PackedWordFeatures:
         return self.lengths.shape[0]
 
     def __getitem__(self, index) -> WordFeatures:
-        rows = torch.arange(len(self), device=self.lengths.device)[index]
+        rows = torch.arange(len(self), device=self.lengths.device)[index].reshape(-1)   # an int: one caption
         lengths = self.lengths[rows]
         longest = int(lengths.max()) if lengths.numel() else 0
         steps = torch.arange(longest, device=self.lengths.device)

@@ -54,8 +54,8 @@ def drawing_from(seed: int | None) -> Iterator[None]:
         yield
         return
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
+        torch.default_generator.manual_seed(seed)   # the CPU generator only: torch.manual_seed would reseed
+        yield                                         # the GPU's too, which fork_rng(devices=[]) does not restore
 
 
 class CaptionPairs(Dataset):
