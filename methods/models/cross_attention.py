@@ -106,10 +106,6 @@ class PackedWordFeatures:
     def double(self) -> "PackedWordFeatures":
         return PackedWordFeatures(self.words.double(), self.lengths, self.glob.double())
 
-    def padded(self) -> WordFeatures:
-        """All captions as one padded WordFeatures (small splits: figures, tests)."""
-        return self[:]
-
     @staticmethod
     def cat(parts: list["PackedWordFeatures"]) -> "PackedWordFeatures":
         return PackedWordFeatures(*(torch.cat([getattr(p, name) for p in parts])
