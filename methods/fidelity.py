@@ -50,6 +50,15 @@ class SourceLedger:
     deviations: tuple[Deviation, ...]
 
 
+# Switches at which every source runs the same value: the harness's own options, off for every row
+# that reproduces a source, listed with a row that runs them on.
+HARNESS_SWITCHES = (
+    Switch("length_buckets", "training.length_buckets", None,
+           "random batches: every public code draws its batches from a shuffled DataLoader, whatever "
+           "the captions' lengths (the MVSA paper, with no public code, describes nothing else)"),
+)
+
+
 def load_method_file(path: str | Path) -> dict:
     """A method file, validated before any of its layers is resolved."""
     return validate(load_yaml(path), "method_file", str(path))
@@ -68,8 +77,9 @@ def source_ledger(raw: dict, variants: list[str] | None, dataset: str) -> Source
         if sw is not None and not {"key", "value", "behaviour"} <= set(sw):
             raise HarnessError(f"method '{raw['method']}': source switch '{name}' needs key, value and behaviour "
                                f"(a variant may only change the value of a switch the method declares)")
-    switches = tuple(Switch(name, s["key"], (s.get("by_dataset") or {}).get(dataset, s["value"]), s["behaviour"])
-                     for name, s in block["switches"].items() if s is not None)
+    switches = HARNESS_SWITCHES + tuple(
+        Switch(name, s["key"], (s.get("by_dataset") or {}).get(dataset, s["value"]), s["behaviour"])
+        for name, s in block["switches"].items() if s is not None)
     deviations = tuple(Deviation(name, d["source"], d["ours"], d["why"]) for name, d in block["deviations"].items()
                        if d is not None and dataset in d.get("datasets", [dataset]))
     return SourceLedger(block["code"], block["tokenizer"]["value"], block["tokenizer"]["behaviour"], switches, deviations)

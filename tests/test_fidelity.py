@@ -86,6 +86,9 @@ SOURCE_BEHAVIOUR = {
                             "training.finetune_augment": "random_resized_crop_flip", "training.amp": True,
                             "training.caption_augment": {"prob": 0.2, "mask": 0.5, "replace": 0.1}},
 }
+# every public code above draws random batches (a shuffled DataLoader; the MVSA paper says nothing else)
+for behaviour in SOURCE_BEHAVIOUR.values():
+    behaviour["training.length_buckets"] = None
 # VSRN model.py skips the first region l2norm on Flickr30K only
 PER_DATASET = {("vsrn", "flickr"): {"model.l2norm_after_fc": False}, ("vsrn", "coco"): {"model.l2norm_after_fc": True},
                # appendix A: lr 1e-3 on COCO, 2e-3 on Flickr30K
@@ -148,6 +151,21 @@ def test_the_ledger_lists_every_switch_a_row_runs_off_source(plan):
     # a table's spec carries the ledger to the table command
     spec = plan.table_spec("deviations", "synthetic")
     assert all(r["ledger"] and r["ledger"][0]["code"] for r in spec["rows"])
+
+
+@pytest.mark.parametrize("method", ["sgraf", "set_embeddings", "mvsa"])
+def test_length_buckets_are_listed_with_a_row_that_runs_them(method):
+    """No source buckets its batches by length: a row that does lists the switch with its value."""
+    raw = load_method_file(REPO_ROOT / "config" / "methods" / f"{method}.yaml")
+    ledger = source_ledger(raw, [], "coco")
+    source = resolve_method_config(REPO_ROOT / "config" / "methods" / f"{method}.yaml", "coco")
+    assert source["training"]["length_buckets"] is None
+    assert row_ledger(source, ledger, "row x")["switches"] == []
+    bucketed = resolve_method_config(REPO_ROOT / "config" / "methods" / f"{method}.yaml", "coco",
+                                     {"training.length_buckets": 50})
+    (switch,) = row_ledger(bucketed, ledger, "row x")["switches"]
+    assert (switch["key"], switch["runs"], switch["source"]) == ("training.length_buckets", 50, None)
+    assert "shuffled DataLoader" in switch["behaviour"]
 
 
 def test_resolved_losses_carry_only_their_own_parameters():

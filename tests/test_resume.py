@@ -23,19 +23,21 @@ def train_cmd(work, exp, run_dir):
             "--vocab", str(r / "vocab.json"), "--device", "cpu", "--threads", "1", "--no-progress"]
 
 
-@pytest.mark.parametrize("model, loss, heads, batch_size, sig", [
-    ("vsepp", "triplet_hardest", None, None, signal.SIGKILL),
-    ("vsrn", "smooth_ap", None, None, signal.SIGKILL),
-    ("sgraf", "triplet_hardest", ["sgr", "saf"], None, signal.SIGKILL),
-    ("sgraf", "triplet_hardest", ["sgr", "saf"], 2, signal.SIGTERM)])
-def test_stopped_then_rerun_equals_uninterrupted(tiny_dag, tmp_path, model, loss, heads, batch_size, sig):
+@pytest.mark.parametrize("model, loss, heads, batch_size, sig, buckets", [
+    ("vsepp", "triplet_hardest", None, None, signal.SIGKILL, None),
+    ("vsrn", "smooth_ap", None, None, signal.SIGKILL, None),
+    ("sgraf", "triplet_hardest", ["sgr", "saf"], None, signal.SIGKILL, None),
+    ("sgraf", "triplet_hardest", ["sgr", "saf"], 2, signal.SIGTERM, 5)])
+def test_stopped_then_rerun_equals_uninterrupted(tiny_dag, tmp_path, model, loss, heads, batch_size, sig, buckets):
     """A frozen-CNN VSE++ run on caption batches, VSRN with SmoothAP on image batches, and SGRAF
     trained jointly (dropout, BatchNorm over pairs, two heads), killed without warning; and SGRAF
-    sent SIGTERM inside an epoch of 100 steps, which must checkpoint there and resume there."""
+    on length-bucketed batches sent SIGTERM inside an epoch of 100 steps, which must checkpoint
+    there and resume there (the same batches in the same order)."""
     cfg = next(c for c in (json.loads(p.read_text()) for p in (tiny_dag / "results/synthetic/runs").glob("*/config.json"))
                if c["model"]["kind"] == model and c["loss"]["kind"] == loss and len(c["training"]["stages"]) == 1
                and c["model"].get("heads") == heads and (batch_size is None or c["training"]["batch_size"] == batch_size))
     cfg["training"]["stages"][0]["epochs"] = 30 if sig == signal.SIGKILL else 3
+    cfg["training"]["length_buckets"] = buckets
     exp = tmp_path / "exp.json"
     exp.write_text(json.dumps(cfg))
 

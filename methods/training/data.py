@@ -84,6 +84,10 @@ class CaptionPairs(Dataset):
     def item_seed(self, index: int) -> int | None:
         return None if self.epoch_seed is None else sample_seed(self.epoch_seed, index)
 
+    def item_lengths(self) -> list[int]:
+        """Each item's caption length in tokens, before augmentation (what length buckets sort by)."""
+        return [len(t) for t in self.tokens]
+
     def caption(self, k: int) -> tuple[list[int], list[int] | None]:
         """(token ids, masked-prediction targets or None) of caption k, augmented and masked anew."""
         tokens = self.tokens[k] if self.augment is None else self.augment(self.tokens[k])
@@ -105,6 +109,11 @@ class ImagesWithCaptions(CaptionPairs):
 
     def __len__(self) -> int:
         return self.n_images
+
+    def item_lengths(self) -> list[int]:
+        """Each image's longest caption (what its captions are padded to)."""
+        per = self.texts_per_image
+        return [max(len(t) for t in self.tokens[i * per:(i + 1) * per]) for i in range(self.n_images)]
 
     def __getitem__(self, i: int):
         seed, items = self.item_seed(i), []

@@ -5,9 +5,10 @@ an atomic checkpoint every epoch, exact resume, and best-epoch selection on a va
 negatives give each query a gradient (``methods.losses.gradient_count``).
 
 Resuming: the checkpoint holds model, optimizer, AMP scaler and every RNG state at the end of
-the last finished epoch; each epoch's shuffle comes from a generator seeded by (seed, stage,
-epoch). A run killed at any point and re-run therefore repeats the unfinished epoch exactly and
-ends with the same weights as an uninterrupted run (same device, same seed).
+the last finished epoch; each epoch's batches (random, or length buckets:
+``methods.training.batch_order``) come from a generator seeded by (seed, stage, epoch). A run
+killed at any point and re-run therefore repeats the unfinished epoch exactly and ends with the
+same weights as an uninterrupted run (same device, same seed).
 
 Preemption: SIGTERM (SLURM's time limit, scancel, preemption) and SIGUSR1 (``sbatch
 --signal=USR1@<s>``, sent ahead of the limit) make the loop finish the current step, write a
@@ -45,6 +46,7 @@ from methods.metrics.retrieval import RETRIEVAL_METRICS
 from methods.models.base import RetrievalModel
 from methods.runtime import seed_worker, to_device
 from methods.scoring import encode_split, score_matrix
+from methods.training.batch_order import epoch_batches
 from methods.training.data import CaptionPairs, training_batches
 from methods.training.schedule import lr_at
 from methods.training.step import TrainingStep
@@ -317,12 +319,13 @@ class Trainer:
         per_step = stage["schedule"].get("per_step", False)   # DivE: the cosine advances every iteration
         epoch_seed = inp.seed * 1_000_003 + stage_idx * 10_007 + epoch
         shuffle = torch.Generator().manual_seed(epoch_seed)
-        order = torch.randperm(len(dataset), generator=shuffle).tolist()
+        buckets = tr["length_buckets"]
+        batches = epoch_batches(len(dataset), tr["batch_size"], shuffle,
+                                dataset.item_lengths() if buckets else None, buckets)
         # each item's random draws from its own seed (methods.training.data): the same with any number
         # of workers. generator=shuffle: the loader draws its worker base seed from it, not from the
         # global RNG, so creating it mid-epoch on resume leaves the dropout RNG stream where it was
-        loader = DataLoader(dataset.for_epoch(epoch_seed), batch_size=tr["batch_size"],
-                            sampler=order[skip * tr["batch_size"]:], collate_fn=collate,
+        loader = DataLoader(dataset.for_epoch(epoch_seed), batch_sampler=batches[skip:], collate_fn=collate,
                             num_workers=inp.loader_workers, generator=shuffle, worker_init_fn=seed_worker)
         loss_kind = self.loss.kind_at(self.global_epoch)
         count_every = tr["gradient_count"]["every_n_steps"]
