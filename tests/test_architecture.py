@@ -23,8 +23,8 @@ LAYERS = [
     ("losses/metrics", ("methods.losses", "methods.metrics")),
     ("training/evaluation", ("methods.training", "methods.scoring")),
     ("report", ("methods.report",)),
-    ("plan/CLI", ("methods.plan", "methods.fidelity", "methods.api", "methods.train", "methods.evaluate", "methods.ensemble",
-                  "methods.benchmarks")),
+    ("plan/CLI", ("methods.plan", "methods.fidelity", "methods.estimate", "methods.api", "methods.train",
+                  "methods.evaluate", "methods.ensemble", "methods.benchmarks")),
 ]
 
 

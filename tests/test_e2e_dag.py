@@ -28,6 +28,19 @@ def job_counts(proc) -> dict[str, int]:
     return counts
 
 
+def job_resources(proc) -> dict[str, set[tuple]]:
+    """Per rule, the (mem_mb, runtime, gpu) each of its jobs asks for, from a dry run's job listing."""
+    out: dict[str, set[tuple]] = {}
+    rule = None
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if line.startswith(("rule ", "localrule ")):
+            rule = line.split()[1].rstrip(":")
+        elif line.strip().startswith("resources:") and rule:
+            res = dict(item.split("=", 1) for item in line.split(":", 1)[1].replace(" ", "").split(","))
+            out.setdefault(rule, set()).add((res.get("mem_mb"), res.get("runtime"), res.get("gpu")))
+    return out
+
+
 def flickr_config(tiny_dag, name: str, backbone: str, with_precomp: bool, with_glove: bool = True) -> str:
     """A config file giving Flickr30K paths (the synthetic files in Flickr30K's layout, its test
     split grown to protocol f30k_1k's 1,000 images) and a weights file that fits ``backbone``;
@@ -128,6 +141,19 @@ def test_dry_run_of_configured_flickr_plans_the_paper_runs(tiny_dag):
     assert counts["train_flickr"] == 33 and counts["features_flickr"] == 3
     assert "evaluate" not in counts   # each training job evaluates its model on the test split
     assert counts["ensemble"] == 6 and counts["table"] == 1 and "generate_synthetic" not in counts
+    # a dry run of a real dataset's table says what it would cost on a GPU, or that it is not measured
+    out = proc.stdout + proc.stderr
+    assert "GPU time of tables/table1_flickr.csv (estimate): 33 training jobs" in out
+    assert "GPU-hours for" in out or "not measured on any GPU, so not estimated: mvsa (12), scan (6)" in out
+    # a real dataset's jobs ask for the rules' resources (config resources), a synthetic one's for
+    # its own short, small slot (datasets.synthetic.resources, from its measured peaks)
+    asked = job_resources(proc)
+    assert asked["train_flickr"] == {("32000", "1440", "1")} and asked["features_flickr"] == {("16000", "240", "1")}
+    assert asked["ensemble"] == {("16000", "60", None)}
+    proc = snakemake(tiny_dag, "-n", "-F", "tables/table1_synthetic.csv")   # the default config's resources
+    asked = job_resources(proc)
+    assert asked["train_synthetic"] == {("3000", "15", "1")} and asked["pretrain_backbone"] == {("3000", "15", "1")}
+    assert asked["vocab"] == {("2000", "5", None)} and asked["features_synthetic"] == {("2000", "10", "1")}
 
 
 def test_dry_run_of_the_mvsa_supplement_tables_on_configured_flickr(tiny_dag):

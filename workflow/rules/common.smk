@@ -14,6 +14,7 @@ from methods.data.multilabel import check_model_labels, check_source as check_mu
 from methods.data.datasets import dataset_paths, dataset_payload, dataset_tokenizer, features_dir as backbone_features_dir
 from methods.data.tokenizers import PUNKT_FILES
 from methods.errors import HarnessError
+from methods.estimate import estimate, load_costs, table_work
 from methods.features.backbone import check_weights_fit
 from methods.numerics import shell_prefix
 from methods.metrics.protocols import check_coco_ids, check_split_sizes, get_protocol
@@ -185,6 +186,26 @@ def checked_dataset(dataset):
         check_coco_ids(protocols, splits, karpathy)
         keep_index()   # a Karpathy file's index is cached once every check of the dataset has passed
         _CHECKED_DATASETS.add(dataset)
+        _SPLIT_IMAGES[dataset] = sizes
+
+
+_SPLIT_IMAGES = {}   # dataset -> images per harness split, as its input checks counted them
+_ESTIMATED = set()
+COSTS = load_costs()   # GPU costs of run configurations (config/measured_costs.yaml)
+
+
+def announce_gpu_time(table, dataset):
+    """A dry run prints the GPU-time estimate of each table of a real dataset it plans, once
+    (methods/estimate.py); the synthetic data's times are in tables/runtime_<dataset>.md."""
+    if not (workflow.dryrun and workflow.is_main_process) or (table, dataset) in _ESTIMATED \
+            or data_kind(HARNESS["datasets"][dataset]) == "synthetic":
+        return
+    _ESTIMATED.add((table, dataset))
+    work = table_work(PLAN, table, dataset, _SPLIT_IMAGES[dataset])
+    measure = (f"python -m methods.benchmarks.run_cost --dataset {dataset} --tables {table} --device cuda "
+               f"--write config/measured_costs.yaml")
+    for line in estimate(work, COSTS).lines(f"tables/{table}_{dataset}.csv", measure):
+        snakemake_logger.info(line)
 
 
 _CHECKED_BACKBONES = set()  # loading a weights file is slow: once per backbone per DAG build (and cached)
@@ -328,6 +349,7 @@ def row_evals(w):
 def table_inputs(w):
     tbl = PLAN.table(w.table, w.dataset)
     checked_dataset(w.dataset)
+    announce_gpu_time(w.table, w.dataset)
     return {
         "spec": f"{R}/{w.dataset}/tables/{w.table}.spec.json",
         "rows": [f"{R}/{w.dataset}/rows/{w.table}/{r.id}.json" for r in tbl.rows if r.runs_models],

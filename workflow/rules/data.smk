@@ -26,12 +26,12 @@ rule generate_synthetic:
     wildcard_constraints:
         dataset="|".join(SYNTHETIC) or "no-synthetic-dataset",
     params:
-        numerics=numerics_env_of(lambda d: res("generate", "threads")),
+        numerics=numerics_env_of(lambda d: dataset_resource(d, "generate", "threads")),
         out_dir=lambda w: f"{R}/{w.dataset}/data",
-    threads: res("generate", "threads")
+    threads: dataset_res("generate", "threads")
     resources:
-        mem_mb=res("generate", "mem_mb"),
-        runtime=res("generate", "runtime"),
+        mem_mb=dataset_res("generate", "mem_mb"),
+        runtime=dataset_res("generate", "runtime"),
         **cpu_partition(res("generate", "gpus")),
     conda:
         CONDA_ENV
@@ -54,11 +54,11 @@ rule vocab:
     output:
         f"{R}/{{dataset}}/vocab.json",
     params:
-        numerics=numerics_env_of(lambda d: res("vocab", "threads")),
-    threads: res("vocab", "threads")
+        numerics=numerics_env_of(lambda d: dataset_resource(d, "vocab", "threads")),
+    threads: dataset_res("vocab", "threads")
     resources:
-        mem_mb=res("vocab", "mem_mb"),
-        runtime=res("vocab", "runtime"),
+        mem_mb=dataset_res("vocab", "mem_mb"),
+        runtime=dataset_res("vocab", "runtime"),
         **cpu_partition(res("vocab", "gpus")),
     conda:
         CONDA_ENV
@@ -122,13 +122,13 @@ rule synthetic_tags_source:
     wildcard_constraints:
         dataset="|".join(GENERATED_MULTILABEL) or "no-generated-multilabel-dataset",
     params:
-        numerics=numerics_env_of(lambda d: res("generate", "threads")),
+        numerics=numerics_env_of(lambda d: dataset_resource(d, "generate", "threads")),
         from_precomp=lambda w: f"{R}/{HARNESS['datasets'][w.dataset]['generated_from']['dataset']}/precomp",
         image_size=lambda w: HARNESS["datasets"][HARNESS["datasets"][w.dataset]["generated_from"]["dataset"]]["generator"]["image_size"],
-    threads: res("generate", "threads")
+    threads: dataset_res("generate", "threads")
     resources:
-        mem_mb=res("generate", "mem_mb"),
-        runtime=res("generate", "runtime"),
+        mem_mb=dataset_res("generate", "mem_mb"),
+        runtime=dataset_res("generate", "runtime"),
         **cpu_partition(res("generate", "gpus")),
     conda:
         CONDA_ENV
@@ -151,11 +151,11 @@ rule import_multilabel:
     wildcard_constraints:
         dataset="|".join(MULTILABEL) or "no-multilabel-dataset",
     params:
-        numerics=numerics_env_of(lambda d: res("generate", "threads")),
-    threads: res("generate", "threads")
+        numerics=numerics_env_of(lambda d: dataset_resource(d, "generate", "threads")),
+    threads: dataset_res("generate", "threads")
     resources:
-        mem_mb=res("generate", "mem_mb"),
-        runtime=res("generate", "runtime"),
+        mem_mb=dataset_res("generate", "mem_mb"),
+        runtime=dataset_res("generate", "runtime"),
         **cpu_partition(res("generate", "gpus")),
     conda:
         CONDA_ENV
@@ -178,12 +178,12 @@ rule multilabel_precomp:
     wildcard_constraints:
         dataset="|".join(MULTILABEL) or "no-multilabel-dataset",
     params:
-        numerics=numerics_env_of(lambda d: res("regions", "threads")),
+        numerics=numerics_env_of(lambda d: dataset_resource(d, "regions", "threads")),
         out_dir=lambda w: f"{R}/{w.dataset}/precomp",
-    threads: res("regions", "threads")
+    threads: dataset_res("regions", "threads")
     resources:
-        mem_mb=res("regions", "mem_mb"),
-        runtime=res("regions", "runtime"),
+        mem_mb=dataset_res("regions", "mem_mb"),
+        runtime=dataset_res("regions", "runtime"),
         **cpu_partition(res("regions", "gpus")),
     conda:
         CONDA_ENV
@@ -206,11 +206,11 @@ rule multilabel_region_classes:
     wildcard_constraints:
         dataset="|".join(MULTILABEL) or "no-multilabel-dataset",
     params:
-        numerics=numerics_env_of(lambda d: res("regions", "threads")),
-    threads: res("regions", "threads")
+        numerics=numerics_env_of(lambda d: dataset_resource(d, "regions", "threads")),
+    threads: dataset_res("regions", "threads")
     resources:
-        mem_mb=res("regions", "mem_mb"),
-        runtime=res("regions", "runtime"),
+        mem_mb=dataset_res("regions", "mem_mb"),
+        runtime=dataset_res("regions", "runtime"),
         **cpu_partition(res("regions", "gpus")),
     conda:
         CONDA_ENV

@@ -6,12 +6,12 @@ rule pretrain_backbone:
     output:
         f"{R}/{{dataset}}/backbones/{{backbone}}.pt",
     params:
-        numerics=numerics_env_of(lambda d: res("train", "threads")),
+        numerics=numerics_env_of(lambda d: dataset_resource(d, "train", "threads")),
         device=DEVICE,
-    threads: res("train", "threads")
+    threads: dataset_res("train", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
+        mem_mb=dataset_res("train", "mem_mb"),
+        runtime=dataset_res("train", "runtime"),
         gpu=res("train", "gpus"),
         **cpu_partition(res("train", "gpus")),
     conda:
@@ -44,13 +44,13 @@ for _name, _ds in HARNESS["datasets"].items():
                 for layer in _ds["features"]["grid_layers"]
             },
         params:
-            numerics=numerics_env(_name, res("features", "threads")),
+            numerics=numerics_env(_name, dataset_resource(_name, "features", "threads")),
             out_dir=lambda w, name=_name: features_dir(name, w.backbone),
             device=DEVICE,
-        threads: res("features", "threads")
+        threads: dataset_resource(_name, "features", "threads")
         resources:
-            mem_mb=res("features", "mem_mb"),
-            runtime=res("features", "runtime"),
+            mem_mb=dataset_resource(_name, "features", "mem_mb"),
+            runtime=dataset_resource(_name, "features", "runtime"),
             gpu=res("features", "gpus"),
             **cpu_partition(res("features", "gpus")),
         conda:
@@ -79,12 +79,12 @@ rule region_features:
     wildcard_constraints:
         dataset="|".join(SYNTHETIC) or "no-synthetic-dataset",
     params:
-        numerics=numerics_env_of(lambda d: res("regions", "threads")),
+        numerics=numerics_env_of(lambda d: dataset_resource(d, "regions", "threads")),
         out_dir=lambda w: f"{R}/{w.dataset}/precomp",
-    threads: res("regions", "threads")
+    threads: dataset_res("regions", "threads")
     resources:
-        mem_mb=res("regions", "mem_mb"),
-        runtime=res("regions", "runtime"),
+        mem_mb=dataset_res("regions", "mem_mb"),
+        runtime=dataset_res("regions", "runtime"),
         **cpu_partition(res("regions", "gpus")),
     conda:
         CONDA_ENV

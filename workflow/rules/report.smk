@@ -156,7 +156,7 @@ rule claims:
     threads: 1
     resources:
         mem_mb=dataset_res("evaluate", "mem_mb"),
-        runtime=res("evaluate", "runtime"),
+        runtime=dataset_res("evaluate", "runtime"),
         **cpu_partition(0),  # score matrices and resampling: no GPU
     conda:
         CONDA_ENV

@@ -38,8 +38,8 @@ for _name in HARNESS["datasets"]:
             block_elements=BLOCK_ELEMENTS,
         threads: dataset_resource(_name, "train", "threads")
         resources:
-            mem_mb=res("train", "mem_mb"),
-            runtime=res("train", "runtime"),
+            mem_mb=dataset_resource(_name, "train", "mem_mb"),
+            runtime=dataset_resource(_name, "train", "runtime"),
             gpu=res("train", "gpus"),
             **cpu_partition(res("train", "gpus")),
             # on SLURM, SIGUSR1 five minutes before the time limit: training writes a checkpoint
@@ -72,8 +72,8 @@ rule ensemble:
         members=ensemble_members,
     threads: dataset_res("evaluate", "threads")
     resources:
-        mem_mb=res("evaluate", "mem_mb"),
-        runtime=res("evaluate", "runtime"),
+        mem_mb=dataset_res("evaluate", "mem_mb"),
+        runtime=dataset_res("evaluate", "runtime"),
         **cpu_partition(0),  # averages score matrices: no GPU
     conda:
         CONDA_ENV
@@ -110,8 +110,8 @@ for _name in HARNESS["datasets"]:
                 block_elements=BLOCK_ELEMENTS,
             threads: dataset_resource(_name, "evaluate", "threads")
             resources:
-                mem_mb=res("evaluate", "mem_mb"),
-                runtime=res("evaluate", "runtime"),
+                mem_mb=dataset_resource(_name, "evaluate", "mem_mb"),
+                runtime=dataset_resource(_name, "evaluate", "runtime"),
                 gpu=res("evaluate", "gpus"),
                 **cpu_partition(res("evaluate", "gpus")),
             conda:

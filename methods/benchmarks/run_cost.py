@@ -1,0 +1,274 @@
+"""Benchmark (not a test): what the runs of a table cost per training item and per scored pair,
+measured with each run's own model, loss, batch, precision and block budget on random inputs of
+the dataset's shapes (no data files needed), for ``snakemake -n``'s GPU-time estimate
+(``methods/estimate.py``, ``config/measured_costs.yaml``).
+
+    python -m methods.benchmarks.run_cost --dataset coco --tables table1 --device cuda
+    python -m methods.benchmarks.run_cost --dataset coco --tables table1 --device cuda --write config/measured_costs.yaml
+    python -m methods.benchmarks.run_cost --dataset coco --tables table1 --device cpu --steps 2 --images 100
+
+For each run configuration (``methods.estimate.cost_key``) among the tables' rows, and each stage
+kind it has (``frozen``: cached image features; ``finetune``: the CNN trained on images):
+- training: ``--steps`` optimizer steps after ``--warmup`` untimed ones, batches as the run
+  draws them (the data loader in this process): seconds per training item (a caption with its
+  image; an image with its captions for image batches);
+- evaluation: ``--images`` images and their texts encoded, then every pair scored, as
+  validation does: seconds per image encoded (with its texts) and per million pairs scored.
+Random weights (the CNN's too); random features; captions of random words whose lengths spread
+as COCO's (mean ~13.9 tokens with start and end, up to 50). Left out: gradient counting,
+checkpoint writes, and loader workers (their reading overlaps the steps).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import subprocess
+import time
+
+import numpy as np
+import torch
+import yaml
+from torch.utils.data import DataLoader
+
+from methods import api
+from methods.config import REPO_ROOT, load_yaml, validate
+from methods.data.caption_augment import extra_tokens
+from methods.data.inputs import CachedGridFeatures, CachedImageFeatures, SplitData, region_shape
+from methods.data.text import SPECIALS, Vocabulary
+from methods.data.tokenizers import Tokenizer
+from methods.estimate import STAGE_KINDS, cost_key, stage_kind
+from methods.features.backbone import ResNetBackbone, layer_channels
+from methods.losses.terms import Loss
+from methods.models import image_input_of
+from methods.plan import Plan
+from methods.runtime import exact_fp32, resolve_device, to_device
+from methods.scoring import encode_split, score_matrix, use_block_budget
+from methods.training.batch_order import epoch_batches
+from methods.training.data import training_batches
+from methods.training.loop import _make_optimizer
+from methods.training.step import TrainingStep
+
+VOCAB_WORDS = 10_000
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def caption_words(n: int, rng: np.random.Generator) -> np.ndarray:
+    """Words per caption spread as COCO's: mean ~11.9 words (13.9 tokens), a tail up to 48."""
+    return np.clip(np.rint(rng.lognormal(np.log(11.5), 0.27, n)), 5, 48).astype(int)
+
+
+def fake_vocabulary() -> Vocabulary:
+    return Vocabulary([*SPECIALS, *(f"w{i}" for i in range(VOCAB_WORDS))], Tokenizer("nltk_line"))
+
+
+def fake_captions(n: int, rng: np.random.Generator) -> list[str]:
+    return [" ".join(f"w{w}" for w in rng.integers(0, VOCAB_WORDS, k)) for k in caption_words(n, rng)]
+
+
+def image_shape(cfg: dict, ds: dict, backbones: dict) -> dict:
+    """The image input's shape the run's model is built with, from the dataset's config."""
+    kind, model = image_input_of(cfg["model"]).name, cfg["model"]
+    if kind == "regions":
+        n_regions, dim = region_shape(ds)
+        if dim is None:   # synthetic RoIAlign regions: the channels of the map they pool
+            region = ds["features"]["region"]
+            dim = layer_channels(backbones[region["backbone"]]["arch"], region["layer"])
+        return {"dim": dim, "regions": n_regions}
+    arch = backbones[model["backbone"]]["arch"]
+    if kind == "pooled":
+        return {"dim": layer_channels(arch, "conv5")}
+    with torch.no_grad():   # the map sizes of the dataset's crop, as the features job probes them
+        maps = ResNetBackbone(arch, "none")(torch.zeros(1, 3, ds["features"]["crop"], ds["features"]["crop"]),
+                                          tuple(model["grid_scales"]))
+    return {"scales": {k: [int(v.shape[2]), int(v.shape[3]), int(v.shape[1])] for k, v in maps.items()}}
+
+
+class RandomImages:
+    """Stands in for image files: a random (3, crop, crop) tensor per index (fine-tuning stages)."""
+
+    def __init__(self, n: int, crop: int):
+        self.n, self.crop = n, crop
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.randn(3, self.crop, self.crop, generator=torch.Generator().manual_seed(index))
+
+
+def fake_split(cfg: dict, shape: dict, n_images: int, texts_per_image: int, rng: np.random.Generator) -> SplitData:
+    """``n_images`` images of random features in ``shape`` with random captions (and random labels
+    and region classes where the model reads them)."""
+    if "scales" in shape:
+        features = CachedGridFeatures({k: rng.standard_normal((n_images, *hwc), dtype=np.float32).astype(np.float16)
+                                       for k, hwc in shape["scales"].items()})
+    else:
+        dims = (shape["regions"], shape["dim"]) if "regions" in shape else (shape["dim"],)
+        features = CachedImageFeatures(rng.standard_normal((n_images, *dims), dtype=np.float32).astype(np.float16))
+    model = cfg["model"]
+    labels = (rng.integers(0, 2, (n_images, model["n_classes"])).astype(np.uint8)
+              if model.get("n_classes") is not None else None)
+    classes = (rng.integers(0, model["n_region_classes"], (n_images, shape["regions"]))
+               if model.get("region_classes") else None)
+    return SplitData("train", fake_captions(n_images * texts_per_image, rng), features,
+                     [f"{i}.jpg" for i in range(n_images)], texts_per_image, labels, classes)
+
+
+def time_training(model, cfg: dict, split: SplitData, vocab: Vocabulary, images, device: torch.device,
+                  steps: int, warmup: int) -> float:
+    """Seconds per training item over ``steps`` optimizer steps after ``warmup`` ones."""
+    tr = cfg["training"]
+    amp = tr["amp"] and device.type == "cuda"
+    step = TrainingStep(model, Loss(cfg["loss"]), device, amp)
+    optimizer = _make_optimizer(tr["optimizer"], model.parameter_groups(), tr["stages"][0]["lr"], tr["weight_decay"])
+    scaler = torch.amp.GradScaler("cuda", enabled=amp)
+    dataset, collate = training_batches(tr, split, vocab, images)
+    shuffle = torch.Generator().manual_seed(0)
+    batches = epoch_batches(len(dataset), tr["batch_size"], shuffle,
+                            dataset.item_lengths() if tr["length_buckets"] else None, tr["length_buckets"])
+    batches = [b for b in batches if len(b) == tr["batch_size"]][:warmup + steps]
+    model.train()
+    items, t0 = 0, None
+    for i, batch in enumerate(DataLoader(dataset.for_epoch(0), batch_sampler=batches, collate_fn=collate)):
+        if i == warmup:
+            synchronize(device)
+            t0 = time.perf_counter()
+        loss, _ = step(to_device(batch, device), 10 ** 6)   # past any warm-up epochs: the loss trained longest
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        if tr["grad_clip"]:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.trainable_parameters(), tr["grad_clip"])
+        scaler.step(optimizer)
+        scaler.update()
+        items += len(batches[i]) if i >= warmup else 0
+    synchronize(device)
+    return (time.perf_counter() - t0) / items
+
+
+def time_evaluation(model, cfg: dict, split: SplitData, vocab: Vocabulary, images, device: torch.device,
+                    n_images: int) -> tuple[float, float]:
+    """(seconds per image encoded with its texts, seconds per million pairs scored) of ``n_images``."""
+    amp = cfg["training"]["amp"] and device.type == "cuda"
+    tokens = [vocab.encode(c) for c in split.captions[:n_images * split.texts_per_image]]
+    synchronize(device)
+    t0 = time.perf_counter()
+    img, txt = encode_split(model, tokens, n_images, device, cfg["training"]["eval_batch_size"],
+                            features=None if images is not None else split.features, images=images, amp=amp)
+    synchronize(device)
+    t1 = time.perf_counter()
+    scores = score_matrix(model, img, txt, amp=amp)
+    synchronize(device)
+    t2 = time.perf_counter()
+    if not torch.isfinite(scores).all():
+        raise RuntimeError(f"{cfg['method']}: non-finite scores")
+    return (t1 - t0) / n_images, (t2 - t1) / (scores.numel() / 1e6)
+
+
+def measure(cfg: dict, ds: dict, backbones: dict, device: torch.device, block_elements: dict, steps: int,
+            warmup: int, n_images: int) -> dict:
+    """The cost entry's ``stages`` of one run configuration."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    tr, tpi = cfg["training"], ds["texts_per_image"]
+    shape = image_shape(cfg, ds, backbones)
+    per_batch = tr["batch_size"] if tr["batching"] == "images" else -(-tr["batch_size"] // tpi)
+    split = fake_split(cfg, shape, max(n_images, per_batch * (steps + warmup)), tpi, rng)
+    vocab = fake_vocabulary()
+    kinds = [k for k in STAGE_KINDS if any(stage_kind(s) == k for s in tr["stages"])]
+    random_cnn = {name: {**bb, "weights": "none"} for name, bb in backbones.items()}   # timing needs no weights
+    model = api.build_model(cfg, len(vocab) + extra_tokens(tr), shape, random_cnn, cnn="finetune" in kinds)
+    use_block_budget(model, list(block_elements.items()), device)
+    model.to(device)
+    out = {}
+    for kind in kinds:
+        model.set_finetune(kind == "finetune")
+        images = RandomImages(len(split), ds["features"]["crop"]) if kind == "finetune" else None
+        train_s = time_training(model, cfg, split, vocab, images, device, steps, warmup)
+        encode_s, score_s = time_evaluation(model, cfg, split, vocab, images, device, n_images)
+        out[kind] = {"train_s_per_item": float(f"{train_s:.4g}"), "encode_s_per_image": float(f"{encode_s:.4g}"),
+                     "score_s_per_mpair": float(f"{score_s:.4g}")}
+    return out
+
+
+def run_configs(plan: Plan, dataset: str, tables: list[str]) -> dict[str, tuple[dict, list[str]]]:
+    """cost key -> (a run config of that key, the experiments sharing it) over the tables' rows."""
+    out: dict[str, tuple[dict, list[str]]] = {}
+    for table in tables:
+        for row in plan.table(table, dataset).rows:
+            for exp_id in row.members:
+                cfg = plan.experiment(dataset, exp_id).config
+                entry = out.setdefault(cost_key(cfg), (cfg, []))
+                if exp_id not in entry[1]:
+                    entry[1].append(exp_id)
+    return out
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def write(path: str, entries: list[dict]) -> None:
+    """Adds ``entries`` to a costs file, replacing those of the same key and device."""
+    doc = load_yaml(path)
+    new = {(e["key"], e["device"]) for e in entries}
+    doc["measurements"] = [m for m in doc["measurements"] if (m["key"], m["device"]) not in new] + entries
+    validate(doc, "measured_costs", path)
+    header = "".join(line for line in open(path) if line.startswith("#"))
+    with open(path, "w") as f:
+        f.write(header + yaml.safe_dump(doc, sort_keys=False, width=120))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", required=True, help="a configured dataset (its shapes; its files are not read)")
+    parser.add_argument("--tables", nargs="+", required=True)
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's)")
+    parser.add_argument("--steps", type=int, default=10, help="timed optimizer steps per run configuration")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    parser.add_argument("--images", type=int, default=1000, help="images evaluated (and their texts)")
+    parser.add_argument("--config", default=str(REPO_ROOT / "config" / "config.yaml"))
+    parser.add_argument("--write", metavar="COSTS_YAML", help="add the entries to this costs file (GPU only)")
+    args = parser.parse_args(argv)
+    device = resolve_device(args.device)
+    if args.write and device.type != "cuda":
+        parser.error("--write takes GPU measurements only (the estimate is of GPU time)")
+    exact_fp32()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    harness = api.harness_config(args.config)
+    plan = Plan(harness)
+    ds = harness["datasets"][args.dataset]
+    blocks = {d: n for d, n in harness["scoring"]["block_elements"].items()}
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"device: {name}; torch {torch.__version__}; {args.dataset} {' '.join(args.tables)}; "
+          f"{args.steps} steps after {args.warmup}; evaluation of {args.images} images", flush=True)
+    entries = []
+    for key, (cfg, exps) in run_configs(plan, args.dataset, args.tables).items():
+        stages = measure(cfg, ds, harness["backbones"], device, blocks, args.steps, args.warmup, args.images)
+        for kind, c in stages.items():
+            print(f"{key:>28} {kind:>8}: train {c['train_s_per_item'] * 1e3:8.3f} ms/item, "
+                  f"encode {c['encode_s_per_image'] * 1e3:7.3f} ms/image, score {c['score_s_per_mpair']:7.3f} s/M pairs "
+                  f"({', '.join(exps)})", flush=True)
+        entries.append({"key": key, "method": cfg["method"],
+                        "runs": f"{args.dataset} {', '.join(args.tables)}: {', '.join(exps)}", "device": name,
+                        "torch": torch.__version__, "date": datetime.date.today().isoformat(), "commit": commit(),
+                        "stages": stages})
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    if args.write:
+        write(args.write, entries)
+        print(f"wrote {len(entries)} entries to {args.write}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""The GPU-time estimate of a table (methods.estimate) and the benchmark that measures its costs
+(methods.benchmarks.run_cost): workloads counted by hand from the method files, prices from
+hand-written costs, and a benchmark entry that the estimate reads back."""
+import copy
+
+import pytest
+import torch
+import yaml
+
+from methods import api
+from methods.benchmarks import run_cost
+from methods.config import REPO_ROOT, load_yaml
+from methods.estimate import COSTS_FILE, cost_key, estimate, load_costs, table_work
+from methods.plan import Plan
+from tests.conftest import config_with_every_table
+
+COCO_IMAGES = {"train": 113_287, "dev": 5_000, "testall": 5_000}   # Karpathy: train + restval, val, test
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return Plan(config_with_every_table())
+
+
+def test_runs_share_a_cost_key_unless_a_step_costs_otherwise():
+    cfg = api.experiment_config("sgraf", "coco")
+    other = copy.deepcopy(cfg)
+    other["training"]["stages"][0].update(lr=1e-3, epochs=3)
+    other["training"]["num_workers"] = 1
+    assert cost_key(other) == cost_key(cfg) and cost_key(cfg).startswith("sgraf-")
+    for path, value in [(("training", "batch_size"), 64), (("model", "embed_dim"), 512), (("training", "amp"), True)]:
+        changed = copy.deepcopy(cfg)
+        changed[path[0]][path[1]] = value
+        assert cost_key(changed) != cost_key(cfg), path
+    finetuned = copy.deepcopy(cfg)
+    finetuned["training"]["stages"][0]["finetune_backbone"] = True
+    assert cost_key(finetuned) != cost_key(cfg)
+
+
+def test_a_tables_work_counts_each_run_once_from_its_stages(plan):
+    """COCO table 1: VSE++ fine-tuned is 30 frozen + 15 fine-tuned epochs over 566,435 captions
+    (config/methods/vsepp.yaml), 3 seeds; SGRAF's row is an ensemble of an SGR and an SAF run."""
+    work = table_work(plan, "table1", "coco", COCO_IMAGES)
+    table = plan.table("table1", "coco")
+    runs = {(exp, row.member_seed(s, i)) for row in table.rows for s in row.seeds for i, exp in enumerate(row.members)}
+    assert len(work) == len(runs) == len({(w.exp, w.seed) for w in work})
+    vsepp_ft = next(r for r in table.rows if r.id == "vsepp_resnet152_ft")
+    stages = yaml.safe_load((REPO_ROOT / "config/methods/vsepp.yaml").read_text())["base"]["training"]["stages"]
+    frozen = sum(s["epochs"] for s in stages if not s["finetune_backbone"])
+    tuned = sum(s["epochs"] for s in stages if s["finetune_backbone"])
+    for w in (w for w in work if w.exp == vsepp_ft.members[0]):
+        assert w.train_items == {"frozen": frozen * 566_435, "finetune": tuned * 566_435}
+        assert w.validations == {"frozen": frozen, "finetune": tuned}
+        assert (w.val_images, w.test_images, w.texts_per_image) == (1000, (5000,), 5)
+    assert len([w for w in work if w.exp == vsepp_ft.members[0]]) == len(vsepp_ft.seeds)
+
+
+def entry(key, device, frozen=None, finetune=None):
+    stages = {k: v for k, v in (("frozen", frozen), ("finetune", finetune)) if v}
+    return {"key": key, "method": key.split("-")[0], "runs": "coco table1", "device": device, "torch": "2.x",
+            "date": "2026-11-27", "commit": "abc1234", "stages": stages}
+
+
+def test_the_estimate_prices_measured_runs_and_names_the_others(plan):
+    work = table_work(plan, "table1", "coco", COCO_IMAGES)
+    sgr = next(w for w in work if w.method == "sgraf")
+    cost = {"train_s_per_item": 2e-3, "encode_s_per_image": 1e-3, "score_s_per_mpair": 0.4}
+    costs = [entry(sgr.key, "GPU A", frozen=cost), entry(sgr.key, "GPU B", frozen=cost)]
+    est = estimate(work, costs)
+    same = [w for w in work if w.key == sgr.key]
+    epochs = sgr.validations["frozen"]
+    # by hand: items x 2 ms; each validation 1000 images x 1 ms + 1000 x 5000 pairs x 0.4 s per million
+    assert est.seconds["training"] == pytest.approx(len(same) * sgr.train_items["frozen"] * 2e-3)
+    assert est.seconds["validation"] == pytest.approx(len(same) * epochs * (1.0 + 2.0))
+    assert est.seconds["test"] == pytest.approx(len(same) * (5.0 + 5000 * 25000 / 1e6 * 0.4))
+    assert est.device == "GPU A" and est.priced == len(same)
+    assert sum(est.unmeasured.values()) == len(work) - len(same) and "vsepp" in est.unmeasured
+    text = "\n".join(est.lines("tables/table1_coco.csv", "MEASURE"))
+    assert "(estimate)" in text and "measured on GPU A (2026-11-27" in text
+    assert "not measured on GPU A, so not estimated: " in text and "`MEASURE`" in text
+    # a fine-tuned run priced without its fine-tune stage's costs is not priced at all
+    vsepp = next(w for w in work if w.method == "vsepp" and "finetune" in w.train_items)
+    assert estimate([vsepp], [entry(vsepp.key, "GPU A", frozen=cost)]).priced == 0
+
+
+def test_with_no_measurement_the_dry_run_says_so(plan):
+    est = estimate(table_work(plan, "table1", "coco", COCO_IMAGES), [])
+    (head, missing) = est.lines("tables/table1_coco.csv", "MEASURE")
+    assert "GPU-hours" not in head + missing
+    assert missing.startswith("  not measured on any GPU, so not estimated: ")
+
+
+def test_the_committed_costs_file_is_valid():
+    assert isinstance(load_costs(COSTS_FILE), list)
+
+
+def test_the_benchmark_measures_a_run_and_its_entry_prices_it(tmp_path):
+    """One synthetic SGRAF run configuration measured on the CPU (two steps), written to a costs
+    file as a GPU's would be, and read back by the estimate."""
+    harness = config_with_every_table()
+    plan = Plan(harness)
+    configs = run_cost.run_configs(plan, "synthetic", ["sgraf_t1"])
+    key, (cfg, exps) = next(iter(configs.items()))
+    torch.set_num_threads(1)
+    stages = run_cost.measure(cfg, harness["datasets"]["synthetic"], harness["backbones"], torch.device("cpu"),
+                              harness["scoring"]["block_elements"], steps=2, warmup=1, n_images=20)
+    assert set(stages) == {"frozen"}
+    assert all(v > 0 for v in stages["frozen"].values())
+    costs = tmp_path / "costs.yaml"
+    costs.write_text("# header kept\nmeasurements: []\n")
+    run_cost.write(str(costs), [{**entry(key, "GPU X"), "stages": stages}])
+    run_cost.write(str(costs), [{**entry(key, "GPU X"), "stages": stages}])   # the same key and device: replaced
+    assert costs.read_text().startswith("# header kept\n") and len(load_yaml(costs)["measurements"]) == 1
+    work = [w for w in table_work(plan, "sgraf_t1", "synthetic", {"train": 500, "dev": 100, "test": 200})
+            if w.key == key]
+    est = estimate(work, load_costs(costs))
+    assert est.priced == len(work) > 0 and est.seconds["training"] > 0
