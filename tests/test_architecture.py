@@ -108,6 +108,26 @@ def test_schema_enums_list_exactly_the_registered_names(registry_path, schema_pa
     assert schema_enum(schema, *schema_path[1:]) == registry.names()
 
 
+def test_the_other_registry_backed_schema_enums_follow_their_registries():
+    """Set similarities, protocols, tokenizers and selection metrics are named in the schemas too."""
+    from methods.data.tokenizers import TOKENIZERS
+    from methods.metrics.protocols import PROTOCOLS, STATISTICS_PROTOCOL
+    from methods.metrics.registry import METRICS
+    from methods.models.set_similarity import SET_SIMILARITIES
+
+    method, config = load_schema("method"), load_schema("config")
+    assert schema_enum(method, "$defs", "set_similarity", "properties", "kind") == SET_SIMILARITIES.names()
+    # every protocol a dataset can list; the embedding statistics are a table's, not a dataset's
+    assert schema_enum(config, "$defs", "dataset", "properties", "protocols", "items") == \
+        sorted(set(PROTOCOLS.names()) - {STATISTICS_PROTOCOL})
+    assert set(schema_enum(config, "$defs", "stood_in_protocol")) <= set(PROTOCOLS.names())
+    assert schema_enum(config, "$defs", "dataset", "properties", "tokenizer") == sorted(TOKENIZERS)
+    assert schema_enum(load_schema("method_file"), "$defs", "tokenizer", "properties", "value") == sorted(TOKENIZERS)
+    # a selection metric is a registered metric, or `last` (keep the final epoch)
+    selection = schema_enum(method, "properties", "training", "properties", "selection_metric")
+    assert set(selection) - {"last"} <= set(METRICS.names()) and "last" in selection
+
+
 def test_every_declared_figure_kind_has_one_drawing():
     from methods.report.figure_kinds import FIGURE_KINDS
     from methods.report.paper_figures import DRAWINGS
