@@ -12,6 +12,7 @@ from methods.cli import run_command
 from methods.data.datasets import load_dataset_payload
 from methods.io import read_json, write_json
 from methods.metrics.protocols import evaluate_split, get_protocol, split_relevances
+from methods.paths import eval_file, sims_file
 from methods.scoring import average_similarities
 
 
@@ -20,8 +21,8 @@ def _ensemble(args) -> None:
     payload = load_dataset_payload(args.dataset_config)
     relevances = split_relevances(payload, args.split)
     runs = [Path(m) for m in args.members]
-    sims = average_similarities([r / f"sims_{args.split}.npy" for r in runs])
-    members = [read_json(r / f"eval_{args.split}.json") for r in runs]
+    sims = average_similarities([Path(sims_file(r, args.split)) for r in runs])
+    members = [read_json(eval_file(r, args.split)) for r in runs]
     # an ensemble has a score matrix and no label predictions: label-prediction protocols are its members' own
     protocols = [p for p in payload["dataset"]["protocols"] if get_protocol(p).relevance != "label_predictions"]
     results = evaluate_split(sims, protocols, args.split, relevances)

@@ -28,6 +28,7 @@ from methods.metrics.protocols import (evaluate_split, get_protocol, label_predi
                                       statistics_result)
 from methods.models import image_input_of
 from methods.models.element_views import check_elements, parse_view
+from methods.paths import eval_file, model_file, sims_file
 from methods.runtime import compute_setup, provenance, resolve_device
 from methods.scoring import add_block_argument, block_provenance, use_block_budget
 
@@ -45,14 +46,15 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
     ds, paths = payload["dataset"], payload["paths"]
     if relevances is None:
         relevances = split_relevances(payload, split)  # before any encoding: a bad positives file fails fast
-    model, ckpt = api.load_model(run_dir / "model.pt", device, payload["backbones"])
+    model_path = Path(model_file(run_dir))
+    model, ckpt = api.load_model(model_path, device, payload["backbones"])
     use_block_budget(model, block_elements, device)
     cfg = ckpt["config"]
     elements = {view: parse_view(view) for view in views or []}
     if elements:
         sizes = type(model).set_sizes(cfg["model"])
         if sizes is None:
-            raise HarnessError(f"{run_dir / 'model.pt'}: evaluation views select set elements, but a "
+            raise HarnessError(f"{model_path}: evaluation views select set elements, but a "
                                f"{cfg['model']['kind']} model does not embed items as sets")
         for view, chosen in elements.items():
             check_elements(chosen, sizes, f"evaluation view '{view}' of {run_dir}")
@@ -60,7 +62,7 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
     extra = extra_tokens(cfg["training"])   # <mask> of caption augmentation: an id past the vocabulary
     if len(vocab) + extra != ckpt["vocab_size"]:
         raise HarnessError(f"{vocab_path} has {len(vocab)} words{f' (+{extra} training-only token)' if extra else ''} "
-                           f"but {run_dir / 'model.pt'} was trained with {ckpt['vocab_size']}: evaluate with the "
+                           f"but {model_path} was trained with {ckpt['vocab_size']}: evaluate with the "
                            f"training vocabulary")
     batch_size, amp = cfg["training"]["eval_batch_size"], cfg["training"]["amp"]
     if ckpt["best"]["finetuned"]:  # the CNN was trained: run it on the images
@@ -96,8 +98,8 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
         statistics = model.evaluation_statistics(img, txt) if view is None else {}
         if statistics:
             results.append(statistics_result(statistics, split, len(data.captions) // data.texts_per_image))
-        save_npy(run_dir / (f"sims_{split}.npy" if view is None else f"sims_{split}@{view}.npy"), scores.numpy())
-        write_json(run_dir / (f"eval_{split}.json" if view is None else f"eval_{split}@{view}.json"), {
+        save_npy(sims_file(run_dir, split, view), scores.numpy())
+        write_json(eval_file(run_dir, split, view), {
             "kind": "single", "ensemble_size": 1, "dataset": payload["name"], "split": split, "view": view,
             "config": cfg, "config_hash": ckpt["config_hash"], "seed": ckpt["seed"],
             "best_epoch": ckpt["best"], "results": results,

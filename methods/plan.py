@@ -23,6 +23,7 @@ from methods.metrics.registry import base_metrics
 from methods.models import image_input_of, model_class
 from methods.models.element_views import check_elements, view_name
 from methods.models.description import DescribeContext, describe_run, finetunes
+from methods.paths import ResultsLayout, sims_file
 from methods.report.claim_form import Comparison, parse_comparison
 
 ENSEMBLE_SEED_STRIDE = 1000  # a repeated ensemble member trains with seed s + 1000 * (earlier repeats)
@@ -292,10 +293,11 @@ def stand_in_protocols(ds_cfg: dict) -> list[str]:
 class Plan:
     def __init__(self, cfg: dict):
         self.cfg = cfg
+        self.layout = ResultsLayout(cfg["results_dir"])
         self._check_config_names()
         for name, bb in cfg["backbones"].items():
             if "pretrain" in bb:
-                expected = str(Path(cfg["results_dir"]) / bb["pretrain"]["dataset"] / "backbones" / f"{name}.pt")
+                expected = str(Path(self.layout.backbone_weights(bb["pretrain"]["dataset"], name)))
                 if bb["weights"] != expected:
                     raise HarnessError(f"backbones.{name}: pre-trained by the DAG, so weights must be '{expected}'")
         self.experiments: dict[tuple[str, str], Experiment] = {}
@@ -648,13 +650,12 @@ class Plan:
     def score_files(self, row: Row, dataset: str, split: str) -> list[list[str]]:
         """Per seed of a row, the score matrices of ``split`` it averages (one per ensemble member;
         an evaluation view's own matrix)."""
-        suffix = "" if row.view is None else f"@{row.view}"
-        return [[f"{self.run_dir(dataset, exp, row.member_seed(s, i))}/sims_{split}{suffix}.npy"
+        return [[sims_file(self.run_dir(dataset, exp, row.member_seed(s, i)), split, row.view)
                  for i, exp in enumerate(row.members)] for s in row.seeds]
 
     def row_aggregate(self, dataset: str, table: str, row_id: str) -> str:
         """The aggregate of a run row's seeds (rule aggregate_row): its metrics and training checks."""
-        return f"{self.cfg['results_dir']}/{dataset}/rows/{table}/{row_id}.json"
+        return self.layout.row_aggregate(dataset, table, row_id)
 
     def claims_spec(self, paper: str, dataset: str) -> dict:
         """What the claims job of a paper on a dataset reads: each claim, and each compared row's
@@ -744,7 +745,7 @@ class Plan:
         return exp.image_input.files(self.image_feature_dir(dataset, exp_id), split, exp.config["model"])
 
     def run_dir(self, dataset: str, exp_id: str, seed: int) -> str:
-        return f"{self.cfg['results_dir']}/{dataset}/runs/{exp_id}/seed{seed}"
+        return self.layout.run_dir(dataset, exp_id, seed)
 
     def experiment_views(self, dataset: str) -> dict[str, list[str]]:
         """Experiment id -> the evaluation views its rows declare on ``dataset`` (sorted), for the

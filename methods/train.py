@@ -29,6 +29,7 @@ from methods.metrics.protocols import split_relevances
 from methods.models import image_input_of
 from methods.models.checkpoint import save_trained_model
 from methods.models.description import finetunes
+from methods.paths import model_file, train_log
 from methods.runtime import compute_setup, provenance, resolve_device, seed_everything
 from methods.scoring import add_block_argument, use_block_budget
 from methods.training.loop import TrainInputs, load_checkpoint, train
@@ -73,9 +74,9 @@ def _train(args) -> None:
     state = best["model"]
     if not best["best"]["finetuned"]:  # a frozen CNN is not part of the result (cached features are)
         state = {k: v for k, v in state.items() if not k.startswith("backbone.")}
-    save_trained_model(run_dir / "model.pt", cfg, config_hash(cfg), args.seed, n_tokens, image_shape,
+    save_trained_model(Path(model_file(run_dir)), cfg, config_hash(cfg), args.seed, n_tokens, image_shape,
                        best["best"], state)
-    write_json(run_dir / "train_log.json", {
+    write_json(train_log(run_dir), {
         "config": cfg, "config_hash": config_hash(cfg), "seed": args.seed, "best": best["best"],
         "history": result["history"], "precision": result["precision"],
         "provenance": {**provenance(device), "loader_workers": inp.loader_workers},

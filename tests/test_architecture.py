@@ -15,8 +15,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "methods"
 # data -> features -> models -> losses/metrics -> training/evaluation -> report -> plan/CLI,
 # above a base of helpers every layer may use.
 LAYERS = [
-    ("base", ("methods", "methods.errors", "methods.io", "methods.config", "methods.registry", "methods.runtime",
-              "methods.cli", "methods.retries")),
+    ("base", ("methods", "methods.errors", "methods.io", "methods.paths", "methods.config", "methods.registry",
+              "methods.runtime", "methods.cli", "methods.retries")),
     ("data", ("methods.data",)),
     ("features", ("methods.features",)),
     ("models", ("methods.models",)),

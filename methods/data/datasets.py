@@ -9,6 +9,7 @@ from methods.data.karpathy import Split, load_splits
 from methods.data.tokenizers import Tokenizer
 from methods.errors import HarnessError
 from methods.io import read_json
+from methods.paths import ResultsLayout
 
 
 def dataset_paths(cfg: dict, name: str) -> dict[str, Path | None]:
@@ -18,27 +19,22 @@ def dataset_paths(cfg: dict, name: str) -> dict[str, Path | None]:
     if name not in cfg["datasets"]:
         raise HarnessError(f"unknown dataset '{name}'; configured: {', '.join(sorted(cfg['datasets']))}")
     ds = cfg["datasets"][name]
+    layout = ResultsLayout(cfg["results_dir"])
     if ds["kind"] == "synthetic":
-        root = Path(cfg["results_dir"]) / name / "data"
+        root = Path(layout.data_dir(name))
         return {"karpathy_json": root / f"dataset_{name}.json", "images_dir": root / "images",
-                "precomp_dir": Path(cfg["results_dir"]) / name / "precomp", "glove": None, "vocab": None,
+                "precomp_dir": Path(layout.precomp_dir(name)), "glove": None, "vocab": None,
                 "nltk_data": None, "positives": root / f"positives_{name}.json"}
     if ds["kind"] == "multilabel":  # imported under results/ from source_dir (methods.data.multilabel)
-        root = Path(cfg["results_dir"]) / name
-        source = root / "source" if "generated_from" in ds else (Path(ds["source_dir"]).expanduser()
-                                                                 if ds.get("source_dir") else None)
+        source = Path(layout.source_dir(name)) if "generated_from" in ds else (
+            Path(ds["source_dir"]).expanduser() if ds.get("source_dir") else None)
         images = (Path(ds["images_dir"]).expanduser() if ds.get("images_dir") else
                   dataset_paths(cfg, ds["generated_from"]["dataset"])["images_dir"] if "generated_from" in ds else None)
-        return {"karpathy_json": root / "data" / f"dataset_{name}.json", "images_dir": images,
-                "precomp_dir": root / "precomp", "source_dir": source, "positives": None,
+        return {"karpathy_json": Path(layout.data_dir(name)) / f"dataset_{name}.json", "images_dir": images,
+                "precomp_dir": Path(layout.precomp_dir(name)), "source_dir": source, "positives": None,
                 **{k: (Path(ds[k]).expanduser() if ds.get(k) else None) for k in ("glove", "vocab", "nltk_data")}}
     return {**{k: (Path(ds[k]).expanduser() if ds.get(k) else None)
                for k in ("karpathy_json", "images_dir", "precomp_dir", "glove", "vocab", "nltk_data")}, "positives": None}
-
-
-def features_dir(results_dir: str, dataset: str, backbone: str) -> str:
-    """Cached CNN outputs of one backbone on one dataset (pooled vectors and grid maps)."""
-    return f"{results_dir}/{dataset}/features/{backbone}"
 
 
 def dataset_payload(cfg: dict, name: str) -> dict:

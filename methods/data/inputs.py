@@ -27,12 +27,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from methods.data.datasets import dataset_paths, features_dir, payload_splits
+from methods.data.datasets import dataset_paths, payload_splits
 from methods.data.karpathy import Split
 from methods.data.precomp import LAYOUT as PRECOMP_LAYOUT
 from methods.data.precomp import check_npy_header, open_precomp
 from methods.io import load_npy
 from methods.errors import HarnessError
+from methods.paths import ResultsLayout
 from methods.registry import Registry
 
 
@@ -178,7 +179,7 @@ class PooledInput(ImageInput):
     name = "pooled"
 
     def directory(self, cfg: dict, dataset: str, model_cfg: dict) -> str:
-        return features_dir(cfg["results_dir"], dataset, model_cfg["backbone"])
+        return ResultsLayout(cfg["results_dir"]).features_dir(dataset, model_cfg["backbone"])
 
     def files(self, directory: str, split: str, model_cfg: dict) -> list[str]:
         return [f"{directory}/{split}_pooled.npy"]
@@ -270,7 +271,7 @@ class GridInput(ImageInput):
     name = "grid"
 
     def directory(self, cfg: dict, dataset: str, model_cfg: dict) -> str:
-        return features_dir(cfg["results_dir"], dataset, model_cfg["backbone"])
+        return ResultsLayout(cfg["results_dir"]).features_dir(dataset, model_cfg["backbone"])
 
     def files(self, directory: str, split: str, model_cfg: dict) -> list[str]:
         return [f"{directory}/{split}_{scale}.npy" for scale in model_cfg["grid_scales"]]

@@ -51,6 +51,7 @@ from methods.metrics.protocols import get_protocol  # noqa: E402
 from methods.metrics.training_check import TrainingThresholds  # noqa: E402
 from methods.models import image_input_of  # noqa: E402
 from methods.models.checkpoint import load_trained_model  # noqa: E402
+from methods.paths import eval_file, model_file, sims_file, train_log  # noqa: E402
 from methods.registry import Registry  # noqa: E402
 from methods.report.figure_kinds import FIGURE_KINDS  # noqa: E402
 from methods.data.datasets import payload_splits  # noqa: E402
@@ -149,10 +150,10 @@ def gradient_counts(spec: dict, aggregates: dict | None = None, args=None):
             for loss in _ordered(rows):
                 per_seed = []
                 for run in rows[loss]["runs"]:
-                    history = read_json(Path(run) / "train_log.json")["history"]
+                    history = read_json(train_log(run))["history"]
                     counts = [h.get("gradient_counts", {}).get(direction) for h in history]
                     if any(c is None for c in counts):
-                        raise HarnessError(f"{run}/train_log.json: an epoch has no gradient counts "
+                        raise HarnessError(f"{train_log(run)}: an epoch has no gradient counts "
                                            f"(training.gradient_count.every_n_steps is 0?)")
                     per_seed.append([c["contributing_mean"] for c in counts])
                     threshold = counts[0]["relative_threshold"]
@@ -177,12 +178,12 @@ def gradient_counts(spec: dict, aggregates: dict | None = None, args=None):
 @register_figure("saf_weights")
 def saf_weights(spec: dict, aggregates: dict, args):
     run = Path(spec["run"])
-    model, ckpt, _ = load_trained_model(run / "model.pt", {}, torch.device("cpu"))
+    model, ckpt, _ = load_trained_model(Path(model_file(run)), {}, torch.device("cpu"))
     payload = load_dataset_payload(args.dataset_config)
     model_cfg = ckpt["config"]["model"]
     data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
-    sims = load_npy(run / f"sims_{spec['split']}.npy")
-    ev = read_json(run / f"eval_{spec['split']}.json", "an evaluation of the figure's run")
+    sims = load_npy(sims_file(run, spec["split"]))
+    ev = read_json(eval_file(run, spec["split"]), "an evaluation of the figure's run")
     check = run_check(ev, sims, data.texts_per_image, TrainingThresholds.from_config(spec["training_check"]))
     return saf_weights_figure(spec, model, data.features, data.captions, data.texts_per_image,
                               Vocabulary.load(args.vocab), sims, check, positives=extended_positives(payload, spec, sims))
@@ -217,11 +218,11 @@ def _test_run(spec: dict, args):
     matrix) of a figure's row."""
     payload = load_dataset_payload(args.dataset_config)
     run = Path(spec["run"])
-    model_cfg = read_json(run / f"eval_{spec['split']}.json", "an evaluation of the figure's run")["config"]["model"]
+    model_cfg = read_json(eval_file(run, spec["split"]), "an evaluation of the figure's run")["config"]["model"]
     data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
-    sims = load_npy(run / f"sims_{spec['split']}.npy")
+    sims = load_npy(sims_file(run, spec["split"]))
     if sims.shape[1] != len(data.captions):
-        raise HarnessError(f"{run}/sims_{spec['split']}.npy scores {sims.shape[1]} captions, the split has "
+        raise HarnessError(f"{sims_file(run, spec['split'])} scores {sims.shape[1]} captions, the split has "
                            f"{len(data.captions)}")
     return payload, data, sims
 
@@ -236,7 +237,7 @@ def extended_positives(payload: dict, spec: dict, sims: np.ndarray) -> np.ndarra
     positives = split_positives(path, payload_splits(payload, [split])[split], payload["paths"]["karpathy_json"])
     if positives.shape != sims.shape:
         raise HarnessError(f"{path}: split '{split}' has {positives.shape[0]} images x {positives.shape[1]} captions, "
-                           f"{spec['run']}/sims_{split}.npy scores {sims.shape[0]} x {sims.shape[1]}")
+                           f"{sims_file(spec['run'], split)} scores {sims.shape[0]} x {sims.shape[1]}")
     return positives
 
 
@@ -276,7 +277,7 @@ def image_retrieval_examples(spec: dict, aggregates: dict, args):
 def asa_attention(spec: dict, aggregates: dict, args, n_images: int = 3):
     run = Path(spec["run"])
     payload = load_dataset_payload(args.dataset_config)
-    model, ckpt, finetuned = load_trained_model(run / "model.pt", payload["backbones"], torch.device("cpu"))
+    model, ckpt, finetuned = load_trained_model(Path(model_file(run)), payload["backbones"], torch.device("cpu"))
     if not isinstance(model, MVSA):
         raise HarnessError(f"figure {spec['figure']}: row '{spec['row']}' is not an MVSA model")
     model_cfg = ckpt["config"]["model"]
@@ -317,7 +318,7 @@ def set_element_projection(spec: dict, aggregates: dict, args, n_images: int = 1
     labels = {r["id"]: r["label"] for r in spec["rows"]}
     models = {}
     for row_id, run in spec["trained"].items():
-        model, ckpt, _ = load_trained_model(Path(run) / "model.pt", payload["backbones"], torch.device("cpu"))
+        model, ckpt, _ = load_trained_model(Path(model_file(run)), payload["backbones"], torch.device("cpu"))
         model_cfg = ckpt["config"]["model"]
         if type(model).set_sizes(model_cfg) is None:
             raise HarnessError(f"figure {spec['figure']}: row '{row_id}' is not a set-embedding model")
@@ -342,10 +343,10 @@ def label_training_curves(spec: dict, aggregates: dict | None = None, args=None)
     for row in spec["rows"]:
         seeds = []
         for run in row["runs"]:
-            history = read_json(Path(run) / "train_log.json")["history"]
+            history = read_json(train_log(run))["history"]
             missing = [k for k in (*CLASSIFICATION, *RETRIEVAL) if k not in history[0]["val"]]
             if missing:
-                raise HarnessError(f"{run}/train_log.json: validation logged no {', '.join(missing)} (row "
+                raise HarnessError(f"{train_log(run)}: validation logged no {', '.join(missing)} (row "
                                    f"'{row['id']}' is not a label-wise model?)")
             seeds.append([h["val"] for h in history])
         curves[row["id"]] = seeds

@@ -11,12 +11,13 @@ from snakemake.logging import logger as snakemake_logger
 from methods.config import validate
 from methods.data.checks import check_backbone_weights, check_dataset_inputs, check_word_vectors
 from methods.data.multilabel import check_model_labels, check_source as check_multilabel_source
-from methods.data.datasets import dataset_paths, dataset_payload, dataset_tokenizer, features_dir as backbone_features_dir
+from methods.data.datasets import dataset_paths, dataset_payload, dataset_tokenizer
 from methods.data.tokenizers import PUNKT_FILES
 from methods.errors import HarnessError
 from methods.estimate import estimate, load_costs, table_work
 from methods.features.backbone import check_weights_fit
 from methods.numerics import shell_prefix
+from methods.paths import eval_file, model_file, sims_file, train_log
 from methods.metrics.protocols import check_coco_ids, check_split_sizes, get_protocol
 from methods.plan import Plan, data_kind, test_splits
 from methods.report.figure_kinds import FIGURE_KINDS
@@ -70,6 +71,10 @@ check_resource_names(list(_defaults.keys()) if _defaults is not None else [],
 HARNESS = validate(dict(config), "config", "config/config.yaml (with --config/--configfile overrides)")
 PLAN = Plan(HARNESS)
 R = HARNESS["results_dir"]
+LAYOUT = PLAN.layout   # every folder and file name of the results tree (methods/paths.py)
+# ... as the rules' patterns (a wildcard where a name goes)
+DATASET_JSON, VOCAB = LAYOUT.dataset_config("{dataset}"), LAYOUT.vocab("{dataset}")
+DATA, PRECOMP, SOURCE = LAYOUT.data_dir("{dataset}"), LAYOUT.precomp_dir("{dataset}"), LAYOUT.source_dir("{dataset}")
 # This run's folder of failure records: a retry of a job that stopped on a bad config or input
 # stops at once (methods/retries.py). Jobs inherit the variable, SLURM ones through sbatch.
 if workflow.is_main_process:
@@ -153,7 +158,7 @@ def benchmark_file(rule_name, wildcards):
 
 
 def dataset_json(w):
-    return f"{R}/{w.dataset}/dataset.json"
+    return LAYOUT.dataset_config(w.dataset)
 
 
 def check_device_before_jobs():
@@ -239,11 +244,11 @@ def data_inputs(w):
 
 
 def features_dir(dataset, backbone):
-    return backbone_features_dir(R, dataset, backbone)
+    return LAYOUT.features_dir(dataset, backbone)
 
 
 SYNTHETIC_PRECOMP = [
-    f"{R}/{name}/precomp/{split}_ims.npy"
+    f"{LAYOUT.precomp_dir(name)}/{split}_ims.npy"
     for name in SYNTHETIC
     if name in HARNESS["default_datasets"] and "region" in HARNESS["datasets"][name]["features"]
     for split in HARNESS["datasets"][name]["splits"]
@@ -309,9 +314,9 @@ def train_inputs_of(dataset, exp_id):
     return {
         **data,
         **positives_inputs_of(dataset),
-        "cfg": f"{R}/{dataset}/dataset.json",
-        "exp": f"{R}/{dataset}/runs/{exp_id}/config.json",
-        "vocab": f"{R}/{dataset}/vocab.json",
+        "cfg": LAYOUT.dataset_config(dataset),
+        "exp": LAYOUT.experiment_config(dataset, exp_id),
+        "vocab": LAYOUT.vocab(dataset),
         "features": [f for split in splits for f in image_feature_files(dataset, exp_id, split)],
         "weights": weights,
     }
@@ -322,9 +327,9 @@ def view_inputs_of(dataset, exp, seed, split):
     the vocabulary and the dataset's relevance files."""
     return {
         **positives_inputs_of(dataset),
-        "cfg": f"{R}/{dataset}/dataset.json",
-        "vocab": f"{R}/{dataset}/vocab.json",
-        "model": f"{run_dir(dataset, exp, seed)}/model.pt",
+        "cfg": LAYOUT.dataset_config(dataset),
+        "vocab": LAYOUT.vocab(dataset),
+        "model": model_file(run_dir(dataset, exp, seed)),
         "features": image_feature_files(dataset, exp, split),
     }
 
@@ -340,10 +345,9 @@ def row_evals(w):
         raise HarnessError(f"row '{w.row}' of table {w.table} is reported only ({row.reported_only}): "
                            f"it has no runs to aggregate")
     splits = test_splits(HARNESS, w.dataset)
-    if row.ensemble_id is None:
-        suffix = "" if row.view is None else f"@{row.view}"   # an evaluation view of the run's model
-        return [f"{run_dir(w.dataset, row.members[0], s)}/eval_{sp}{suffix}.json" for s in row.seeds for sp in splits]
-    return [f"{R}/{w.dataset}/ensembles/{row.ensemble_id}/seed{s}/eval_{sp}.json" for s in row.seeds for sp in splits]
+    if row.ensemble_id is None:   # (or of an evaluation view of the run's model)
+        return [eval_file(run_dir(w.dataset, row.members[0], s), sp, row.view) for s in row.seeds for sp in splits]
+    return [eval_file(LAYOUT.ensemble_dir(w.dataset, row.ensemble_id, s), sp) for s in row.seeds for sp in splits]
 
 
 def table_inputs(w):
@@ -351,8 +355,8 @@ def table_inputs(w):
     checked_dataset(w.dataset)
     announce_gpu_time(w.table, w.dataset)
     return {
-        "spec": f"{R}/{w.dataset}/tables/{w.table}.spec.json",
-        "rows": [f"{R}/{w.dataset}/rows/{w.table}/{r.id}.json" for r in tbl.rows if r.runs_models],
+        "spec": LAYOUT.spec(w.dataset, "tables", w.table),
+        "rows": [LAYOUT.row_aggregate(w.dataset, w.table, r.id) for r in tbl.rows if r.runs_models],
     }
 
 
@@ -362,22 +366,22 @@ def figure_inputs(w):
     spec = PLAN.figure_spec(w.figure, w.dataset)
     needs = FIGURE_KINDS.get(fig.kind).needs
     inputs = {
-        "spec": f"{R}/{w.dataset}/figures/{w.figure}.spec.json",
-        "rows": [f"{R}/{w.dataset}/rows/{fig.table}/{r['id']}.json" for r in spec["rows"]],
+        "spec": LAYOUT.spec(w.dataset, "figures", w.figure),
+        "rows": [LAYOUT.row_aggregate(w.dataset, fig.table, r["id"]) for r in spec["rows"]],
     }
     if "train_logs" in needs:
-        inputs["logs"] = [f"{run}/train_log.json" for r in spec["rows"] for run in r["runs"]]
+        inputs["logs"] = [train_log(run) for r in spec["rows"] for run in r["runs"]]
     if "trained_runs" in needs:  # the trained models of several rows and their test inputs
-        inputs.update(cfg=dataset_json(w), vocab=f"{R}/{w.dataset}/vocab.json",
-                      models=[f"{run}/model.pt" for run in spec["trained"].values()],
+        inputs.update(cfg=dataset_json(w), vocab=LAYOUT.vocab(w.dataset),
+                      models=[model_file(run) for run in spec["trained"].values()],
                       features=sorted({f for r in fig.rows
                                        for f in image_feature_files(w.dataset, PLAN.row(fig.table, w.dataset, r).members[0],
                                                                     spec["split"])}))
     if "trained_run" in needs:  # one trained model, its test scores and its inputs
         exp = PLAN.row(fig.table, w.dataset, fig.row).members[0]
-        inputs.update(cfg=dataset_json(w), vocab=f"{R}/{w.dataset}/vocab.json",
-                      model=f"{spec['run']}/model.pt", sims=f"{spec['run']}/sims_{spec['split']}.npy",
-                      evaluation=f"{spec['run']}/eval_{spec['split']}.json",   # its model config, its training check
+        inputs.update(cfg=dataset_json(w), vocab=LAYOUT.vocab(w.dataset),
+                      model=model_file(spec["run"]), sims=sims_file(spec["run"], spec["split"]),
+                      evaluation=eval_file(spec["run"], spec["split"]),   # its model config, its training check
                       features=image_feature_files(w.dataset, exp, spec["split"]))
     if "positives" in needs:  # what a true match is, where the dataset has extended positives
         inputs.update(positives_inputs_of(w.dataset))
@@ -391,5 +395,5 @@ def figure_extra_args(w):
     if "trained_run" not in needs and "trained_runs" not in needs:
         return ""
     exp = PLAN.row(fig.table, w.dataset, fig.row or fig.rows[0]).members[0]
-    return (f"--dataset-config {R}/{w.dataset}/dataset.json --vocab {R}/{w.dataset}/vocab.json "
+    return (f"--dataset-config {LAYOUT.dataset_config(w.dataset)} --vocab {LAYOUT.vocab(w.dataset)} "
             f"--features-dir {image_features_dir(w.dataset, exp)}")

@@ -1,7 +1,7 @@
 rule dataset_config:
     """What the data, feature and training jobs of one dataset need, resolved from config."""
     output:
-        f"{R}/{{dataset}}/dataset.json",
+        DATASET_JSON,
     params:
         payload=lambda w: json.dumps(dataset_payload(HARNESS, w.dataset)),
     localrule: True
@@ -19,15 +19,15 @@ rule generate_synthetic:
     input:
         dataset_json,
     output:
-        karpathy=f"{R}/{{dataset}}/data/dataset_{{dataset}}.json",
-        images=directory(f"{R}/{{dataset}}/data/images"),
-        positives=f"{R}/{{dataset}}/data/positives_{{dataset}}.json",
-        stats=f"{R}/{{dataset}}/data/stats.json",
+        karpathy=f"{DATA}/dataset_{{dataset}}.json",
+        images=directory(f"{DATA}/images"),
+        positives=f"{DATA}/positives_{{dataset}}.json",
+        stats=f"{DATA}/stats.json",
     wildcard_constraints:
         dataset="|".join(SYNTHETIC) or "no-synthetic-dataset",
     params:
         numerics=numerics_env_of(lambda d: dataset_resource(d, "generate", "threads")),
-        out_dir=lambda w: f"{R}/{w.dataset}/data",
+        out_dir=lambda w: LAYOUT.data_dir(w.dataset),
     threads: dataset_res("generate", "threads")
     resources:
         mem_mb=dataset_res("generate", "mem_mb"),
@@ -52,7 +52,7 @@ rule vocab:
         configured=lambda w: [str(p)] if (p := dataset_paths(HARNESS, w.dataset)["vocab"]) else [],
         punkt=tokenizer_inputs,
     output:
-        f"{R}/{{dataset}}/vocab.json",
+        VOCAB,
     params:
         numerics=numerics_env_of(lambda d: dataset_resource(d, "vocab", "threads")),
     threads: dataset_res("vocab", "threads")
@@ -94,8 +94,8 @@ def synthetic_tags_from(w):
     ds = HARNESS["datasets"][w.dataset]
     checked_dataset(w.dataset)
     src = ds["generated_from"]["dataset"]
-    return {"json": f"{R}/{src}/data/dataset_{src}.json",
-            "precomp": [f"{R}/{src}/precomp/{multilabel_source_split(ds, s)}_{suffix}"
+    return {"json": f"{LAYOUT.data_dir(src)}/dataset_{src}.json",
+            "precomp": [f"{LAYOUT.precomp_dir(src)}/{multilabel_source_split(ds, s)}_{suffix}"
                         for s in ds["splits"] for suffix in ("ims.npy", "boxes.npy", "ids.txt")]}
 
 
@@ -118,12 +118,12 @@ rule synthetic_tags_source:
         unpack(synthetic_tags_from),
         cfg=dataset_json,
     output:
-        directory(f"{R}/{{dataset}}/source"),
+        directory(SOURCE),
     wildcard_constraints:
         dataset="|".join(GENERATED_MULTILABEL) or "no-generated-multilabel-dataset",
     params:
         numerics=numerics_env_of(lambda d: dataset_resource(d, "generate", "threads")),
-        from_precomp=lambda w: f"{R}/{HARNESS['datasets'][w.dataset]['generated_from']['dataset']}/precomp",
+        from_precomp=lambda w: LAYOUT.precomp_dir(HARNESS["datasets"][w.dataset]["generated_from"]["dataset"]),
         image_size=lambda w: HARNESS["datasets"][HARNESS["datasets"][w.dataset]["generated_from"]["dataset"]]["generator"]["image_size"],
     threads: dataset_res("generate", "threads")
     resources:
@@ -147,7 +147,7 @@ rule import_multilabel:
         source=lambda w: multilabel_source_inputs(w.dataset),
         cfg=dataset_json,
     output:
-        f"{R}/{{dataset}}/data/dataset_{{dataset}}.json",
+        f"{DATA}/dataset_{{dataset}}.json",
     wildcard_constraints:
         dataset="|".join(MULTILABEL) or "no-multilabel-dataset",
     params:
@@ -173,13 +173,13 @@ rule multilabel_precomp:
         source=lambda w: multilabel_source_inputs(w.dataset, w.split),
         cfg=dataset_json,
     output:
-        ims=f"{R}/{{dataset}}/precomp/{{split}}_ims.npy",
-        caps=f"{R}/{{dataset}}/precomp/{{split}}_caps.txt",
+        ims=f"{PRECOMP}/{{split}}_ims.npy",
+        caps=f"{PRECOMP}/{{split}}_caps.txt",
     wildcard_constraints:
         dataset="|".join(MULTILABEL) or "no-multilabel-dataset",
     params:
         numerics=numerics_env_of(lambda d: dataset_resource(d, "regions", "threads")),
-        out_dir=lambda w: f"{R}/{w.dataset}/precomp",
+        out_dir=lambda w: LAYOUT.precomp_dir(w.dataset),
     threads: dataset_res("regions", "threads")
     resources:
         mem_mb=dataset_res("regions", "mem_mb"),
@@ -202,7 +202,7 @@ rule multilabel_region_classes:
         source=multilabel_cls_input,
         cfg=dataset_json,
     output:
-        f"{R}/{{dataset}}/precomp/{{split}}_region_classes.npy",
+        f"{PRECOMP}/{{split}}_region_classes.npy",
     wildcard_constraints:
         dataset="|".join(MULTILABEL) or "no-multilabel-dataset",
     params:

@@ -4,7 +4,7 @@ rule pretrain_backbone:
         unpack(data_inputs),
         cfg=dataset_json,
     output:
-        f"{R}/{{dataset}}/backbones/{{backbone}}.pt",
+        LAYOUT.backbone_weights("{dataset}", "{backbone}"),
     params:
         numerics=numerics_env_of(lambda d: dataset_resource(d, "train", "threads")),
         device=DEVICE,
@@ -35,12 +35,12 @@ for _name, _ds in HARNESS["datasets"].items():
             f"features_{_name}"
         input:
             unpack(lambda w, name=_name: data_inputs_of(name)),
-            cfg=f"{R}/{_name}/dataset.json",
+            cfg=LAYOUT.dataset_config(_name),
             weights=backbone_weights,
         output:
-            pooled=f"{R}/{_name}/features/{{backbone}}/{{split}}_pooled.npy",
+            pooled=f"{LAYOUT.features_dir(_name, '{backbone}')}/{{split}}_pooled.npy",
             **{
-                layer: f"{R}/{_name}/features/{{backbone}}/{{split}}_{layer}.npy"
+                layer: f"{LAYOUT.features_dir(_name, '{backbone}')}/{{split}}_{layer}.npy"
                 for layer in _ds["features"]["grid_layers"]
             },
         params:
@@ -72,15 +72,15 @@ rule region_features:
         cfg=dataset_json,
         grid=region_grid,
     output:
-        ims=f"{R}/{{dataset}}/precomp/{{split}}_ims.npy",
-        caps=f"{R}/{{dataset}}/precomp/{{split}}_caps.txt",
-        ids=f"{R}/{{dataset}}/precomp/{{split}}_ids.txt",
-        boxes=f"{R}/{{dataset}}/precomp/{{split}}_boxes.npy",
+        ims=f"{PRECOMP}/{{split}}_ims.npy",
+        caps=f"{PRECOMP}/{{split}}_caps.txt",
+        ids=f"{PRECOMP}/{{split}}_ids.txt",
+        boxes=f"{PRECOMP}/{{split}}_boxes.npy",
     wildcard_constraints:
         dataset="|".join(SYNTHETIC) or "no-synthetic-dataset",
     params:
         numerics=numerics_env_of(lambda d: dataset_resource(d, "regions", "threads")),
-        out_dir=lambda w: f"{R}/{w.dataset}/precomp",
+        out_dir=lambda w: LAYOUT.precomp_dir(w.dataset),
     threads: dataset_res("regions", "threads")
     resources:
         mem_mb=dataset_res("regions", "mem_mb"),

@@ -3,7 +3,7 @@ rule aggregate_row:
     input:
         row_evals,
     output:
-        f"{R}/{{dataset}}/rows/{{table}}/{{row}}.json",
+        LAYOUT.row_aggregate("{dataset}", "{table}", "{row}"),
     localrule: True
     conda:
         CONDA_ENV
@@ -18,7 +18,7 @@ rule aggregate_row:
 rule table_spec:
     """Rows, reported numbers (with sources) and tolerances of one table."""
     output:
-        f"{R}/{{dataset}}/tables/{{table}}.spec.json",
+        LAYOUT.spec("{dataset}", "tables", "{table}"),
     params:
         spec=lambda w: json.dumps(PLAN.table_spec(w.table, w.dataset)),
     localrule: True
@@ -74,7 +74,7 @@ rule figure_reproduced_vs_reported:
 rule figure_spec:
     """Rows (model, loss, seeds, runs) of one paper figure."""
     output:
-        f"{R}/{{dataset}}/figures/{{figure}}.spec.json",
+        LAYOUT.spec("{dataset}", "figures", "{figure}"),
     params:
         spec=lambda w: json.dumps(PLAN.figure_spec(w.figure, w.dataset)),
     localrule: True
@@ -114,7 +114,7 @@ def claims_inputs(w):
         raise HarnessError(f"target tables/claims_{w.paper}_{w.dataset}.csv: paper file '{w.paper}' states no claim "
                            f"checked on {w.dataset} (its report, reports/{w.paper}_{w.dataset}.md, has its tables)")
     checked_dataset(w.dataset)
-    return {"spec": f"{R}/{w.dataset}/claims/{w.paper}.spec.json", "cfg": dataset_json(w),
+    return {"spec": LAYOUT.spec(w.dataset, "claims", w.paper), "cfg": dataset_json(w),
             **positives_inputs_of(w.dataset), "scores": PLAN.claims_score_files(w.paper, w.dataset),
             "rows": PLAN.claims_row_aggregates(w.paper, w.dataset)}   # their training checks
 
@@ -123,16 +123,16 @@ def report_inputs(w):
     # an unknown paper, or a dataset it has no table on: one line
     claims = PLAN.paper_claims(w.paper, w.dataset, f"reports/{w.paper}_{w.dataset}.md")
     tables = PLAN.report_tables(w.paper, w.dataset)
-    return {"spec": f"{R}/{w.dataset}/reports/{w.paper}.spec.json",
+    return {"spec": LAYOUT.spec(w.dataset, "reports", w.paper),
             "tables": [f"tables/{t}_{w.dataset}.csv" for t in tables],
-            "table_specs": [f"{R}/{w.dataset}/tables/{t}.spec.json" for t in tables],
+            "table_specs": [LAYOUT.spec(w.dataset, "tables", t) for t in tables],
             "claims": [f"tables/claims_{w.paper}_{w.dataset}.csv"] if claims else []}
 
 
 rule claims_spec:
     """The claims of a paper on a dataset, with the compared rows' score files and reported numbers."""
     output:
-        f"{R}/{{dataset}}/claims/{{paper}}.spec.json",
+        LAYOUT.spec("{dataset}", "claims", "{paper}"),
     params:
         spec=lambda w: json.dumps(PLAN.claims_spec(w.paper, w.dataset)),
     localrule: True
@@ -189,7 +189,7 @@ rule claims_figure:
 rule report_spec:
     """Paper, notes, tables and statistics settings of a reproduction report."""
     output:
-        f"{R}/{{dataset}}/reports/{{paper}}.spec.json",
+        LAYOUT.spec("{dataset}", "reports", "{paper}"),
     params:
         spec=lambda w: json.dumps(PLAN.report_spec(w.paper, w.dataset)),
     localrule: True
@@ -224,7 +224,7 @@ rule reproduction_report:
 rule summary_spec:
     """The papers, tables, rows (with their aggregates) and claims tables of a dataset's summary."""
     output:
-        f"{R}/{{dataset}}/summary.spec.json",
+        LAYOUT.summary_spec("{dataset}"),
     params:
         spec=lambda w: json.dumps(PLAN.summary_spec(w.dataset)),
     localrule: True
@@ -239,7 +239,7 @@ rule summary_spec:
 rule summary:
     """tables/summary_<dataset>.{md,csv}: every row's main metric against chance and every claim's verdict."""
     input:
-        spec=f"{R}/{{dataset}}/summary.spec.json",
+        spec=LAYOUT.summary_spec("{dataset}"),
         rows=lambda w: PLAN.summary_inputs(w.dataset),
     output:
         md=report("tables/summary_{dataset}.md", category="Summary", caption="../report/summary.rst"),

@@ -54,7 +54,7 @@ def runtime_jobs(dataset):
             for backbone in HARNESS["backbones"]:
                 if parent == Path(features_dir(dataset, backbone)):
                     add_features(backbone, split)
-            if ds["kind"] == "synthetic" and parent == Path(f"{R}/{dataset}/precomp"):
+            if ds["kind"] == "synthetic" and parent == Path(LAYOUT.precomp_dir(dataset)):
                 add_regions(split)
             if ds["kind"] == "multilabel":   # the imported features (linked) and region classes
                 add("multilabel_region_classes" if path.endswith("_region_classes.npy") else "multilabel_precomp",
@@ -130,7 +130,7 @@ def runtime_spec(dataset):
 rule runtime_spec:
     """The jobs behind a dataset's default targets, their papers and rules (for the runtime table)."""
     output:
-        f"{R}/{{dataset}}/runtime.spec.json",
+        LAYOUT.runtime_spec("{dataset}"),
     params:
         spec=lambda w: json.dumps(runtime_spec(w.dataset)),
     localrule: True
@@ -145,7 +145,7 @@ rule runtime_spec:
 rule runtime:
     """Where the time went: jobs, wall and CPU seconds, max RSS per rule and per paper."""
     input:
-        spec=f"{R}/{{dataset}}/runtime.spec.json",
+        spec=LAYOUT.runtime_spec("{dataset}"),
         benchmarks=lambda w: list(runtime_jobs(w.dataset)),
     output:
         csv=report("tables/runtime_{dataset}.csv", category="Runtime", caption="../report/runtime.rst"),

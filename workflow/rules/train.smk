@@ -1,7 +1,7 @@
 rule experiment_config:
     """The resolved method config of one experiment (its hash is in the experiment name)."""
     output:
-        f"{R}/{{dataset}}/runs/{{exp}}/config.json",
+        LAYOUT.experiment_config("{dataset}", "{exp}"),
     params:
         config=lambda w: json.dumps(PLAN.experiment(w.dataset, w.exp).config),
     localrule: True
@@ -18,6 +18,7 @@ rule experiment_config:
 # config; evaluating in the training job saves a process start (torch's import) per run.
 for _name in HARNESS["datasets"]:
     _tests = test_splits(HARNESS, _name)
+    _run = LAYOUT.run_dir(_name, "{exp}", "{seed}")
 
     rule:
         name:
@@ -25,10 +26,10 @@ for _name in HARNESS["datasets"]:
         input:
             unpack(lambda w, name=_name: train_inputs_of(name, w.exp)),
         output:
-            model=f"{R}/{_name}/runs/{{exp}}/seed{{seed}}/model.pt",
-            log=f"{R}/{_name}/runs/{{exp}}/seed{{seed}}/train_log.json",
-            **{f"eval_{s}": f"{R}/{_name}/runs/{{exp}}/seed{{seed}}/eval_{s}.json" for s in _tests},
-            **{f"sims_{s}": f"{R}/{_name}/runs/{{exp}}/seed{{seed}}/sims_{s}.npy" for s in _tests},
+            model=model_file(_run),
+            log=train_log(_run),
+            **{f"eval_{s}": eval_file(_run, s) for s in _tests},
+            **{f"sims_{s}": sims_file(_run, s) for s in _tests},
         params:
             numerics=numerics_env(_name, dataset_resource(_name, "train", "threads")),
             features=lambda w, name=_name: image_features_dir(name, w.exp),
@@ -63,10 +64,10 @@ rule ensemble:
     input:
         unpack(positives_inputs),
         cfg=dataset_json,
-        sims=lambda w: [f"{d}/sims_{w.split}.npy" for d in ensemble_members(w)],
-        evals=lambda w: [f"{d}/eval_{w.split}.json" for d in ensemble_members(w)],
+        sims=lambda w: [sims_file(d, w.split) for d in ensemble_members(w)],
+        evals=lambda w: [eval_file(d, w.split) for d in ensemble_members(w)],
     output:
-        f"{R}/{{dataset}}/ensembles/{{ens}}/seed{{seed}}/eval_{{split}}.json",
+        eval_file(LAYOUT.ensemble_dir("{dataset}", "{ens}", "{seed}"), "{split}"),
     params:
         numerics=numerics_env_of(lambda d: dataset_resource(d, "evaluate", "threads")),
         members=ensemble_members,
@@ -99,8 +100,8 @@ for _name in HARNESS["datasets"]:
             input:
                 unpack(lambda w, name=_name, exp=_exp: view_inputs_of(name, exp, w.seed, w.split)),
             output:
-                [f"{R}/{_name}/runs/{_exp}/seed{{seed}}/eval_{{split}}@{v}.json" for v in _views],
-                [f"{R}/{_name}/runs/{_exp}/seed{{seed}}/sims_{{split}}@{v}.npy" for v in _views],
+                [eval_file(LAYOUT.run_dir(_name, _exp, "{seed}"), "{split}", v) for v in _views],
+                [sims_file(LAYOUT.run_dir(_name, _exp, "{seed}"), "{split}", v) for v in _views],
             params:
                 numerics=numerics_env(_name, dataset_resource(_name, "evaluate", "threads")),
                 features=lambda w, name=_name, exp=_exp: image_features_dir(name, exp),

@@ -1,0 +1,42 @@
+"""Every results file is named in one module (methods.paths): the layout it documents, patterns
+with wildcards, and no other module or rule writing those names by hand."""
+import re
+from pathlib import Path
+
+from methods.paths import ResultsLayout, eval_file, eval_name, model_file, sims_file, sims_name, train_log
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_layout_the_module_documents():
+    layout = ResultsLayout("results")
+    run = layout.run_dir("coco", "sgraf-0123456789", 2)
+    assert run == "results/coco/runs/sgraf-0123456789/seed2"
+    assert (model_file(run), train_log(run)) == (f"{run}/model.pt", f"{run}/train_log.json")
+    assert (eval_file(run, "testall"), sims_file(run, "testall")) == (f"{run}/eval_testall.json", f"{run}/sims_testall.npy")
+    assert eval_name("test", "img0_txt1") == "eval_test@img0_txt1.json" and sims_name("test", "v") == "sims_test@v.npy"
+    assert layout.ensemble_dir("flickr", "ens-0123456789", 0) == "results/flickr/ensembles/ens-0123456789/seed0"
+    assert layout.row_aggregate("flickr", "table1", "vsepp") == "results/flickr/rows/table1/vsepp.json"
+    assert layout.spec("flickr", "claims", "sgraf") == "results/flickr/claims/sgraf.spec.json"
+    assert layout.experiment_config("flickr", "x-0123456789") == "results/flickr/runs/x-0123456789/config.json"
+    assert layout.backbone_weights("synthetic", "resnet18_synthetic") == "results/synthetic/backbones/resnet18_synthetic.pt"
+
+
+def test_wildcards_give_the_rules_patterns():
+    layout = ResultsLayout("out")
+    assert eval_file(layout.run_dir("{dataset}", "{exp}", "{seed}"), "{split}", "v") == \
+        "out/{dataset}/runs/{exp}/seed{seed}/eval_{split}@v.json"
+
+
+def test_no_rule_or_module_builds_a_results_path_by_hand():
+    """No other module or rule joins a root and a name that methods/paths.py owns (an f-string
+    ``{...}/model.pt``, ``{...}/runs/``, a ``Path / "model.pt"``); messages and help texts that
+    show the layout are not paths. Logs and benchmarks are the rules' own."""
+    built = re.compile(r"""\}/(runs|ensembles|rows|tables|figures|claims|reports|data|precomp|source|features|backbones)\b"""
+                       r"""|\}/(model\.pt|train_log\.json|vocab\.json|dataset\.json|summary\.spec|runtime\.spec|eval_|sims_)"""
+                       r"""|/ f?"(model\.pt|train_log\.json|eval_|sims_)""")
+    files = [*REPO.glob("methods/**/*.py"), *REPO.glob("workflow/rules/*.smk"), REPO / "Snakefile"]
+    found = [f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+             for path in files if path.name != "paths.py"
+             for number, line in enumerate(path.read_text().splitlines(), 1) if built.search(line)]
+    assert not found, "\n".join(found)
