@@ -5,9 +5,11 @@ each run's own configuration (``config/measured_costs.yaml``, written by
 device is named, never guessed; ``snakemake -n`` prints the estimate of each table of a real
 dataset it plans.
 
-Runs that cost the same per item share a ``cost_key``: the resolved config less what does not
-change the cost of a step or of scoring a pair (learning rates, schedules and epoch counts,
-loader workers, model selection).
+A measurement holds for a ``cost_key``: the resolved run config less what cannot change the cost
+of a step or of scoring a pair (learning rates, schedules and epoch counts, loader workers, model
+selection), plus the dataset's shapes (regions, crop, texts per image). Any other difference gets
+a key, and a measurement, of its own, even where it would cost the same (e.g. SCAN's lambdas).
+Not counted: evaluation-view jobs and ensembles (a few minutes at most, ensembles on CPUs).
 """
 from __future__ import annotations
 
@@ -22,11 +24,17 @@ STAGE_KINDS = ("frozen", "finetune")   # image input from cached features, or th
 BENCHMARK = "python -m methods.benchmarks.run_cost"
 
 
-def cost_key(cfg: dict) -> str:
-    """The cost class of a resolved run config: ``<method>-<hash>``."""
+def cost_key(cfg: dict, dataset_cfg: dict) -> str:
+    """The cost class of a resolved run config on a dataset (``datasets.<name>``): ``<method>-<hash>``."""
     training = {k: v for k, v in cfg["training"].items() if k not in ("stages", "num_workers", "selection_metric")}
-    training["stages"] = [stage_kind(s) for s in cfg["training"]["stages"]]
-    return f"{cfg['method']}-{config_hash({**cfg, 'training': training})}"
+    training["stages"] = sorted({stage_kind(s) for s in cfg["training"]["stages"]})
+    return f"{cfg['method']}-{config_hash({**cfg, 'training': training, 'dataset': dataset_shape(dataset_cfg)})}"
+
+
+def dataset_shape(ds: dict) -> dict:
+    """What of a dataset changes a step's cost: its image shapes and texts per image."""
+    return {"precomp": ds.get("precomp"), "crop": ds["features"]["crop"], "region": ds["features"].get("region"),
+            "texts_per_image": ds["texts_per_image"]}
 
 
 def stage_kind(stage: dict) -> str:
@@ -75,7 +83,7 @@ def table_work(plan: Plan, table: str, dataset: str, split_images: dict[str, int
                 for stage in cfg["training"]["stages"]:
                     items[stage_kind(stage)] += stage["epochs"] * per_epoch
                     validations[stage_kind(stage)] += stage["epochs"]
-                runs[(exp_id, run_seed)] = RunWork(exp_id, run_seed, cfg["method"], cost_key(cfg),
+                runs[(exp_id, run_seed)] = RunWork(exp_id, run_seed, cfg["method"], cost_key(cfg, ds),
                                                    {k: v for k, v in items.items() if v},
                                                    {k: v for k, v in validations.items() if v},
                                                    val_images, tests, tpi)
@@ -117,7 +125,7 @@ class TableEstimate:
 
     def lines(self, target: str, command: str) -> list[str]:
         head = (f"GPU time of {target} (estimate): {self.runs} training jobs, "
-                f"{self.train_items / 1e6:,.1f} M training items in all")
+                f"{self.train_items / 1e6:,.1f} M training items in all (captions; images for image batches)")
         out = [head]
         if self.priced:
             dates = sorted({m["date"] for m in self.measured})

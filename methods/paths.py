@@ -9,12 +9,14 @@ outputs, the jobs the files they write and read, and the report the files it rea
     <results>/<dataset>/backbones/<backbone>.pt            a backbone pre-trained here
     <results>/<dataset>/runs/<exp>/config.json             an experiment's resolved config
     <results>/<dataset>/runs/<exp>/seed<s>/                a run: model.pt, train_log.json,
-                                                           eval_<split>[@<view>].json, sims_<split>[@<view>].npy
+                                                           eval_<split>[@<view>].json, sims_<split>[@<view>].npy,
+                                                           checkpoints/ while it trains
     <results>/<dataset>/ensembles/<ens>/seed<s>/           an ensemble's eval_<split>.json, sims_<split>.npy
     <results>/<dataset>/rows/<table>/<row>.json            a row's aggregate over seeds
     <results>/<dataset>/{tables,figures,claims,reports}/<name>.spec.json, summary.spec.json, runtime.spec.json
 
 Any part may be a Snakemake wildcard (``"{exp}"``): the same functions give the rules' patterns.
+Logs and benchmarks (``<results>/logs/<rule>/``, ``<results>/benchmarks/<rule>/``) are the rules' own.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from pathlib import Path
 
 MODEL_FILE = "model.pt"            # a run's kept weights
 TRAIN_LOG = "train_log.json"       # a run's history, best epoch and provenance
+CHECKPOINTS = "checkpoints"        # a run's last.pt (resume) and best.pt while it trains
 SPEC_KINDS = ("tables", "figures", "claims", "reports")
 
 
@@ -38,6 +41,10 @@ def eval_name(split: str, view: str | None = None) -> str:
 def sims_name(split: str, view: str | None = None) -> str:
     """The (images x texts) score matrix beside it."""
     return f"sims_{split}{_view(view)}.npy"
+
+
+def checkpoints_dir(run: str | Path) -> str:
+    return f"{run}/{CHECKPOINTS}"
 
 
 def model_file(run: str | Path) -> str:

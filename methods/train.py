@@ -17,7 +17,7 @@ import torch
 
 from methods import api
 from methods.cli import run_command
-from methods.config import config_hash
+from methods.config import config_hash, validate
 from methods.data.caption_augment import extra_tokens
 from methods.data.datasets import load_dataset_payload
 from methods.data.glove import load_word_vectors
@@ -40,6 +40,8 @@ def _train(args) -> None:
     payload = load_dataset_payload(args.dataset_config)
     ds, paths = payload["dataset"], payload["paths"]
     cfg = read_json(args.experiment)
+    # an experiment file of another harness version (a key missing or unknown) fails here, naming the key
+    validate({k: v for k, v in cfg.items() if k != "numerics"}, "method", args.experiment)
     planned, mode = cfg.get("numerics", "native"), ds.get("numerics", "native")
     if planned != mode:  # the experiment's hash says which numerics its results come from
         raise HarnessError(f"{args.experiment} was planned for {planned} numerics but {args.dataset_config} runs "

@@ -30,8 +30,9 @@ def test_buckets_cover_each_item_once_and_group_by_length_within_a_pool():
     lengths = coco_like_lengths(n, 0)
     batches = epoch_batches(n, batch_size, torch.Generator().manual_seed(3), lengths, pool)
     assert sorted(i for b in batches for i in b) == list(range(n))
-    assert all(len(b) == batch_size for b in batches if len(b) != n % batch_size)
-    assert sum(len(b) != batch_size for b in batches) <= (n + pool * batch_size - 1) // (pool * batch_size)
+    # every batch full but one, of the last pool (pools are whole batches)
+    assert sum(len(b) != batch_size for b in batches) == (n % batch_size != 0)
+    assert sorted(len(b) for b in batches)[0] == (n % batch_size or batch_size)
     # the pools are consecutive runs of the same random permutation the unbucketed order uses
     order = torch.randperm(n, generator=torch.Generator().manual_seed(3)).tolist()
     pool_of = {item: k // (pool * batch_size) for k, item in enumerate(order)}
@@ -58,8 +59,8 @@ def test_buckets_shuffle_the_batches_and_depend_only_on_the_seed():
 
 def test_buckets_cut_the_padding_a_step_pays_for():
     """Padded tokens (batch size x longest caption, summed over batches) against the tokens
-    themselves, COCO-like lengths at batch 128: random batches pad to about twice the tokens,
-    pools of 50 batches to within a few per cent."""
+    themselves, COCO-like lengths at batch 128: random batches pad to 2.7 times the tokens,
+    pools of 50 batches to 1.04 times (the README's figures)."""
     n, batch_size = 128 * 400, 128
     lengths = coco_like_lengths(n, 2)
     tokens = sum(lengths)

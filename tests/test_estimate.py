@@ -22,19 +22,24 @@ def plan():
     return Plan(config_with_every_table())
 
 
-def test_runs_share_a_cost_key_unless_a_step_costs_otherwise():
+def test_runs_share_a_cost_key_unless_a_step_may_cost_otherwise():
+    coco = api.harness_config()["datasets"]["coco"]
     cfg = api.experiment_config("sgraf", "coco")
     other = copy.deepcopy(cfg)
     other["training"]["stages"][0].update(lr=1e-3, epochs=3)
+    other["training"]["stages"].append({**other["training"]["stages"][0], "name": "more"})
     other["training"]["num_workers"] = 1
-    assert cost_key(other) == cost_key(cfg) and cost_key(cfg).startswith("sgraf-")
+    assert cost_key(other, coco) == cost_key(cfg, coco) and cost_key(cfg, coco).startswith("sgraf-")
     for path, value in [(("training", "batch_size"), 64), (("model", "embed_dim"), 512), (("training", "amp"), True)]:
         changed = copy.deepcopy(cfg)
         changed[path[0]][path[1]] = value
-        assert cost_key(changed) != cost_key(cfg), path
+        assert cost_key(changed, coco) != cost_key(cfg, coco), path
     finetuned = copy.deepcopy(cfg)
     finetuned["training"]["stages"][0]["finetune_backbone"] = True
-    assert cost_key(finetuned) != cost_key(cfg)
+    assert cost_key(finetuned, coco) != cost_key(cfg, coco)
+    # a dataset of other shapes is priced by measurements of its own
+    fewer_regions = {**coco, "precomp": {**coco["precomp"], "n_regions": 10}}
+    assert cost_key(cfg, fewer_regions) != cost_key(cfg, coco)
 
 
 def test_a_tables_work_counts_each_run_once_from_its_stages(plan):

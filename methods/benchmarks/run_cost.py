@@ -15,8 +15,10 @@ kind it has (``frozen``: cached image features; ``finetune``: the CNN trained on
 - evaluation: ``--images`` images and their texts encoded, then every pair scored, as
   validation does: seconds per image encoded (with its texts) and per million pairs scored.
 Random weights (the CNN's too); random features; captions of random words whose lengths spread
-as COCO's (mean ~13.9 tokens with start and end, up to 50). Left out: gradient counting,
-checkpoint writes, and loader workers (their reading overlaps the steps).
+as COCO's (mean ~13.9 tokens with start and end, up to 50). The batches are read and collated in
+this process, inside the timed steps (as a job with no loader workers; with workers the reading
+overlaps the steps). Left out: gradient counting and checkpoint writes. A cost entry holds for
+the dataset shapes it was measured with (``methods.estimate.cost_key``).
 """
 from __future__ import annotations
 
@@ -131,6 +133,8 @@ def time_training(model, cfg: dict, split: SplitData, vocab: Vocabulary, images,
     batches = epoch_batches(len(dataset), tr["batch_size"], shuffle,
                             dataset.item_lengths() if tr["length_buckets"] else None, tr["length_buckets"])
     batches = [b for b in batches if len(b) == tr["batch_size"]][:warmup + steps]
+    if len(batches) < warmup + 1:
+        raise ValueError(f"{len(batches)} full batches for {warmup} warm-up and {steps} timed steps")
     model.train()
     items, t0 = 0, None
     for i, batch in enumerate(DataLoader(dataset.for_epoch(0), batch_sampler=batches, collate_fn=collate)):
@@ -155,6 +159,11 @@ def time_evaluation(model, cfg: dict, split: SplitData, vocab: Vocabulary, image
     """(seconds per image encoded with its texts, seconds per million pairs scored) of ``n_images``."""
     amp = cfg["training"]["amp"] and device.type == "cuda"
     tokens = [vocab.encode(c) for c in split.captions[:n_images * split.texts_per_image]]
+    warm = min(n_images, cfg["training"]["eval_batch_size"])   # the first eval-mode pass, untimed
+    img, txt = encode_split(model, tokens[:warm * split.texts_per_image], warm, device,
+                            cfg["training"]["eval_batch_size"], features=split.features,
+                            images=None if images is None else RandomImages(warm, images.crop), amp=amp)
+    score_matrix(model, img, txt, amp=amp)
     synchronize(device)
     t0 = time.perf_counter()
     img, txt = encode_split(model, tokens, n_images, device, cfg["training"]["eval_batch_size"],
@@ -187,9 +196,12 @@ def measure(cfg: dict, ds: dict, backbones: dict, device: torch.device, block_el
     out = {}
     for kind in kinds:
         model.set_finetune(kind == "finetune")
-        images = RandomImages(len(split), ds["features"]["crop"]) if kind == "finetune" else None
-        train_s = time_training(model, cfg, split, vocab, images, device, steps, warmup)
-        encode_s, score_s = time_evaluation(model, cfg, split, vocab, images, device, n_images)
+        finetune = kind == "finetune"
+        train_s = time_training(model, cfg, split, vocab, RandomImages(len(split), ds["features"]["crop"])
+                                if finetune else None, device, steps, warmup)
+        # evaluation encodes every image it is given: exactly the n_images timed
+        encode_s, score_s = time_evaluation(model, cfg, split, vocab, RandomImages(n_images, ds["features"]["crop"])
+                                            if finetune else None, device, n_images)
         out[kind] = {"train_s_per_item": float(f"{train_s:.4g}"), "encode_s_per_image": float(f"{encode_s:.4g}"),
                      "score_s_per_mpair": float(f"{score_s:.4g}")}
     return out
@@ -202,7 +214,7 @@ def run_configs(plan: Plan, dataset: str, tables: list[str]) -> dict[str, tuple[
         for row in plan.table(table, dataset).rows:
             for exp_id in row.members:
                 cfg = plan.experiment(dataset, exp_id).config
-                entry = out.setdefault(cost_key(cfg), (cfg, []))
+                entry = out.setdefault(cost_key(cfg, plan.cfg["datasets"][dataset]), (cfg, []))
                 if exp_id not in entry[1]:
                     entry[1].append(exp_id)
     return out
@@ -227,15 +239,22 @@ def write(path: str, entries: list[dict]) -> None:
         f.write(header + yaml.safe_dump(doc, sort_keys=False, width=120))
 
 
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", required=True, help="a configured dataset (its shapes; its files are not read)")
     parser.add_argument("--tables", nargs="+", required=True)
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's)")
-    parser.add_argument("--steps", type=int, default=10, help="timed optimizer steps per run configuration")
+    parser.add_argument("--steps", type=positive, default=10, help="timed optimizer steps per run configuration")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
-    parser.add_argument("--images", type=int, default=1000, help="images evaluated (and their texts)")
+    parser.add_argument("--images", type=positive, default=1000, help="images evaluated (and their texts)")
     parser.add_argument("--config", default=str(REPO_ROOT / "config" / "config.yaml"))
     parser.add_argument("--write", metavar="COSTS_YAML", help="add the entries to this costs file (GPU only)")
     args = parser.parse_args(argv)

@@ -44,6 +44,7 @@ from methods.metrics.protocols import label_prediction_relevance
 from methods.metrics.relevance import CaptionsOfImage, SharedLabels
 from methods.metrics.retrieval import RETRIEVAL_METRICS
 from methods.models.base import RetrievalModel
+from methods.paths import checkpoints_dir
 from methods.runtime import seed_worker, to_device
 from methods.scoring import encode_split, score_matrix
 from methods.training.batch_order import epoch_batches
@@ -217,8 +218,8 @@ class Checkpoints:
 
     def __init__(self, inp: TrainInputs):
         self.inp = inp
-        self.last = inp.run_dir / "checkpoints" / "last.pt"
-        self.best = inp.run_dir / "checkpoints" / "best.pt"
+        self.last = Path(checkpoints_dir(inp.run_dir)) / "last.pt"
+        self.best = Path(checkpoints_dir(inp.run_dir)) / "best.pt"
 
     def resume_state(self) -> dict | None:
         if not self.last.exists():

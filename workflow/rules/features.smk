@@ -6,9 +6,11 @@ rule pretrain_backbone:
     output:
         LAYOUT.backbone_weights("{dataset}", "{backbone}"),
     params:
-        numerics=numerics_env_of(lambda d: dataset_resource(d, "train", "threads")),
+        # the rule's threads, not a dataset's train.threads (set for its small training jobs): the
+        # portable numerics of the pre-trained weights depend on the count
+        numerics=numerics_env_of(lambda d: res("train", "threads")),
         device=DEVICE,
-    threads: dataset_res("train", "threads")
+    threads: res("train", "threads")
     resources:
         mem_mb=dataset_res("train", "mem_mb"),
         runtime=dataset_res("train", "runtime"),
