@@ -14,7 +14,7 @@ from methods.data.multilabel import check_model_labels, check_source as check_mu
 from methods.data.datasets import dataset_paths, dataset_payload, dataset_tokenizer
 from methods.data.tokenizers import PUNKT_FILES
 from methods.errors import HarnessError
-from methods.estimate import estimate, load_costs, table_work
+from methods.estimate import BENCHMARK as COST_BENCHMARK, estimate, load_costs, table_work
 from methods.features.backbone import check_weights_fit
 from methods.numerics import shell_prefix
 from methods.paths import eval_file, model_file, sims_file, train_log
@@ -207,8 +207,7 @@ def announce_gpu_time(table, dataset):
         return
     _ESTIMATED.add((table, dataset))
     work = table_work(PLAN, table, dataset, _SPLIT_IMAGES[dataset])
-    measure = (f"python -m methods.benchmarks.run_cost --dataset {dataset} --tables {table} --device cuda "
-               f"--write config/measured_costs.yaml")
+    measure = f"{COST_BENCHMARK} --dataset {dataset} --tables {table} --device cuda --write config/measured_costs.yaml"
     for line in estimate(work, COSTS).lines(f"tables/{table}_{dataset}.csv", measure):
         snakemake_logger.info(line)
 
