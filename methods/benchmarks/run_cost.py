@@ -195,8 +195,8 @@ def measure(cfg: dict, ds: dict, backbones: dict, device: torch.device, block_el
     model.to(device)
     out = {}
     for kind in kinds:
-        model.set_finetune(kind == "finetune")
         finetune = kind == "finetune"
+        model.set_finetune(finetune)
         train_s = time_training(model, cfg, split, vocab, RandomImages(len(split), ds["features"]["crop"])
                                 if finetune else None, device, steps, warmup)
         # evaluation encodes every image it is given: exactly the n_images timed

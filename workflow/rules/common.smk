@@ -72,7 +72,7 @@ HARNESS = validate(dict(config), "config", "config/config.yaml (with --config/--
 PLAN = Plan(HARNESS)
 R = HARNESS["results_dir"]
 LAYOUT = PLAN.layout   # every folder and file name of the results tree (methods/paths.py)
-# ... as the rules' patterns (a wildcard where a name goes)
+# the same names as the rules' patterns (a wildcard where a name goes)
 DATASET_JSON, VOCAB = LAYOUT.dataset_config("{dataset}"), LAYOUT.vocab("{dataset}")
 DATA, PRECOMP, SOURCE = LAYOUT.data_dir("{dataset}"), LAYOUT.precomp_dir("{dataset}"), LAYOUT.source_dir("{dataset}")
 # This run's folder of failure records: a retry of a job that stopped on a bad config or input
@@ -344,7 +344,7 @@ def row_evals(w):
         raise HarnessError(f"row '{w.row}' of table {w.table} is reported only ({row.reported_only}): "
                            f"it has no runs to aggregate")
     splits = test_splits(HARNESS, w.dataset)
-    if row.ensemble_id is None:   # (or of an evaluation view of the run's model)
+    if row.ensemble_id is None:   # the run's own evaluations, or those of the row's evaluation view
         return [eval_file(run_dir(w.dataset, row.members[0], s), sp, row.view) for s in row.seeds for sp in splits]
     return [eval_file(LAYOUT.ensemble_dir(w.dataset, row.ensemble_id, s), sp) for s in row.seeds for sp in splits]
 
