@@ -16,6 +16,7 @@ from filelock import FileLock
 
 from methods.config import deep_merge, load_harness_config, load_yaml
 from methods.data.tokenizers import PUNKT_SUBDIR
+from methods.io import torch_save
 from methods.metrics.eccv_caption import package_caption_ids, package_caption_images
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,10 +121,11 @@ def coco_test_image_ids() -> list[int]:
 
 def fitting_weights(path: Path, arch: str) -> Path:
     """A weights file that loads into torchvision's ``arch``, in kilobytes: every tensor a broadcast
-    zero of the right shape (the DAG checks keys and shapes, not values)."""
+    zero of the right shape (the DAG checks keys and shapes, not values). Written atomically: tests
+    on other workers may be reading the same file in the session DAG's folder."""
     with torch.device("meta"):
         shapes = getattr(torchvision.models, arch)(weights=None).state_dict()
-    torch.save({k: torch.zeros((), dtype=v.dtype).expand(v.shape) for k, v in shapes.items()}, path)
+    torch_save(path, {k: torch.zeros((), dtype=v.dtype).expand(v.shape) for k, v in shapes.items()})
     return path
 
 

@@ -8,7 +8,10 @@ import pytest
 import torch
 import yaml
 
+from filelock import FileLock
+
 from methods.config import load_harness_config
+from methods.io import write_json, write_text
 from methods.metrics.retrieval import chance_recalls, retrieval_metrics
 from methods.plan import Plan
 from tests.conftest import REPO, fitting_weights, flickr_layout, snakemake
@@ -47,16 +50,17 @@ def flickr_config(tiny_dag, name: str, backbone: str, with_precomp: bool, with_g
     returns its name."""
     src = tiny_dag / "results/synthetic"
     layout = tiny_dag / "flickr_layout.json"  # one layout for every config of the session
-    if not layout.exists():
-        layout.write_text(json.dumps(flickr_layout(src / "data", src / "precomp", tiny_dag / "flickr_layout")))
+    with FileLock(str(tiny_dag / "flickr_layout.lock")):   # tests on two workers share the session DAG's folder
+        if not layout.exists():
+            write_json(layout, flickr_layout(src / "data", src / "precomp", tiny_dag / "flickr_layout"))
+        weights = fitting_weights(tiny_dag / f"{backbone}.pth", backbone)
     flickr = json.loads(layout.read_text())
-    weights = fitting_weights(tiny_dag / f"{backbone}.pth", backbone)
     if not with_precomp:
         flickr = {k: v for k, v in flickr.items() if k not in ("precomp_dir", "precomp")}
     if not with_glove:
         flickr = {k: v for k, v in flickr.items() if k != "glove"}
-    (tiny_dag / name).write_text(yaml.safe_dump({"backbones": {backbone: {"arch": backbone, "weights": str(weights)}},
-                                                 "datasets": {"flickr": flickr}}))
+    write_text(tiny_dag / name, yaml.safe_dump({"backbones": {backbone: {"arch": backbone, "weights": str(weights)}},
+                                                "datasets": {"flickr": flickr}}))
     return name
 
 
@@ -260,7 +264,7 @@ def test_dry_run_of_sgraf_table5_on_configured_coco(tiny_dag):
     # COCO's protocols are defined on 5,000 test images: the synthetic test split, grown
     coco = flickr_layout(src / "data", src / "precomp", tiny_dag / "coco_layout", 5000, test_split="testall")
     coco["splits"] = {"train": ["train"], "dev": ["val"], "testall": ["test"]}
-    (tiny_dag / "coco_sgraf.yaml").write_text(yaml.safe_dump({"datasets": {"coco": coco}}))
+    write_text(tiny_dag / "coco_sgraf.yaml", yaml.safe_dump({"datasets": {"coco": coco}}))
     proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "coco_sgraf.yaml", "-n", "tables/sgraf_t5_coco.csv")
     counts = job_counts(proc)
     # 3 models (SGR, SAF, joint) x 3 seeds, evaluated on testall (COCO 1K 5-fold and 5K from one matrix)
@@ -471,7 +475,7 @@ def test_dry_run_of_set_embeddings_table1_on_configured_coco(tiny_dag):
     papers = yaml.safe_load((tiny_dag / "tiny.yaml").read_text())["papers"] + ["methods/papers/set_embeddings.yaml"]
     config = {"datasets": {"coco": coco}, "papers": papers,
               "backbones": {"resnet152": {"arch": "resnet152", "weights": str(weights)}}}
-    (tiny_dag / "coco_set.yaml").write_text(yaml.safe_dump(config))
+    write_text(tiny_dag / "coco_set.yaml", yaml.safe_dump(config))
     proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "coco_set.yaml", "-n", "tables/set_embeddings_t1_coco.csv")
     counts = job_counts(proc)
     assert counts["train_coco"] == 3 + 3 + 6 + 6 + 3 + 3 and counts["ensemble"] == 9 and counts["aggregate_row"] == 6
@@ -482,7 +486,7 @@ def test_dry_run_of_set_embeddings_table1_on_configured_coco(tiny_dag):
     swapped = tiny_dag / "coco_set_layout" / "swapped.json"
     swapped.write_text(json.dumps(karpathy))
     config["datasets"]["coco"]["karpathy_json"] = str(swapped)
-    (tiny_dag / "coco_set_swapped.yaml").write_text(yaml.safe_dump(config))
+    write_text(tiny_dag / "coco_set_swapped.yaml", yaml.safe_dump(config))
     proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "coco_set_swapped.yaml", "-n",
                      "tables/set_embeddings_t1_coco.csv", check=False)
     assert proc.returncode != 0 and "row 3 is COCO image" in proc.stdout + proc.stderr
