@@ -45,10 +45,10 @@ from methods.models import image_input_of
 from methods.plan import Plan
 from methods.runtime import exact_fp32, resolve_device, to_device
 from methods.scoring import encode_split, score_matrix, use_block_budget
-from methods.training.batch_order import epoch_batches
+from methods.training.batch_order import training_epoch_batches
 from methods.training.data import training_batches
-from methods.training.loop import _make_optimizer
-from methods.training.step import TrainingStep
+from methods.training.loop import make_optimizer
+from methods.training.step import TrainingStep, apply_gradients
 
 VOCAB_WORDS = 10_000
 
@@ -126,12 +126,10 @@ def time_training(model, cfg: dict, split: SplitData, vocab: Vocabulary, images,
     tr = cfg["training"]
     amp = tr["amp"] and device.type == "cuda"
     step = TrainingStep(model, Loss(cfg["loss"]), device, amp)
-    optimizer = _make_optimizer(tr["optimizer"], model.parameter_groups(), tr["stages"][0]["lr"], tr["weight_decay"])
+    optimizer = make_optimizer(tr["optimizer"], model.parameter_groups(), tr["stages"][0]["lr"], tr["weight_decay"])
     scaler = torch.amp.GradScaler("cuda", enabled=amp)
     dataset, collate = training_batches(tr, split, vocab, images)
-    shuffle = torch.Generator().manual_seed(0)
-    batches = epoch_batches(len(dataset), tr["batch_size"], shuffle,
-                            dataset.item_lengths() if tr["length_buckets"] else None, tr["length_buckets"])
+    batches = training_epoch_batches(dataset, tr, torch.Generator().manual_seed(0))
     batches = [b for b in batches if len(b) == tr["batch_size"]][:warmup + steps]
     if len(batches) < warmup + 1:
         raise ValueError(f"{len(batches)} full batches for {warmup} warm-up and {steps} timed steps")
@@ -142,13 +140,7 @@ def time_training(model, cfg: dict, split: SplitData, vocab: Vocabulary, images,
             synchronize(device)
             t0 = time.perf_counter()
         loss, _ = step(to_device(batch, device), 10 ** 6)   # past any warm-up epochs: the loss trained longest
-        optimizer.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        if tr["grad_clip"]:
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.trainable_parameters(), tr["grad_clip"])
-        scaler.step(optimizer)
-        scaler.update()
+        apply_gradients(loss, optimizer, scaler, model.trainable_parameters(), tr["grad_clip"])
         items += len(batches[i]) if i >= warmup else 0
     synchronize(device)
     return (time.perf_counter() - t0) / items

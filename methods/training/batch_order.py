@@ -38,3 +38,11 @@ def epoch_batches(n_items: int, batch_size: int, shuffle: torch.Generator,
         chunk = sorted(order[start:start + pool], key=lengths.__getitem__)
         batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
     return [batches[i] for i in torch.randperm(len(batches), generator=shuffle).tolist()]
+
+
+def training_epoch_batches(dataset, training: dict, shuffle: torch.Generator) -> list[list[int]]:
+    """The batches of a training dataset (``methods.training.data``: its items' caption lengths,
+    ``item_lengths``) as a method config's ``training`` block draws them."""
+    buckets = training["length_buckets"]
+    return epoch_batches(len(dataset), training["batch_size"], shuffle,
+                         dataset.item_lengths() if buckets else None, buckets)

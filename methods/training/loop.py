@@ -47,10 +47,10 @@ from methods.models.base import RetrievalModel
 from methods.paths import checkpoints_dir
 from methods.runtime import seed_worker, to_device
 from methods.scoring import encode_split, score_matrix
-from methods.training.batch_order import epoch_batches
+from methods.training.batch_order import training_epoch_batches
 from methods.training.data import CaptionPairs, training_batches
 from methods.training.schedule import lr_at
-from methods.training.step import TrainingStep
+from methods.training.step import TrainingStep, apply_gradients
 
 CHECKPOINT_FORMAT = 1
 
@@ -120,7 +120,7 @@ def preemption_signals():
         yield received
 
 
-def _make_optimizer(name: str, groups: list, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+def make_optimizer(name: str, groups: list, lr: float, weight_decay: float) -> torch.optim.Optimizer:
     """``groups``: (parameters, lr scale) pairs (``model.parameter_groups()``); each group keeps its
     scale and gets lr x scale whenever the rate is set (``_set_lr``)."""
     cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
@@ -218,8 +218,8 @@ class Checkpoints:
 
     def __init__(self, inp: TrainInputs):
         self.inp = inp
-        self.last = Path(checkpoints_dir(inp.run_dir)) / "last.pt"
-        self.best = Path(checkpoints_dir(inp.run_dir)) / "best.pt"
+        folder = Path(checkpoints_dir(inp.run_dir))
+        self.last, self.best = folder / "last.pt", folder / "best.pt"
 
     def resume_state(self) -> dict | None:
         if not self.last.exists():
@@ -295,7 +295,7 @@ class Trainer:
     def run_stage(self, stage_idx: int, stage: dict, state: dict | None) -> None:
         tr, model, inp = self.tr, self.model, self.inp
         model.set_finetune(stage["finetune_backbone"])
-        optimizer = _make_optimizer(tr["optimizer"], model.parameter_groups(), stage["lr"], tr["weight_decay"])
+        optimizer = make_optimizer(tr["optimizer"], model.parameter_groups(), stage["lr"], tr["weight_decay"])
         first_epoch, first_step, partial = 0, 0, None
         if state is not None:
             model.load_state_dict(state["model"])
@@ -320,9 +320,7 @@ class Trainer:
         per_step = stage["schedule"].get("per_step", False)   # DivE: the cosine advances every iteration
         epoch_seed = inp.seed * 1_000_003 + stage_idx * 10_007 + epoch
         shuffle = torch.Generator().manual_seed(epoch_seed)
-        buckets = tr["length_buckets"]
-        batches = epoch_batches(len(dataset), tr["batch_size"], shuffle,
-                                dataset.item_lengths() if buckets else None, buckets)
+        batches = training_epoch_batches(dataset, tr, shuffle)
         # each item's random draws from its own seed (methods.training.data): the same with any number
         # of workers. generator=shuffle: the loader draws its worker base seed from it, not from the
         # global RNG, so creating it mid-epoch on resume leaves the dropout RNG stream where it was
@@ -356,13 +354,7 @@ class Trainer:
             if not torch.isfinite(loss):
                 raise HarnessError(f"loss is {loss.item()} at stage '{stage['name']}' epoch {epoch + 1} "
                                    f"step {step + 1}; stopping (last good checkpoint: {self.checkpoints.last})")
-            optimizer.zero_grad(set_to_none=True)
-            self.scaler.scale(loss).backward()
-            if tr["grad_clip"]:
-                self.scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.trainable_parameters(), tr["grad_clip"])
-            self.scaler.step(optimizer)
-            self.scaler.update()
+            apply_gradients(loss, optimizer, self.scaler, model.trainable_parameters(), tr["grad_clip"])
             seen += batch["tokens"].shape[0]
             total += loss.item()
             bar.set_postfix(loss=f"{loss.item():.3f}", samples_per_s=f"{(seen - seen_before) / (time.perf_counter() - t0):.0f}",

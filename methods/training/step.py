@@ -29,6 +29,19 @@ def at_least_fp32(value: Any) -> Any:
     return value
 
 
+def apply_gradients(loss: torch.Tensor, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+                    parameters: list, grad_clip: float | None) -> None:
+    """One optimizer update from ``loss``: backward through the (AMP) loss scaler, the gradient norm
+    of ``parameters`` clipped at ``grad_clip`` (None: not clipped), the step."""
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    if grad_clip:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(parameters, grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
+
+
 class TrainingStep:
     def __init__(self, model: RetrievalModel, loss: Loss, device: torch.device, amp: bool):
         self.model, self.loss, self.device, self.amp = model, loss, device, amp

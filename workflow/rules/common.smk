@@ -1,3 +1,4 @@
+import functools
 import json
 import logging
 import os
@@ -196,7 +197,7 @@ def checked_dataset(dataset):
 
 _SPLIT_IMAGES = {}   # dataset -> images per harness split, as its input checks counted them
 _ESTIMATED = set()
-COSTS = load_costs()   # GPU costs of run configurations (config/measured_costs.yaml)
+gpu_costs = functools.cache(load_costs)   # config/measured_costs.yaml, read by a dry run's estimates only
 
 
 def announce_gpu_time(table, dataset):
@@ -208,7 +209,7 @@ def announce_gpu_time(table, dataset):
     _ESTIMATED.add((table, dataset))
     work = table_work(PLAN, table, dataset, _SPLIT_IMAGES[dataset])
     measure = f"{COST_BENCHMARK} --dataset {dataset} --tables {table} --device cuda --write config/measured_costs.yaml"
-    for line in estimate(work, COSTS).lines(f"tables/{table}_{dataset}.csv", measure):
+    for line in estimate(work, gpu_costs()).lines(f"tables/{table}_{dataset}.csv", measure):
         snakemake_logger.info(line)
 
 
