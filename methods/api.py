@@ -29,7 +29,8 @@ from methods.data.caption_augment import extra_tokens
 from methods.data.inputs import CachedGridFeatures, CachedImageFeatures
 from methods.data.text import Vocabulary
 from methods.errors import HarnessError
-from methods.metrics.protocols import evaluate_protocol, get_protocol
+from methods.metrics.evaluation import evaluate_protocol
+from methods.metrics.protocols import get_protocol
 from methods.metrics.relevance import CaptionsOfImage
 from methods.features.images import ImageFiles
 from methods.models.base import BuildContext, RetrievalModel
@@ -212,12 +213,12 @@ def evaluate(scores: Any, protocol: str, relevance: Any = None, texts_per_image:
     ``f30k_1k``, ``coco_1k_5fold``, ``coco_5k``): the result an ``eval_<split>.json`` holds for it.
     Caption protocols read text k as a caption of image k // ``texts_per_image``; protocols of other
     relevance (extended positives, shared labels) need ``relevance``
-    (``methods.metrics.protocols.split_relevances``)."""
+    (``methods.metrics.evaluation.split_relevances``)."""
     proto = get_protocol(protocol)
     if relevance is None:
         if proto.relevance != "captions_of_image":
             raise HarnessError(f"evaluate: protocol {protocol} needs its {proto.relevance} relevance (relevance=...; "
-                               f"methods.metrics.protocols.split_relevances builds it from a dataset)")
+                               f"methods.metrics.evaluation.split_relevances builds it from a dataset)")
         relevance = CaptionsOfImage(texts_per_image)
     if torch.is_tensor(scores):
         scores = scores.detach().cpu()

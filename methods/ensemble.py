@@ -11,7 +11,8 @@ from pathlib import Path
 from methods.cli import run_command
 from methods.data.datasets import load_dataset_payload
 from methods.io import read_json, write_json
-from methods.metrics.protocols import evaluate_split, get_protocol, split_relevances
+from methods.metrics.evaluation import evaluate_split, split_relevances
+from methods.metrics.protocols import get_protocol
 from methods.paths import eval_file, sims_file
 from methods.scoring import average_similarities
 

@@ -7,7 +7,7 @@ has a main metric: ``methods.metrics.training_check``; config, hash, commit, see
 times) and ``sims_<split>.npy`` (the score matrix, used by ensembles). A model that reports
 embedding statistics (set models: within-set circular variance) adds them under the protocol
 ``set_statistics``. ``--views`` evaluates the run's model with only some elements of its sets
-(``methods.models.element_views``): ``eval_<split>@<view>.json`` and ``sims_<split>@<view>.npy``
+(``methods.model_kinds.element_views``): ``eval_<split>@<view>.json`` and ``sims_<split>@<view>.npy``
 (for claim checks) per view, no statistics; the split is encoded once for all of them.
 """
 from __future__ import annotations
@@ -24,10 +24,10 @@ from methods.errors import HarnessError
 from methods.features.backbone import eval_transform
 from methods.features.images import ImageFiles
 from methods.io import save_npy, write_json
-from methods.metrics.protocols import (evaluate_split, get_protocol, label_prediction_relevance, split_relevances,
-                                      statistics_result)
-from methods.models import image_input_of
-from methods.models.element_views import check_elements, parse_view
+from methods.metrics.evaluation import evaluate_split, label_prediction_relevance, split_relevances
+from methods.metrics.protocols import get_protocol, statistics_result
+from methods.model_kinds import MODEL_KINDS, image_input_of
+from methods.model_kinds.element_views import check_elements, parse_view
 from methods.paths import eval_file, model_file, sims_file
 from methods.runtime import compute_setup, provenance, resolve_device
 from methods.scoring import add_block_argument, block_provenance, use_block_budget
@@ -52,7 +52,7 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
     cfg = ckpt["config"]
     elements = {view: parse_view(view) for view in views or []}
     if elements:
-        sizes = type(model).set_sizes(cfg["model"])
+        sizes = MODEL_KINDS.get(cfg["model"]["kind"]).set_sizes(cfg["model"])
         if sizes is None:
             raise HarnessError(f"{model_path}: evaluation views select set elements, but a "
                                f"{cfg['model']['kind']} model does not embed items as sets")
@@ -134,7 +134,7 @@ def _arguments(parser) -> None:
     parser.add_argument("--features-dir", required=True)
     parser.add_argument("--vocab", required=True)
     parser.add_argument("--views", help="evaluation views of a set model, comma-separated, e.g. i0_tall,iall_t1 "
-                                        "(methods.models.element_views)")
+                                        "(methods.model_kinds.element_views)")
     add_block_argument(parser)
 
 

@@ -16,13 +16,11 @@ from methods import numerics
 from methods.errors import HarnessError
 from methods.fidelity import (config_value, load_method_file, merge_ledgers, row_ledger, source_ledger,
                               stand_in_deviation, tokenizer_deviation)
-from methods.losses import rebase_term, term_configs
+from methods.losses.term_kinds import rebase_term, term_configs
+from methods.metrics.declarations import base_metrics, check_claimable
 from methods.metrics.protocols import CHECKED_PROTOCOLS, STATISTICS_PROTOCOL, get_protocol
-from methods.metrics.query_units import check_claimable
-from methods.metrics.registry import base_metrics
-from methods.models import image_input_of, model_class
-from methods.models.element_views import check_elements, view_name
-from methods.models.description import DescribeContext, describe_run, finetunes
+from methods.model_kinds import MODEL_KINDS, DescribeContext, describe_run, finetunes, image_input_of
+from methods.model_kinds.element_views import check_elements, view_name
 from methods.paths import ResultsLayout, sims_file
 from methods.report.claim_form import Comparison, parse_comparison
 
@@ -210,7 +208,7 @@ class Row:
     ledger: list[dict] = field(default_factory=list)  # per distinct member: source code, switches off source, deviations
     compare_to: str | None = None  # a row of the same table: paired differences over seeds
     ran: str = ""                  # what its runs really run (backbone / image input, dimensions, schedule)
-    view: str | None = None        # an evaluation view of a set model (methods.models.element_views)
+    view: str | None = None        # an evaluation view of a set model (methods.model_kinds.element_views)
     overrides: dict = field(default_factory=dict)  # a single-model row's dotted overrides (figures of settings)
     reported_only: str | None = None  # why the harness does not run it: no members, seeds or runs
 
@@ -527,7 +525,7 @@ class Plan:
         if "ensemble" in row:
             raise HarnessError(f"{where}: an evaluation view selects elements of one model's sets, not of an ensemble")
         model = self.experiment(dataset, exp_ids[0]).config["model"]
-        sizes = model_class(model["kind"]).set_sizes(model)
+        sizes = MODEL_KINDS.get(model["kind"]).set_sizes(model)
         if sizes is None:
             raise HarnessError(f"{where}: evaluation views need a model that embeds items as sets; "
                                f"'{model['kind']}' does not")

@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from methods.data.inputs import CachedGridFeatures, CachedImageFeatures
-from methods.data.text import pad_tokens
+from methods.data.batches import feature_tensors, pad_tokens
 from methods.errors import HarnessError
 from methods.features.images import ImageFiles
 from methods.models.base import CrossAttentionModel, RetrievalModel
@@ -82,7 +82,7 @@ def encode_images(model: RetrievalModel, n_images: int, device: torch.device, ba
     else:
         dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
         for start in range(0, n_images, batch_size):
-            block = features.block(start, min(n_images, start + batch_size))
+            block = feature_tensors(features.block(start, min(n_images, start + batch_size)))
             block = {k: v.to(dtype) for k, v in block.items()} if isinstance(block, dict) else block.to(dtype)
             with autocast(device, amp):
                 chunks.append(stored(model.encode_images({"features": to_device(block, device)})))

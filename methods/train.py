@@ -25,10 +25,9 @@ from methods.data.text import Vocabulary
 from methods.errors import HarnessError
 from methods.evaluate import evaluate_run
 from methods.io import read_json, write_json
-from methods.metrics.protocols import split_relevances
-from methods.models import image_input_of
+from methods.metrics.evaluation import split_relevances
+from methods.model_kinds import finetunes, image_input_of
 from methods.models.checkpoint import save_trained_model
-from methods.models.description import finetunes
 from methods.paths import model_file, train_log
 from methods.runtime import compute_setup, provenance, resolve_device, seed_everything
 from methods.scoring import add_block_argument, use_block_budget
@@ -59,7 +58,7 @@ def _train(args) -> None:
     if cfg["model"].get("text", {}).get("word_init") == "glove":
         if not paths["glove"]:
             raise HarnessError("word_init: glove needs datasets.<name>.glove (a GloVe text file) in config")
-        word_vectors = load_word_vectors(paths["glove"], vocab, cfg["model"]["text"]["word_dim"])
+        word_vectors = torch.from_numpy(load_word_vectors(paths["glove"], vocab, cfg["model"]["text"]["word_dim"]))
     # token ids past the vocabulary (``<mask>`` of caption augmentation) start from the random init
     n_tokens = len(vocab) + extra_tokens(cfg["training"])
     if word_vectors is not None and n_tokens > len(word_vectors):

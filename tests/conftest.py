@@ -17,7 +17,7 @@ from filelock import FileLock
 from methods.config import deep_merge, load_harness_config, load_yaml
 from methods.data.tokenizers import PUNKT_SUBDIR
 from methods.io import torch_save
-from methods.metrics.eccv_caption import package_caption_ids, package_caption_images
+from methods.metrics.coco_ids import package_caption_ids, package_caption_images
 
 REPO = Path(__file__).resolve().parents[1]
 

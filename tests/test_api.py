@@ -8,6 +8,7 @@ import torch
 
 from methods import api
 from methods.config import config_hash
+from methods.data.batches import feature_tensors
 from methods.data.datasets import load_dataset_payload
 from methods.data.inputs import IMAGE_INPUTS
 
@@ -62,7 +63,7 @@ def test_grid_input_loads_every_scale_memory_mapped(tiny_dag):
     data = grid.load(payload, "test", folder, model_cfg)
     conv5 = np.load(folder / "test_conv5.npy")
     assert isinstance(data.features.arrays["conv5"], np.memmap)
-    batch = data.features.take(np.array([3, 1]))
+    batch = feature_tensors(data.features.take(np.array([3, 1])))
     assert set(batch) == {"conv4", "conv5"} and batch["conv5"].dtype == torch.float32
     np.testing.assert_array_equal(batch["conv5"].numpy(), conv5[[3, 1]].astype(np.float32))
     shape = data.features.image_shape()["scales"]

@@ -2,6 +2,7 @@
 hidden inside a function, and every schema enum of a registered kind lists exactly the registry."""
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +17,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "methods"
 # above a base of helpers every layer may use.
 LAYERS = [
     ("base", ("methods", "methods.errors", "methods.io", "methods.paths", "methods.config", "methods.registry",
-              "methods.runtime", "methods.cli", "methods.retries")),
+              "methods.runtime", "methods.cli", "methods.retries", "methods.placement")),
     ("data", ("methods.data",)),
     ("features", ("methods.features",)),
+    ("model kinds", ("methods.model_kinds",)),   # what the plan knows of a model, torch-free
     ("models", ("methods.models",)),
     ("losses/metrics", ("methods.losses", "methods.metrics")),
     ("training/evaluation", ("methods.training", "methods.scoring")),
@@ -95,8 +97,8 @@ def schema_enum(schema: dict, *path: str) -> list[str]:
 
 
 @pytest.mark.parametrize("registry_path, schema_path", [
-    (("methods.models", "MODELS"), ("method", "properties", "model", "properties", "kind")),
-    (("methods.losses", "LOSS_TERMS"), ("method", "$defs", "loss_term", "properties", "kind")),
+    (("methods.model_kinds", "MODEL_KINDS"), ("method", "properties", "model", "properties", "kind")),
+    (("methods.losses.term_kinds", "TERM_KINDS"), ("method", "$defs", "loss_term", "properties", "kind")),
     (("methods.report.figure_kinds", "FIGURE_KINDS"),
      ("paper", "properties", "figures", "additionalProperties", "properties", "kind")),
 ])
@@ -112,7 +114,7 @@ def test_the_other_registry_backed_schema_enums_follow_their_registries():
     """Set similarities, protocols, tokenizers and selection metrics are named in the schemas too."""
     from methods.data.tokenizers import TOKENIZERS
     from methods.metrics.protocols import PROTOCOLS, STATISTICS_PROTOCOL
-    from methods.metrics.registry import METRICS
+    from methods.metrics.declarations import METRICS
     from methods.models.set_similarity import SET_SIMILARITIES
 
     method, config = load_schema("method"), load_schema("config")
@@ -140,6 +142,26 @@ def test_the_snakefile_plans_figures_without_matplotlib():
     code = "import sys, methods.report.figure_kinds; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE.parent)
     assert out.stdout.strip() == "False"
+
+
+def test_the_snakefile_builds_its_dag_without_torch():
+    """Every module the workflow's rules import loads without torch (or torchvision): the DAG build
+    of every snakemake process, a cluster job's included, would pay its ~2 s and ~500 MB. The
+    modules are read from the rule files, so a new import there is checked too."""
+    rules = sorted((PACKAGE.parent / "workflow" / "rules").glob("*.smk")) + [PACKAGE.parent / "Snakefile"]
+    modules = sorted({a or b for path in rules
+                      for a, b in re.findall(r"^\s*(?:from ([\w.]+) import|import ([\w.]+))", path.read_text(), re.M)})
+    assert "methods.plan" in modules
+    code = ("import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] in ('torch', 'torchvision'):\n"
+            "            raise ImportError('the DAG build imports ' + name)\n"
+            "sys.meta_path.insert(0, Block())\n"
+            f"for m in {modules!r}:\n"
+            "    __import__(m)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent)
+    assert out.returncode == 0, out.stderr[-3000:]
 
 
 def test_model_schema_has_a_block_for_every_registered_model():

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from scipy.special import ndtr, ndtri
 
+from methods.metrics.declarations import RECALLS
 from methods.metrics.protocols import get_protocol
 from methods.metrics.query_units import protocol_units
 from methods.metrics.relevance import CaptionsOfImage
-from methods.metrics.retrieval import RECALLS
 from methods.report.bootstrap import mean_over_seeds, paired_difference_interval, side_value, verdict
 
 TPI = 5

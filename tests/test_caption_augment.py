@@ -6,6 +6,7 @@ import torch
 
 from methods import api
 from methods.data.caption_augment import CaptionAugmentation, extra_tokens
+from methods.training.data import augment_caption
 from methods.errors import HarnessError
 
 START, END = 1, 2
@@ -30,7 +31,7 @@ def test_equals_the_public_code_on_the_same_draws():
     augment = CaptionAugmentation(0.2, 0.5, 0.1, vocab_size=50)
     words = torch.randint(4, 50, (400,), generator=torch.Generator().manual_seed(0)).tolist()
     g = torch.Generator().manual_seed(7)
-    out = augment([START, *words, END], torch.Generator().manual_seed(7))
+    out = augment_caption(augment, [START, *words, END], torch.Generator().manual_seed(7))
     draws = torch.rand(len(words), generator=g).tolist()
     random_ids = torch.randint(51, (len(words),), generator=g).tolist()   # <mask> (50) can be drawn too
     assert out == dive_tokenize(words, draws, random_ids, 0.2, mask_id=50)
@@ -42,7 +43,7 @@ def test_shares_of_masked_replaced_and_deleted_words():
     drew the word itself), each within 5 binomial standard deviations."""
     n = 200_000
     augment = CaptionAugmentation(0.2, 0.5, 0.1, vocab_size=10_000)
-    out = augment([START, *([7] * n), END], torch.Generator().manual_seed(1))
+    out = augment_caption(augment, [START, *([7] * n), END], torch.Generator().manual_seed(1))
     assert out[0] == START and out[-1] == END
     body = torch.tensor(out[1:-1])
     counts = {"mask": int((body == 10_000).sum()), "kept": int((body == 7).sum()),
@@ -54,9 +55,9 @@ def test_shares_of_masked_replaced_and_deleted_words():
 
 def test_no_augmentation_is_the_identity_and_only_masking_adds_a_token():
     tokens = [START, 5, 6, 7, END]
-    assert CaptionAugmentation(0.0, 0.5, 0.1, 20)(tokens) == tokens
-    assert CaptionAugmentation(1.0, 1.0, 0.0, 20)(tokens) == [START, 20, 20, 20, END]
-    assert CaptionAugmentation(1.0, 0.0, 0.0, 20)(tokens) == [START, END]
+    assert augment_caption(CaptionAugmentation(0.0, 0.5, 0.1, 20), tokens) == tokens
+    assert augment_caption(CaptionAugmentation(1.0, 1.0, 0.0, 20), tokens) == [START, 20, 20, 20, END]
+    assert augment_caption(CaptionAugmentation(1.0, 0.0, 0.0, 20), tokens) == [START, END]
     assert extra_tokens({"caption_augment": {"prob": 0.2, "mask": 0.5, "replace": 0.1}}) == 1
     assert extra_tokens({"caption_augment": {"prob": 0.2, "mask": 0.0, "replace": 0.1}}) == 0
     assert extra_tokens({}) == 0

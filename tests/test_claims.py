@@ -14,7 +14,8 @@ from methods.config import REPO_ROOT, load_harness_config
 from methods.errors import HarnessError
 from methods.data.datasets import dataset_payload
 from methods.io import save_npy, write_json
-from methods.metrics.protocols import evaluate_protocol, get_protocol
+from methods.metrics.evaluation import evaluate_protocol
+from methods.metrics.protocols import get_protocol
 from methods.metrics.retrieval import chance_recalls, retrieval_metrics
 from methods.plan import Plan
 from methods.report import claims as claims_job

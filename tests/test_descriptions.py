@@ -1,14 +1,13 @@
-"""What a run config really runs (the ``ran`` column): each registered model describes its own
-configs (``describe`` in its model file), checked here against strings written by hand for small
+"""What a run config really runs (the ``ran`` column): each declared model kind describes its own
+configs (``describe`` in its ``methods.model_kinds`` file), checked here against strings written by hand for small
 hand-built configs; a model registered without an entry here fails the suite."""
 import re
 
 import pytest
 
-from methods.config import REPO_ROOT, load_harness_config
 from methods.metrics.protocols import get_protocol
-from methods.models import MODELS
-from methods.models.description import DescribeContext, backbone_text, describe_run
+from methods.model_kinds import MODEL_KINDS, DescribeContext, describe_run
+from methods.model_kinds.description import backbone_text
 from methods.plan import Plan
 from methods.report import table
 from methods.report.aggregate import aggregate
@@ -131,7 +130,7 @@ CASES = {  # model kind -> [(run config, dataset config block, expected descript
 
 
 def test_every_registered_model_has_hand_written_descriptions():
-    assert set(CASES) == set(MODELS.names())
+    assert set(CASES) == set(MODEL_KINDS.names())
 
 
 @pytest.mark.parametrize("kind,case", [(k, i) for k, cases in CASES.items() for i in range(len(cases))])

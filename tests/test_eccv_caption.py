@@ -19,10 +19,10 @@ import methods.metrics.eccv_caption as eccv_caption_module
 from methods.data.karpathy import Split, load_splits
 from methods.errors import HarnessError
 from methods.metrics.eccv import per_query
-from methods.metrics.eccv_caption import (ECCV_CAPTION_METRICS, CocoIds, full_rankings, package_metrics,
-                                          split_coco_ids)
-from methods.metrics.protocols import evaluate_protocol, get_protocol, split_relevances
-from methods.metrics.registry import METRICS, evaluate
+from methods.metrics.declarations import ECCV_CAPTION_METRICS, METRICS
+from methods.metrics.eccv_caption import CocoIds, full_rankings, package_metrics, split_coco_ids
+from methods.metrics.evaluation import evaluate, evaluate_protocol, split_relevances
+from methods.metrics.protocols import get_protocol
 
 DATA = Path(importlib.util.find_spec("eccv_caption").origin).parent / "data"
 N_IMAGES, N_CAPTIONS = 5000, 25000

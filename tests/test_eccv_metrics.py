@@ -13,9 +13,10 @@ from methods.data.datasets import dataset_paths
 from methods.data.karpathy import load_splits
 from methods.data.positives import split_positives
 from methods.errors import HarnessError
-from methods.metrics.eccv import ECCV_METRICS, per_query
-from methods.metrics.protocols import Protocol, evaluate_protocol, evaluate_split, get_protocol, split_relevances
-from methods.metrics.registry import METRICS, evaluate
+from methods.metrics.declarations import ECCV_METRICS, METRICS
+from methods.metrics.eccv import per_query
+from methods.metrics.evaluation import evaluate, evaluate_protocol, evaluate_split, split_relevances
+from methods.metrics.protocols import Protocol, get_protocol
 from methods.metrics.relevance import ExtendedPositives
 from methods.metrics.retrieval import retrieval_metrics
 

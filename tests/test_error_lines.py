@@ -23,7 +23,7 @@ from methods.data.positives import load_positives
 from methods.data.precomp import check_npy_header, open_precomp
 from methods.data.text import Vocabulary
 from methods.data.tokenizers import Tokenizer
-from methods.runtime import KNOWN_RESOURCES
+from methods.placement import KNOWN_RESOURCES
 from methods.scoring import average_similarities
 from methods.errors import MAX_MESSAGE_CHARS, HarnessError, run_cli
 from methods.io import read_json, torch_save, write_json, write_text

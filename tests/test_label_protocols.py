@@ -13,10 +13,9 @@ from sklearn.metrics import f1_score, ndcg_score
 from methods.data.multilabel import check_model_labels, image_filenames, label_count
 from methods.errors import HarnessError
 from methods.io import write_json
-from methods.metrics.protocols import (Protocol, evaluate_protocol, get_protocol, label_prediction_relevance,
-                                      split_labels)
-from methods.metrics.label_prediction import LABEL_PREDICTION_METRICS
-from methods.metrics.label_ranking import LABEL_RANKING_METRICS
+from methods.metrics.declarations import LABEL_PREDICTION_METRICS, LABEL_RANKING_METRICS
+from methods.metrics.evaluation import evaluate_protocol, label_prediction_relevance, split_labels
+from methods.metrics.protocols import Protocol, get_protocol
 from methods.metrics.relevance import SharedLabels
 from methods.plan import Plan, data_kind, stand_in_protocols
 from methods.report import aggregate, table

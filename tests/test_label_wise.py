@@ -13,9 +13,10 @@ import torch.nn.functional as F
 from methods import api
 from methods.config import REPO_ROOT
 from methods.errors import HarnessError
-from methods.losses import Loss
+from methods.losses.weighted_sum import Loss
 from methods.metrics.label_prediction import LabelPredictions, micro_f1
-from methods.metrics.protocols import Protocol, evaluate_protocol
+from methods.metrics.evaluation import evaluate_protocol
+from methods.metrics.protocols import Protocol
 from methods.models.label_wise import LabelWise, code_transformer
 
 METHOD = REPO_ROOT / "config" / "methods" / "label_wise.yaml"

@@ -6,7 +6,6 @@ device: cuda on a machine without a GPU (local runs only)."""
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -25,10 +24,11 @@ from methods.data.synthetic import generate
 from methods.data.tokenizers import Tokenizer
 from methods.data.text import Vocabulary
 from methods.errors import HarnessError
-from methods.features import backbone
-from methods.features.backbone import check_weights_fit, weights_mismatch
+from methods.features import weights_check
+from methods.features.backbone import weights_mismatch
+from methods.features.weights_check import check_weights_fit
 from methods.metrics.protocols import check_split_sizes
-from methods.runtime import check_gpu_for_local_run, runs_jobs_here
+from methods.placement import check_gpu_for_local_run, cuda_visible, runs_jobs_here
 from tests.conftest import REPO, copy_workflow, fitting_weights, flickr_layout, snakemake
 from tests.test_validation import bad_paper
 
@@ -172,8 +172,8 @@ def test_backbone_weights_must_fit_the_architecture(tmp_path, monkeypatch):
     # a fitting file passes, once: the verdict is cached by size and mtime
     good = fitting_weights(tmp_path / "resnet152.pth", "resnet152")
     loads = []
-    problem = backbone._weights_problem
-    monkeypatch.setattr(backbone, "_weights_problem", lambda arch, p: loads.append(p) or problem(arch, p))
+    verdict = weights_check.weights_verdict
+    monkeypatch.setattr(weights_check, "weights_verdict", lambda arch, p: loads.append(p) or verdict(arch, p))
     check_weights_fit(weights_cfg(tmp_path, good), "cnn")
     check_weights_fit(weights_cfg(tmp_path, good), "cnn")
     assert len(loads) == 1
@@ -187,6 +187,11 @@ def test_weights_without_batchnorm_counters_load_and_pass():
     assert weights_mismatch("resnet18", state) is None
     state["conv1.weight"] = torch.full_like(state["conv1.weight"], float("nan"))
     assert weights_mismatch("resnet18", state) == "holds NaN or inf values in 1 tensors (e.g. conv1.weight)"
+
+
+def test_cuda_visible_is_torchs_answer():
+    """The DAG build asks a child process (it does not import torch): the same answer as here."""
+    assert cuda_visible() == torch.cuda.is_available()
 
 
 def test_cuda_without_gpu_stops_a_local_run_only():

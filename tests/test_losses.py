@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from methods.losses import build_loss, directional_losses
+from methods.losses.ranking import build_loss, directional_losses
 from methods.losses.gradient_count import count_gradient_negatives
 from methods.losses.smooth_ap import smooth_ap_per_query
 
@@ -63,7 +63,7 @@ def test_hardest_gradient_reaches_only_the_hardest_negative():
 
 
 def test_warmup_uses_the_sum_before_hardest_negative_mining():
-    from methods.losses import loss_kind_at
+    from methods.losses.ranking import loss_kind_at
 
     cfg = {"kind": "triplet_hardest", "margin": 0.2, "warmup_sum_epochs": 2}
     assert [loss_kind_at(cfg, e) for e in range(4)] == ["triplet_sum", "triplet_sum", "triplet_hardest", "triplet_hardest"]

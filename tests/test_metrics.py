@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from methods.errors import HarnessError
-from methods.metrics.protocols import PROTOCOLS, evaluate_protocol, get_protocol
+from methods.metrics.evaluation import evaluate_protocol
+from methods.metrics.protocols import PROTOCOLS, get_protocol
 from methods.metrics.retrieval import chance_recalls, i2t_ranks, retrieval_metrics, t2i_ranks
 
 

@@ -139,7 +139,7 @@ class Regions:
         self.x = torch.randn(n, REGIONS, REGION_DIM, generator=torch.Generator().manual_seed(0))
 
     def take(self, indices):
-        return self.x[torch.as_tensor(indices)]
+        return self.x[torch.as_tensor(indices)].numpy()   # as CachedImageFeatures.take: an array
 
 
 def saf_model() -> SGRAF:

@@ -6,9 +6,13 @@ import pytest
 import torch
 
 from methods.errors import HarnessError
-from methods.metrics.protocols import Protocol, evaluate_protocol, get_protocol
-from methods.metrics.query_units import check_claimable, protocol_units
-from methods.metrics.registry import METRICS, EvaluationContext
+from methods.metrics.declarations import check_claimable
+from methods.metrics.evaluation import evaluate_protocol
+# the implemented metrics: declarations with their computation (each per-query metric's ``per_query``)
+from methods.metrics.implementations import IMPLEMENTED_METRICS as METRICS
+from methods.metrics.implementations import EvaluationContext
+from methods.metrics.protocols import Protocol, get_protocol
+from methods.metrics.query_units import protocol_units
 from methods.metrics.relevance import CaptionsOfImage, ExtendedPositives, SharedLabels
 
 TPI = 5

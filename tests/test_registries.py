@@ -12,9 +12,15 @@ import yaml
 from methods import api
 from methods.config import REPO_ROOT
 from methods.data.inputs import IMAGE_INPUTS
-from methods.losses import LOSS_TERMS, LOSSES, Loss
-from methods.metrics.registry import METRICS, evaluate
+from methods.losses.ranking import LOSSES
+from methods.losses.term_kinds import TERM_KINDS
+from methods.losses.terms import LOSS_TERMS
+from methods.losses.weighted_sum import Loss
+from methods.metrics.declarations import METRICS
+from methods.metrics.evaluation import evaluate
+from methods.metrics.implementations import IMPLEMENTED_METRICS
 from methods.metrics.relevance import CaptionsOfImage, ExtendedPositives, SharedLabels
+from methods.model_kinds import MODEL_KINDS
 from methods.models import MODELS
 from methods.registry import Registry
 from tests.test_eccv_metrics import brute_force_eccv, random_positives
@@ -67,6 +73,12 @@ def text_batch(n: int, g: torch.Generator) -> dict:
     tokens = torch.randint(4, VOCAB, (n, 8), generator=g)
     tokens[torch.arange(8)[None, :] >= lengths[:, None]] = 0
     return {"tokens": tokens, "lengths": lengths}
+
+
+def test_every_declared_model_kind_is_implemented():
+    """The DAG build reads the declarations (``MODEL_KINDS``); training builds the implementations."""
+    assert MODELS.names() == MODEL_KINDS.names()
+    assert all(MODELS.get(k).image_input == MODEL_KINDS.get(k).image_input for k in MODELS.names())
 
 
 @pytest.mark.parametrize("kind", MODELS.names())
@@ -139,6 +151,12 @@ def bf_shared_labels(name: str, scores: np.ndarray, image_labels: np.ndarray, te
     k = int(metric.removeprefix("ndcg"))
     # every query, those sharing no label with any candidate included (scikit-learn gives them 0)
     return 100 * float(np.mean([ndcg_score(r[None], q[None], k=k) for r, q in zip(rel, s)]))
+
+
+def test_every_declared_metric_is_implemented():
+    """The plan and the tables read the declarations (``METRICS``), evaluation the implementations;
+    a sum of metrics (RSUM) is computed from its components."""
+    assert IMPLEMENTED_METRICS.names() == [n for n in METRICS.names() if not METRICS.get(n).components]
 
 
 # metrics computed elsewhere than from a small score matrix have their own oracles: ECCV Caption /
@@ -246,6 +264,13 @@ LABEL_WISE_TERMS = ("label_logistic", "masked_prediction", "consistency")
 
 def test_every_loss_term_has_a_loop_reference():
     assert set(LOSS_TERMS.names()) == set(LOSSES) | set(SET_TERMS) | set(LABEL_WISE_TERMS)
+
+
+def test_every_declared_term_kind_is_implemented():
+    """The DAG build reads the declarations (``TERM_KINDS``), training the implementations."""
+    assert LOSS_TERMS.names() == TERM_KINDS.names()
+    with pytest.raises(ValueError, match="'no_such_term' is implemented but not declared"):
+        LOSS_TERMS.register("no_such_term", object)
 
 
 def random_scores(seed: int, n_img=5, n_cap=12):

@@ -11,9 +11,10 @@ import torch.nn.functional as F
 from methods import api
 from methods.config import REPO_ROOT, load_harness_config
 from methods.errors import HarnessError
-from methods.losses import Loss
+from methods.losses.weighted_sum import Loss
 from methods.losses.set_regularisers import diversity, mmd, uniformity
-from methods.models.element_views import check_elements, parse_view, view_name
+from methods.model_kinds import MODEL_KINDS
+from methods.model_kinds.element_views import check_elements, parse_view, view_name
 from methods.models.set_embedding import SetEmbedding, circular_variance, drop_regions
 from methods.models.set_prediction import SlotAggregation
 from methods.models.set_similarity import SET_SIMILARITIES, set_score_matrix, set_similarity
@@ -237,7 +238,7 @@ def test_selecting_elements_scores_the_subsets():
     sub_img, sub_txt = model.select_elements(img, txt, [1], None)
     torch.testing.assert_close(model.score_matrix(sub_img, sub_txt),
                                set_similarity("smooth_chamfer", {"alpha": 16.0})(img[:, [1]], txt))
-    assert SetEmbedding.set_sizes({"set_size": 4}) == (4, 4)
+    assert MODEL_KINDS.get("set_embedding").set_sizes({"set_size": 4}) == (4, 4)
 
 
 @pytest.fixture(scope="module")

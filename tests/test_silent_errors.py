@@ -15,7 +15,7 @@ from methods.config import REPO_ROOT, load_harness_config
 from methods.data.checks import check_dataset_inputs
 from methods.errors import HarnessError
 from methods.plan import Plan
-from methods.runtime import check_resource_names
+from methods.placement import check_resource_names
 from tests.conftest import copy_workflow, planted_punkt, snakemake
 
 CONFIG = REPO_ROOT / "config" / "config.yaml"

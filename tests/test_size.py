@@ -17,8 +17,9 @@ def test_full_size_coco_is_planned_prepared_and_trained_within_bounded_memory(tm
     # first sight: the Karpathy file parsed once (~1.5 GB of Python objects), the 33 GB feature file
     # scanned for NaN 64 MB at a time (a memory map of it grew the process to 16.6 GiB)
     assert m["dry_run_first"].peak_rss_bytes < 2 * GiB
-    # checks cached: the Karpathy file's index, no parse (the parse alone needs ~1.5 GB)
-    assert m["dry_run_cached"].peak_rss_bytes < 1 * GiB
+    # checks cached: the Karpathy file's index, no parse (the parse alone needs ~1.5 GB), and no
+    # torch (0.26 GiB measured; importing torch alone adds ~0.5 GiB)
+    assert m["dry_run_cached"].peak_rss_bytes < 0.5 * GiB
     assert m["data_jobs"].peak_anon_bytes < 4 * GiB          # the vocabulary of 616,435 captions (5 per image)
     train = m["training_steps"]
     assert train.rc == 2 and "checkpoint written" in train.log, train.log[-3000:]   # stopped by SIGTERM

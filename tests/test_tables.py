@@ -8,7 +8,7 @@ import pytest
 
 from methods.errors import HarnessError
 from methods.metrics.protocols import get_protocol
-from methods.metrics.registry import METRICS
+from methods.metrics.declarations import METRICS
 from methods.report import aggregate, figure, table
 
 TOLERANCE = {"recall": 2.0, "rsum": 6.0, "rank": 1.0}

@@ -14,10 +14,11 @@ from methods import ensemble
 from methods.config import REPO_ROOT, load_harness_config
 from methods.data.datasets import dataset_payload
 from methods.io import read_json, save_npy, write_json
-from methods.metrics.eccv import ECCV_METRICS, chance_map_at_r
-from methods.metrics.label_ranking import LABEL_RANKING_METRICS, chance_ndcg
-from methods.metrics.protocols import CHECKED_PROTOCOLS, MAIN_METRIC_CHANCE, PROTOCOLS, Protocol, evaluate_protocol
-from methods.metrics.registry import METRICS
+from methods.metrics.declarations import ECCV_METRICS, LABEL_RANKING_METRICS, METRICS
+from methods.metrics.eccv import chance_map_at_r
+from methods.metrics.evaluation import MAIN_METRIC_CHANCE, evaluate_protocol
+from methods.metrics.label_ranking import chance_ndcg
+from methods.metrics.protocols import CHECKED_PROTOCOLS, PROTOCOLS, Protocol
 from methods.metrics.relevance import ExtendedPositives, SharedLabels
 from methods.metrics.retrieval import chance_recalls, retrieval_metrics
 from methods.metrics.training_check import (NOT_TRAINED, TRAINED, UNKNOWN, TrainingThresholds, failures, row_training,

@@ -39,9 +39,10 @@ from methods.data.inputs import CachedGridFeatures, CachedImageFeatures, SplitDa
 from methods.data.text import SPECIALS, Vocabulary
 from methods.data.tokenizers import Tokenizer
 from methods.estimate import STAGE_KINDS, cost_key, stage_kind
-from methods.features.backbone import ResNetBackbone, layer_channels
-from methods.losses.terms import Loss
-from methods.models import image_input_of
+from methods.features.architectures import layer_channels
+from methods.features.backbone import ResNetBackbone
+from methods.losses.weighted_sum import Loss
+from methods.model_kinds import image_input_of
 from methods.plan import Plan
 from methods.runtime import exact_fp32, resolve_device, to_device
 from methods.scoring import encode_split, score_matrix, use_block_budget

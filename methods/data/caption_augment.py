@@ -8,10 +8,13 @@ shares are 0.5, 0.1 and 0.4.
 vocabulary, a model trained with masking gets one more token id, ``len(vocab)``
 (``extra_tokens``); random replacements are drawn from every id, ``<mask>`` included, as
 ``random.randrange(len(vocab))`` does there. Evaluation never augments.
+
+The random draws are torch's (``methods.training.data.augment_caption``: the training loader's
+seeded stream); this module holds the rule and its parameters, which the DAG build checks.
 """
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
 
 def extra_tokens(training_cfg: dict) -> int:
@@ -23,14 +26,26 @@ def extra_tokens(training_cfg: dict) -> int:
     return int((bool(augment) and augment["mask"] > 0) or (bool(masked) and masked["word_prob"] > 0))
 
 
+@dataclass(frozen=True)
 class CaptionAugmentation:
-    def __init__(self, prob: float, mask: float, replace: float, vocab_size: int):
-        if not (0 <= prob <= 1 and mask >= 0 and replace >= 0 and mask + replace <= 1):
+    prob: float
+    mask: float
+    replace: float
+    vocab_size: int
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.prob <= 1 and self.mask >= 0 and self.replace >= 0 and self.mask + self.replace <= 1):
             raise ValueError(f"caption augmentation needs prob in [0, 1] and mask + replace <= 1, got "
-                             f"prob {prob}, mask {mask}, replace {replace}")
-        self.prob, self.mask, self.replace = prob, mask, replace
-        self.mask_id = vocab_size                                   # the one id past the vocabulary
-        self.n_ids = vocab_size + (1 if mask > 0 else 0)
+                             f"prob {self.prob}, mask {self.mask}, replace {self.replace}")
+
+    @property
+    def mask_id(self) -> int:
+        return self.vocab_size   # the one id past the vocabulary
+
+    @property
+    def n_ids(self) -> int:
+        """The ids a replacement is drawn from: the vocabulary's, and ``<mask>`` when words are masked."""
+        return self.vocab_size + (1 if self.mask > 0 else 0)
 
     @classmethod
     def from_config(cls, training_cfg: dict, vocab_size: int) -> "CaptionAugmentation | None":
@@ -39,15 +54,14 @@ class CaptionAugmentation:
             return None
         return cls(augment["prob"], augment["mask"], augment["replace"], vocab_size)
 
-    def __call__(self, tokens: list[int], generator: torch.Generator | None = None) -> list[int]:
-        """``tokens``: ``<start>``, the words, ``<end>`` (``Vocabulary.encode``)."""
+    def apply(self, tokens: list[int], draws: list[float], replacements: list[int]) -> list[int]:
+        """``tokens`` (``<start>``, the words, ``<end>``: ``Vocabulary.encode``) augmented word by
+        word: ``draws`` holds one uniform [0, 1) per word, ``replacements`` one id below ``n_ids``."""
         words = tokens[1:-1]
         if not words:
             return list(tokens)
-        draws = torch.rand(len(words), generator=generator).tolist()
-        replacements = torch.randint(self.n_ids, (len(words),), generator=generator).tolist()
         out = [tokens[0]]
-        for word, u, random_id in zip(words, draws, replacements):
+        for word, u, random_id in zip(words, draws, replacements, strict=True):
             if u >= self.prob:
                 out.append(word)
                 continue

@@ -1,11 +1,12 @@
-"""GloVe text vectors (``word v1 ... vD`` per line) -> an embedding matrix for a vocabulary."""
+"""GloVe text vectors (``word v1 ... vD`` per line) -> an embedding matrix for a vocabulary (numpy:
+the DAG build checks these files, and it does not import torch)."""
 from __future__ import annotations
 
 import functools
 import math
 from pathlib import Path
 
-import torch
+import numpy as np
 
 from methods.data.text import Vocabulary
 from methods.errors import HarnessError
@@ -64,12 +65,12 @@ def _head_dimension(path: str, size: int, mtime_ns: int) -> int:
     return dim
 
 
-def load_word_vectors(path: str | Path, vocab: Vocabulary, dim: int) -> torch.Tensor:
-    """(len(vocab), dim); rows of words absent from the file stay zero (the encoder keeps its init)."""
+def load_word_vectors(path: str | Path, vocab: Vocabulary, dim: int) -> np.ndarray:
+    """(len(vocab), dim) float32; rows of words absent from the file stay zero (the encoder keeps its init)."""
     path = Path(path)
     if not path.is_file():
         raise HarnessError(f"GloVe file not found: {path} (expected a text file, one 'word v1 ... v{dim}' per line)")
-    out = torch.zeros(len(vocab), dim)
+    out = np.zeros((len(vocab), dim), dtype=np.float32)
     found = 0
     with open(path, encoding="utf8", errors="replace") as f:
         for line_no, line in enumerate(f, 1):
@@ -81,7 +82,7 @@ def load_word_vectors(path: str | Path, vocab: Vocabulary, dim: int) -> torch.Te
             values = _values(tokens, dim)
             if values is None:
                 raise HarnessError(f"{path}:{line_no}: malformed vector for '{word}': expected {dim} finite numbers")
-            out[idx] = torch.tensor(values)
+            out[idx] = values   # each value rounded to float32 once, as torch.tensor(values)
             found += 1
     if found == 0:
         raise HarnessError(f"{path}: no vocabulary word found; is it a GloVe text file?")

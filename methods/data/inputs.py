@@ -18,6 +18,10 @@ A kind also gives the shape a model is built with (``image_shape``): ``{"dim": C
 Every kind also carries the split's ``texts_per_image`` and the images' multi-hot ``labels`` of the
 Karpathy file (None when it has none; ``regions`` reads them only for a model with a label head,
 ``model.n_classes``).
+
+A split's features are read as numpy arrays (``take``: a batch, ``block``: a run of images);
+``methods.data.batches.feature_tensors`` makes them the tensors a model reads. The DAG build
+reads this module's kinds, and it does not import torch.
 """
 from __future__ import annotations
 
@@ -25,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from methods.data.datasets import dataset_paths, payload_splits
 from methods.data.karpathy import Split
@@ -67,18 +70,17 @@ class CachedImageFeatures:
     def image_shape(self) -> dict:
         return {"dim": self.dim} if self.regions is None else {"dim": self.dim, "regions": self.regions}
 
-    def take(self, indices: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.asarray(self.array[np.asarray(indices) * self.step], dtype=np.float32))
+    def take(self, indices: np.ndarray) -> np.ndarray:
+        return np.asarray(self.array[np.asarray(indices) * self.step], dtype=np.float32)
 
-    def block(self, start: int, end: int) -> torch.Tensor:
+    def block(self, start: int, end: int) -> np.ndarray:
         # a copy: a slice of a read-only memmap would be a view torch cannot own
-        return torch.from_numpy(np.array(self.array[start * self.step:end * self.step:self.step],
-                                         dtype=read_dtype(self.array)))
+        return np.array(self.array[start * self.step:end * self.step:self.step], dtype=read_dtype(self.array))
 
 
 class CachedGridFeatures:
     """Several memory-mapped (N, H, W, C) maps of the same images, one per scale; a batch is a
-    dict scale -> float32 tensor."""
+    dict scale -> float32 array."""
 
     def __init__(self, arrays: dict[str, np.ndarray]):
         sizes = {a.shape[0] for a in arrays.values()}
@@ -93,12 +95,12 @@ class CachedGridFeatures:
     def image_shape(self) -> dict:
         return {"scales": {k: [int(d) for d in a.shape[1:]] for k, a in self.arrays.items()}}
 
-    def take(self, indices: np.ndarray) -> dict[str, torch.Tensor]:
+    def take(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         idx = np.asarray(indices)
-        return {k: torch.from_numpy(np.asarray(a[idx], dtype=np.float32)) for k, a in self.arrays.items()}
+        return {k: np.asarray(a[idx], dtype=np.float32) for k, a in self.arrays.items()}
 
-    def block(self, start: int, end: int) -> dict[str, torch.Tensor]:
-        return {k: torch.from_numpy(np.array(a[start:end], dtype=read_dtype(a))) for k, a in self.arrays.items()}
+    def block(self, start: int, end: int) -> dict[str, np.ndarray]:
+        return {k: np.array(a[start:end], dtype=read_dtype(a)) for k, a in self.arrays.items()}
 
 
 @dataclass

@@ -9,8 +9,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-import torch
-
 from methods.data.tokenizers import Tokenizer
 from methods.errors import HarnessError
 from methods.io import read_json, write_json
@@ -133,12 +131,3 @@ class Vocabulary:
             raise HarnessError(
                 f"{where}: {unknown}/{total} caption tokens ({100 * unknown / total:.0f}%) are not in the "
                 f"vocabulary; it was built for other captions (rebuild it from this dataset's training split)")
-
-
-def pad_tokens(token_lists: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, longest) token ids padded with 0 (``<pad>``), and the (B,) lengths."""
-    lengths = torch.tensor([len(t) for t in token_lists], dtype=torch.long)
-    tokens = torch.zeros(len(token_lists), int(lengths.max()), dtype=torch.long)
-    for row, t in enumerate(token_lists):
-        tokens[row, : len(t)] = torch.tensor(t, dtype=torch.long)
-    return tokens, lengths

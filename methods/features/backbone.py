@@ -6,27 +6,20 @@ job imports this module through the model registry, while only the jobs that run
 """
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from methods.data.input_cache import cached_verdict
 from methods.errors import HarnessError, first_line
+from methods.features.architectures import layer_channels
 from methods.features.portable_conv import portable_convolutions
 from methods.numerics import environment_mode
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-LAYER_OF = {"conv3": "layer2", "conv4": "layer3", "conv5": "layer4"}  # torchvision names
-CHANNELS = {  # (conv3, conv4, conv5) output channels
-    "resnet18": (128, 256, 512), "resnet34": (128, 256, 512),
-    "resnet50": (512, 1024, 2048), "resnet101": (512, 1024, 2048), "resnet152": (512, 1024, 2048),
-}
-
-
-def layer_channels(arch: str, layer: str) -> int:
-    return CHANNELS[arch][("conv3", "conv4", "conv5").index(layer)]
 
 
 class ResNetBackbone(nn.Module):
@@ -102,7 +95,9 @@ def weights_mismatch(arch: str, state) -> str | None:
     return None
 
 
-def _weights_problem(arch: str, path: Path) -> dict:
+def weights_problem(arch: str, path: Path) -> dict:
+    """``{"problem": why the weights file at ``path`` would not load into ``arch``, or None}``
+    (``methods.features.weights_check`` asks this in a child process: ``python -m`` this module)."""
     if path.stat().st_size == 0:
         return {"problem": f"is an empty file; expected a {arch} state dict (an interrupted download?)"}
     try:
@@ -112,21 +107,6 @@ def _weights_problem(arch: str, path: Path) -> dict:
         reason = type(exc).__name__ if reason == type(exc).__name__ else f"{type(exc).__name__}: {reason}"
         return {"problem": f"cannot be read as a PyTorch state dict ({reason})"}
     return {"problem": weights_mismatch(arch, state)}
-
-
-def check_weights_fit(cfg: dict, backbone: str) -> None:
-    """When the DAG is built: a configured weights file of ``backbones.<backbone>`` loads into its
-    architecture (the feature or training job would find out only when it builds the CNN). The
-    verdict is cached by file size and mtime (``methods.data.input_cache``): a ResNet-152 file is
-    230 MB. Weights the DAG pre-trains, and 'none', are not checked."""
-    bb = cfg["backbones"][backbone]
-    if bb["weights"] in (None, "none") or "pretrain" in bb:
-        return
-    path = Path(bb["weights"]).expanduser()
-    verdict = cached_verdict(cfg["results_dir"], f"weights:{bb['arch']}", path,
-                             lambda p: _weights_problem(bb["arch"], p))
-    if verdict["problem"]:
-        raise HarnessError(f"backbones.{backbone}.weights: {path} {verdict['problem']}")
 
 
 def eval_transform(resize: int, crop: int):
@@ -147,3 +127,7 @@ def train_transform(crop: int):
         transforms.RandomResizedCrop(crop), transforms.RandomHorizontalFlip(), transforms.ToTensor(),
         transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
     ])
+
+
+if __name__ == "__main__":   # python -m methods.features.backbone ARCH WEIGHTS_FILE: the verdict as JSON
+    print(json.dumps(weights_problem(sys.argv[1], Path(sys.argv[2]))))

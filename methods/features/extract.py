@@ -15,7 +15,8 @@ from tqdm import tqdm
 
 from methods.cli import run_command
 from methods.data.datasets import load_dataset_payload, payload_splits
-from methods.features.backbone import ResNetBackbone, eval_transform, layer_channels
+from methods.features.architectures import layer_channels
+from methods.features.backbone import ResNetBackbone, eval_transform
 from methods.features.images import ImageFiles
 from methods.io import open_npy_for_writing
 from methods.runtime import compute_setup, resolve_device

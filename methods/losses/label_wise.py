@@ -63,8 +63,6 @@ def _labels(batch: dict, key: str, vectors: torch.Tensor) -> torch.Tensor:
 
 @LOSS_TERMS.register("label_logistic")
 class LabelLogisticTerm(LossTerm):
-    keys = ()
-
     def __call__(self, outputs: dict, batch: dict, epoch: int) -> torch.Tensor:
         img, txt = outputs["image_label_vectors"], outputs["text_label_vectors"]
         vectors = torch.cat([img, txt])
@@ -74,8 +72,6 @@ class LabelLogisticTerm(LossTerm):
 
 @LOSS_TERMS.register("masked_prediction")
 class MaskedPredictionTerm(LossTerm):
-    keys = ()
-
     def __call__(self, outputs: dict, batch: dict, epoch: int) -> torch.Tensor:
         parts = [(outputs[f"{side}_scores"], outputs[f"{side}_targets"]) for side in ("word", "region")
                  if f"{side}_scores" in outputs]
@@ -91,8 +87,6 @@ class MaskedPredictionTerm(LossTerm):
 
 @LOSS_TERMS.register("consistency")
 class ConsistencyTerm(LossTerm):
-    keys = ("squared",)
-
     def __call__(self, outputs: dict, batch: dict, epoch: int) -> torch.Tensor:
         return consistency(outputs["image_label_vectors"], outputs["text_label_vectors"], batch["positives"],
                            self.cfg.get("squared", True))

@@ -20,26 +20,24 @@ import torch
 from methods.errors import HarnessError
 from methods.losses.nt_xent import nt_xent
 from methods.losses.smooth_ap import smooth_ap
+from methods.losses.term_kinds import TERM_KINDS
 from methods.losses.terms import LOSS_TERMS, LossTerm, OneDirection
 from methods.losses.triplet import triplet_hardest, triplet_sum
 
 
 @dataclass(frozen=True)
 class LossSpec:
+    """A ranking loss: its function of one direction and how the two directions join. Its config
+    parameters are its kind's declaration (``methods.losses.term_kinds.TERM_KINDS``)."""
     one_direction: Callable[..., torch.Tensor]   # (scores, positives, **params) -> scalar
-    params: tuple[str, ...]                      # config keys passed as keyword arguments
-    combine: str                                 # how the two directions join: "sum" or "mean"
-    options: tuple[str, ...] = ()                # further config keys the term reads
-    optional_params: tuple[str, ...] = ()        # keyword arguments passed when configured
-    family: str = ""                             # kinds whose shared parameters mean the same (default: its own)
+    combine: str                                 # "sum" or "mean"
 
 
 LOSSES: dict[str, LossSpec] = {
-    "triplet_sum": LossSpec(triplet_sum, ("margin",), "sum", optional_params=("reduction",), family="triplet"),
-    "triplet_hardest": LossSpec(triplet_hardest, ("margin",), "sum", options=("warmup_sum_epochs",),
-                                optional_params=("reduction",), family="triplet"),
-    "nt_xent": LossSpec(nt_xent, ("tau",), "mean"),
-    "smooth_ap": LossSpec(smooth_ap, ("tau",), "mean"),
+    "triplet_sum": LossSpec(triplet_sum, "sum"),
+    "triplet_hardest": LossSpec(triplet_hardest, "sum"),
+    "nt_xent": LossSpec(nt_xent, "mean"),
+    "smooth_ap": LossSpec(smooth_ap, "mean"),
 }
 
 
@@ -53,7 +51,9 @@ def loss_kind_at(cfg: dict, epoch: int) -> str:
     return kind
 
 
-def loss_kwargs(spec: LossSpec, cfg: dict) -> dict:
+def loss_kwargs(kind: str, cfg: dict) -> dict:
+    """The keyword arguments of ranking loss ``kind`` from a term config (``cfg``)."""
+    spec = TERM_KINDS.get(kind)
     missing = [p for p in spec.params if p not in cfg]
     if missing:
         raise HarnessError(f"loss '{cfg['kind']}' needs {', '.join(missing)} in the loss config")
@@ -61,9 +61,8 @@ def loss_kwargs(spec: LossSpec, cfg: dict) -> dict:
 
 
 def one_direction(kind: str, cfg: dict) -> OneDirection:
-    spec = LOSSES[kind]
-    kw = loss_kwargs(spec, cfg)
-    return lambda scores, positives: spec.one_direction(scores, positives, **kw)
+    fn, kw = LOSSES[kind].one_direction, loss_kwargs(kind, cfg)
+    return lambda scores, positives: fn(scores, positives, **kw)
 
 
 def directional_losses(kind: str, cfg: dict, scores: torch.Tensor, positives: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,7 +75,7 @@ def build_loss(cfg: dict, epoch: int) -> Callable[[torch.Tensor, torch.Tensor], 
     """The ranking loss of one term config at ``epoch``, as a function of (scores, positives)."""
     kind = loss_kind_at(cfg, epoch)
     combine = LOSSES[kind].combine
-    loss_kwargs(LOSSES[kind], cfg)  # fail now, not at the first step
+    loss_kwargs(kind, cfg)  # fail now, not at the first step
 
     def loss(scores: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
         i2t, t2i = directional_losses(kind, cfg, scores, positives)
@@ -89,17 +88,9 @@ class RankingTerm(LossTerm):
     """A ranking loss on every scoring head's (images x texts) scores (``outputs["scores"]``),
     with the batch's positive mask (``batch["positives"]``)."""
 
-    @classmethod
-    def parameters(cls, kind: str) -> frozenset[str]:
-        return frozenset(LOSSES[kind].params + LOSSES[kind].options + LOSSES[kind].optional_params)
-
-    @classmethod
-    def family(cls, kind: str) -> str:
-        return LOSSES[kind].family or kind
-
     def __init__(self, cfg: dict):
         super().__init__(cfg)
-        loss_kwargs(LOSSES[cfg["kind"]], cfg)  # a missing parameter fails when the term is built
+        loss_kwargs(cfg["kind"], cfg)  # a missing parameter fails when the term is built
 
     def kind_at(self, epoch: int) -> str:
         return loss_kind_at(self.cfg, epoch)

@@ -52,13 +52,10 @@ def diversity(residuals: torch.Tensor) -> torch.Tensor:
 
 class SetTerm(LossTerm):
     """A regulariser of the element sets or residuals (``outputs['sets']`` / ``['residuals']``)."""
-    keys: tuple[str, ...] = ()
 
 
 @LOSS_TERMS.register("mmd")
 class MMDTerm(SetTerm):
-    keys = ("gamma",)
-
     def __call__(self, outputs: dict, batch: dict, epoch: int) -> torch.Tensor:
         img, txt = outputs["sets"]
         return mmd(img.reshape(-1, img.shape[-1]), txt.reshape(-1, txt.shape[-1]), self.cfg.get("gamma", 0.5))
@@ -66,8 +63,6 @@ class MMDTerm(SetTerm):
 
 @LOSS_TERMS.register("uniformity")
 class UniformityTerm(SetTerm):
-    keys = ("t",)
-
     def __call__(self, outputs: dict, batch: dict, epoch: int) -> torch.Tensor:
         img, txt = outputs["residuals"]
         t = self.cfg.get("t", 2.0)

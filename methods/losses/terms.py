@@ -1,5 +1,5 @@
-"""Losses as weighted terms declared in config, each a registered function of the model's
-training outputs and the batch's relevance.
+"""Loss terms: each a registered function of the model's training outputs and the batch's relevance
+(the weighted sum of a config's terms is ``methods.losses.weighted_sum.Loss``).
 
 ``loss: {kind: triplet_hardest, margin: 0.2}`` is one term (weight 1); several are listed as
 ``loss: {terms: [{kind: triplet_hardest, margin: 0.2}, {kind: ..., weight: 0.1}]}``. The
@@ -11,10 +11,11 @@ which the training loop counts the negatives that receive a gradient.
 """
 from __future__ import annotations
 
-from typing import Callable, ClassVar
+from typing import Callable
 
 import torch
 
+from methods.losses.term_kinds import TERM_KINDS
 from methods.registry import Registry
 
 # (scores, positives) -> loss of one query direction (rows are queries)
@@ -22,20 +23,8 @@ OneDirection = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class LossTerm:
-    """A term built from its config block (``kind``, ``weight`` and its own parameters)."""
-
-    keys: ClassVar[tuple[str, ...]]   # its parameters: every term class declares them (or overrides ``parameters``)
-
-    @classmethod
-    def parameters(cls, kind: str) -> frozenset[str]:
-        """The config keys a term of ``kind`` takes besides ``kind`` and ``weight``."""
-        return frozenset(cls.keys)
-
-    @classmethod
-    def family(cls, kind: str) -> str:
-        """Kinds of one family give their shared parameter names the same meaning (a triplet
-        margin is a margin for both triplet kinds; NT-Xent's tau is not SmoothAP's)."""
-        return kind
+    """A term built from its config block (``kind``, ``weight`` and the parameters its kind declares:
+    ``methods.losses.term_kinds``)."""
 
     def __init__(self, cfg: dict):
         self.cfg = cfg
@@ -58,53 +47,4 @@ class LossTerm:
         return 1.0
 
 
-LOSS_TERMS: Registry[type[LossTerm]] = Registry("loss term")
-
-
-def rebase_term(inherited: dict, layer: dict) -> dict:
-    """A single-term loss block after a config layer: merged key by key, except that a layer
-    naming another ``kind`` keeps an inherited parameter only when the new kind takes it with the
-    same meaning (same family): ``{kind: nt_xent, tau: 0.1}`` over ``{kind: triplet_hardest,
-    margin: 0.2}`` leaves no margin behind to enter the config hash, ``loss.kind: triplet_sum``
-    keeps the margin, and SmoothAP never inherits NT-Xent's tau."""
-    kind = layer.get("kind")
-    if "terms" in layer or ("terms" in inherited and kind is not None):  # one form replaces the other
-        return dict(layer)
-    merged = {**inherited, **layer}
-    old = inherited.get("kind")
-    if kind is None or kind == old or kind not in LOSS_TERMS or old not in LOSS_TERMS:
-        return merged  # (an unknown kind is reported by the schema, with the file and key)
-    new_term, old_term = LOSS_TERMS.get(kind), LOSS_TERMS.get(old)
-    same_family = new_term.family(kind) == old_term.family(old)
-    takes = new_term.parameters(kind) if same_family else frozenset()
-    return {k: v for k, v in merged.items() if k in layer or k in takes or k == "weight"}
-
-
-def term_configs(loss_cfg: dict) -> list[dict]:
-    """The terms of a ``loss`` config block (a single term is the block itself)."""
-    return list(loss_cfg["terms"]) if "terms" in loss_cfg else [loss_cfg]
-
-
-class Loss:
-    """The weighted sum of the configured terms."""
-
-    def __init__(self, loss_cfg: dict):
-        self.terms = [LOSS_TERMS.get(cfg["kind"])(cfg) for cfg in term_configs(loss_cfg)]
-
-    def kind_at(self, epoch: int) -> str:
-        return "+".join(t.kind_at(epoch) for t in self.terms)
-
-    def __call__(self, outputs: dict, batch: dict, epoch: int) -> torch.Tensor:
-        return sum(t.weight * t(outputs, batch, epoch) for t in self.terms)
-
-    def one_direction_at(self, epoch: int) -> OneDirection | None:
-        """The per-direction part of the ranking terms (None when no term ranks). One ranking term
-        is returned as it is (gradient counts are scale-free); several are summed with their
-        weights and direction shares, so the gradients are those of the loss trained."""
-        parts = [(t.weight * t.direction_share(), fn) for t in self.terms
-                 if (fn := t.one_direction_at(epoch)) is not None]
-        if not parts:
-            return None
-        if len(parts) == 1:
-            return parts[0][1]
-        return lambda scores, positives: sum(w * fn(scores, positives) for w, fn in parts)
+LOSS_TERMS: Registry[type[LossTerm]] = Registry("loss term", declared=TERM_KINDS)

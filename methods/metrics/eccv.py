@@ -12,19 +12,18 @@ Each is the mean over queries, in percent; ``map_r_ext_sum`` (i2t + t2i mAP@R) i
 main metric for the training check, whose chance value ``chance_map_at_r`` gives. Ties count against the model as in
 ``methods.metrics.retrieval``: among equal scores every negative is ranked above every positive,
 so constant scores give the worst value. Each direction's score matrix is sorted once, in query
-chunks; the three metrics share that pass.
+chunks; the three metrics share that pass. The metrics are declared in
+``methods.metrics.declarations``; this module implements them.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from methods.metrics.registry import EvaluationContext, register_metric
-from methods.metrics.retrieval import ARROW, DIRECTIONS, QUERIES
+from methods.metrics.declarations import DIRECTIONS, ECCV_KINDS
+from methods.metrics.implementations import EvaluationContext, implement_metric
 
 CHUNK_ELEMENTS = 1 << 22   # scores sorted at once (queries x gallery), bounds memory on COCO-sized splits
-KINDS = {"map_r": "mAP@R", "rp": "R-P", "r1": "R@1"}   # ECCV Caption's order
-ECCV_METRICS = tuple(f"{d}_{k}_ext" for d in DIRECTIONS for k in KINDS)
 
 
 def per_query(scores: torch.Tensor, positives: torch.Tensor, chunk: int | None = None) -> dict[str, torch.Tensor]:
@@ -36,7 +35,7 @@ def per_query(scores: torch.Tensor, positives: torch.Tensor, chunk: int | None =
     if bool((n_pos == 0).any()):
         raise ValueError("every query needs at least one positive")
     chunk = chunk or max(1, CHUNK_ELEMENTS // max(1, n_gallery))
-    out = {k: torch.empty(n_queries, dtype=torch.float64) for k in KINDS}
+    out = {k: torch.empty(n_queries, dtype=torch.float64) for k in ECCV_KINDS}
     for start in range(0, n_queries, chunk):
         s, p, r = scores[start:start + chunk], positives[start:start + chunk], n_pos[start:start + chunk]
         # negatives before positives, then a stable descending sort by score: among equal scores
@@ -67,15 +66,9 @@ def extended_per_query(context: EvaluationContext, direction: str) -> dict[str, 
 
 
 for _d in DIRECTIONS:
-    for _k, _label in KINDS.items():
-        register_metric(f"{_d}_{_k}_ext", lambda c, d=_d, k=_k: 100.0 * float(extended_per_query(c, d)[k].mean()),
-                        relevance="extended_positives", direction="higher", label=f"{ARROW[_d]} {_label} (ext.)",
-                        tolerance="ranking", scale="percent",
-                        per_query=lambda c, d=_d, k=_k: 100.0 * extended_per_query(c, d)[k], queries=QUERIES[_d])
-# ECCV Caption's headline metric both ways: the main metric of the extended-positives protocol's training check
-register_metric("map_r_ext_sum", None, components=tuple(f"{d}_map_r_ext" for d in DIRECTIONS),
-                relevance="extended_positives", direction="higher", label="mAP@R (ext.) sum", tolerance=None,
-                scale="percent_sum", in_table=False)
+    for _k in ECCV_KINDS:
+        implement_metric(f"{_d}_{_k}_ext", lambda c, d=_d, k=_k: 100.0 * float(extended_per_query(c, d)[k].mean()),
+                         per_query=lambda c, d=_d, k=_k: 100.0 * extended_per_query(c, d)[k])
 
 
 def chance_map_at_r(positives: np.ndarray) -> float:

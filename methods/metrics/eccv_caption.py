@@ -7,19 +7,19 @@ The package identifies images by COCO image id and captions by COCO caption anno
 takes each query's ranked gallery ids. The harness's ``testall`` rows are the Karpathy test
 images in file order (their ``cocoid``s) with their first five captions; the columns are mapped to
 the package's ``coco_test_ids.npy`` (25,000 caption ids, five per image in the same image order,
-the order VSE++ and PCME evaluate in): ``coco_ids_of_split`` checks that each block of five ids
-belongs to the row's image and names the first row that does not. Within an image the five
+the order VSE++ and PCME evaluate in): ``split_coco_ids`` (``methods.metrics.coco_ids``) checks that
+each block of five ids belongs to the row's image and names the first row that does not. Within an image the five
 captions are taken in the package's order, which the Karpathy file's sentence order is assumed to
 follow (the Karpathy file carries no annotation ids to check it against).
 
 Every query gets its *full* ranking (stable descending sort of its scores: among equal scores
 the gallery's order decides), never a top-K, so R-Precision and mAP@R see every positive.
 Metrics: ``{i2t,t2i}_{map_r,rp,r1}_eccv`` (ECCV Caption mAP@R, R-Precision, R@1) and
-``{i2t,t2i}_r{1,5,10}_cxc`` (CxC recall), in percent.
+``{i2t,t2i}_r{1,5,10}_cxc`` (CxC recall), in percent, declared in ``methods.metrics.declarations``
+and implemented here.
 """
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,21 +27,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from methods.data.karpathy import CAPTIONS_PER_IMAGE, Split, SplitIndex
+from methods.data.karpathy import Split, SplitIndex
 from methods.errors import HarnessError
-from methods.metrics.registry import register_metric
+from methods.metrics.coco_ids import split_coco_id_arrays
+from methods.metrics.declarations import CXC_KS, DIRECTIONS, ECCV_CAPTION_METRICS
+from methods.metrics.implementations import implement_metric
 from methods.metrics.relevance import check_finite
-from methods.metrics.retrieval import ARROW, DIRECTIONS
 
 with warnings.catch_warnings():   # the package warns at import when the optional ujson / tqdm are absent
     warnings.simplefilter("ignore")
     import eccv_caption
 
-PACKAGE_DATA = Path(eccv_caption.__file__).parent / "data"
-ECCV_KINDS = {"map_r": ("eccv_map_at_r", "mAP@R"), "rp": ("eccv_rprecision", "R-P"), "r1": ("eccv_r1", "R@1")}
-CXC_KS = (1, 5, 10)
-ECCV_CAPTION_METRICS = tuple([f"{d}_{k}_eccv" for d in DIRECTIONS for k in ECCV_KINDS]
-                             + [f"{d}_r{k}_cxc" for d in DIRECTIONS for k in CXC_KS])
+# the package's name of each ECCV Caption metric (``methods.metrics.declarations.ECCV_KINDS``)
+PACKAGE_METRIC_NAMES = {"map_r": "eccv_map_at_r", "rp": "eccv_rprecision", "r1": "eccv_r1"}
 RANK_CHUNK = 1 << 24   # scores argsorted at once
 
 
@@ -69,48 +67,10 @@ class CocoIds:
         return scores, self
 
 
-def package_caption_ids() -> np.ndarray:
-    return np.load(PACKAGE_DATA / "coco_test_ids.npy")
-
-
-def package_caption_images() -> dict[int, int]:
-    """COCO caption id -> its COCO image id (the package's original COCO ground truth)."""
-    with open(PACKAGE_DATA / "original_caption_to_image.json") as f:
-        return {int(k): int(v[0]) for k, v in json.load(f).items()}
-
-
-def coco_ids(image_ids: list[int], where: str) -> CocoIds:
-    """The package's caption ids for images ``image_ids`` (COCO ids, in row order), checked: each
-    row's five ids are captions of that row's image."""
-    caption_ids = package_caption_ids()
-    if len(caption_ids) != CAPTIONS_PER_IMAGE * len(image_ids):
-        raise HarnessError(f"{where}: {len(image_ids)} images, but ECCV Caption / CxC are defined on the COCO 5K "
-                           f"test set ({len(caption_ids) // CAPTIONS_PER_IMAGE} images, eccv_caption's "
-                           f"coco_test_ids.npy)")
-    image_of = package_caption_images()
-    blocks = caption_ids.reshape(-1, CAPTIONS_PER_IMAGE)
-    for row, (image, block) in enumerate(zip(image_ids, blocks)):
-        owners = {image_of.get(int(c)) for c in block}
-        if owners != {int(image)}:
-            raise HarnessError(f"{where}: row {row} is COCO image {image}, but eccv_caption's coco_test_ids.npy has "
-                               f"captions of image(s) {sorted(o for o in owners if o is not None) or 'unknown'} "
-                               f"at captions {row * CAPTIONS_PER_IMAGE}-{row * CAPTIONS_PER_IMAGE + 4}: the split's "
-                               f"image order differs from the COCO 5K test order ECCV Caption uses")
-    return CocoIds(np.asarray(image_ids, dtype=np.int64), caption_ids.astype(np.int64))
-
-
 def split_coco_ids(karpathy_json: str | Path, split: Split | SplitIndex) -> CocoIds:
-    """The COCO ids of a harness split loaded from ``karpathy_json``: its images' ``cocoid``."""
-    if split.texts_per_image != CAPTIONS_PER_IMAGE:
-        raise HarnessError(f"{karpathy_json} split '{split.name}': {split.texts_per_image} texts per image, but ECCV "
-                           f"Caption / CxC are defined on {CAPTIONS_PER_IMAGE} captions per COCO image")
-    if split.coco_ids is None:
-        raise HarnessError(f"split '{split.name}' was not loaded from a Karpathy file: it has no COCO ids")
-    missing = next((i for i, c in enumerate(split.coco_ids) if isinstance(c, bool) or not isinstance(c, int)), None)
-    if missing is not None:
-        raise HarnessError(f"{karpathy_json}: image {missing} of split '{split.name}' has no integer 'cocoid' "
-                           f"(ECCV Caption / CxC identify images by COCO id)")
-    return coco_ids(split.coco_ids, f"{karpathy_json} split '{split.name}'")
+    """The COCO ids of a harness split loaded from ``karpathy_json`` (its images' ``cocoid``),
+    checked against the package's order (``methods.metrics.coco_ids``)."""
+    return CocoIds(*split_coco_id_arrays(karpathy_json, split))
 
 
 def full_rankings(scores: torch.Tensor, gallery_ids: np.ndarray, query_ids: np.ndarray) -> dict[int, np.ndarray]:
@@ -131,14 +91,14 @@ def package_metrics(scores: torch.Tensor, ids: CocoIds) -> dict[str, float]:
     scores = scores.float().cpu()
     i2t = full_rankings(scores, ids.caption_ids, ids.image_ids)
     t2i = full_rankings(scores.T.contiguous(), ids.image_ids, ids.caption_ids)
-    targets = [name for name, _ in ECCV_KINDS.values()] + ["cxc_recalls"]
+    targets = [*PACKAGE_METRIC_NAMES.values(), "cxc_recalls"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         computed = eccv_caption.Metrics().compute_all_metrics(i2t, t2i, target_metrics=targets, Ks=list(CXC_KS),
                                                               verbose=False)
     out = {}
     for d in DIRECTIONS:
-        for kind, (name, _) in ECCV_KINDS.items():
+        for kind, name in PACKAGE_METRIC_NAMES.items():
             out[f"{d}_{kind}_eccv"] = 100.0 * float(computed[name][d])
         for k in CXC_KS:
             out[f"{d}_r{k}_cxc"] = 100.0 * float(computed[f"cxc_r{k}"][d])
@@ -149,10 +109,5 @@ def _metric(name: str):
     return lambda context: context.cached("eccv_caption", lambda: package_metrics(context.scores, context.relevance))[name]
 
 
-for _d in DIRECTIONS:
-    for _kind, (_, _label) in ECCV_KINDS.items():
-        register_metric(f"{_d}_{_kind}_eccv", _metric(f"{_d}_{_kind}_eccv"), relevance="coco_ids", direction="higher",
-                        label=f"{ARROW[_d]} ECCV {_label}", tolerance="ranking", scale="percent")
-    for _k in CXC_KS:
-        register_metric(f"{_d}_r{_k}_cxc", _metric(f"{_d}_r{_k}_cxc"), relevance="coco_ids", direction="higher",
-                        label=f"{ARROW[_d]} CxC R@{_k}", tolerance="recall", scale="percent")
+for _name in ECCV_CAPTION_METRICS:
+    implement_metric(_name, _metric(_name))

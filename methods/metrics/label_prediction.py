@@ -10,7 +10,8 @@ nothing is predicted or present (scikit-learn's ``f1_score(average="micro", zero
 The metrics are computed from a ``LabelPredictions`` relevance (kind ``label_predictions``), not from
 the score matrix: ``evaluate_protocol(scores, protocol, LabelPredictions(...))`` checks that the score
 matrix is (images x texts) and cuts the predictions into the protocol's folds with it (consecutive
-image and text blocks, as ``SharedLabels``).
+image and text blocks, as ``SharedLabels``). The metrics are declared in
+``methods.metrics.declarations``; this module implements them.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 
 from methods.errors import HarnessError
-from methods.metrics.registry import EvaluationContext, register_metric
+from methods.metrics.implementations import EvaluationContext, implement_metric
 from methods.metrics.relevance import check_finite
 
 THRESHOLD = 0.5
@@ -81,7 +82,5 @@ def _micro_f1(side: str):
     return compute
 
 
-LABEL_PREDICTION_METRICS = ("image_micro_f1", "text_micro_f1")
 for _side in ("image", "text"):
-    register_metric(f"{_side}_micro_f1", _micro_f1(_side), relevance="label_predictions", direction="higher",
-                    label=f"micro-F1 ({_side})", tolerance="f1", scale="unit")
+    implement_metric(f"{_side}_micro_f1", _micro_f1(_side))

@@ -29,17 +29,15 @@ default sort leaves the order of equal scores unspecified (numpy of its time: in
 order kept only within runs of up to 16; numpy >= 1.25 on AVX-512 / AVX2 hosts: SIMD sorting
 networks, not even then), so it depends on numpy's version and the host's CPU and no fixed rule
 reproduces it everywhere; the stable reading is the one that gives the same numbers on every
-machine. All values in percent.
+machine. All values in percent. The metrics are declared in ``methods.metrics.declarations``; this
+module implements them.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from methods.metrics.registry import EvaluationContext, register_metric
-from methods.metrics.retrieval import ARROW, QUERIES
-
-NDCG_KS = (500,)
-OWN_RECALL_KS = (1, 5, 10)
+from methods.metrics.declarations import DIRECTIONS, NDCG_KS, OWN_RECALL_KS
+from methods.metrics.implementations import EvaluationContext, implement_metric
 
 
 def graded_orientation(context: EvaluationContext, direction: str) -> tuple[np.ndarray, np.ndarray]:
@@ -148,28 +146,17 @@ def own_recall_at(context: EvaluationContext, direction: str, k: int) -> float:
     return 100.0 * float(own_hits(context, direction, k).mean())
 
 
-for _d in ("i2t", "t2i"):
-    register_metric(f"{_d}_map", lambda c, d=_d: mean_average_precision(c, d), relevance="shared_labels",
-                    direction="higher", label=f"{ARROW[_d]} mAP", tolerance="ranking", scale="percent",
-                    per_query=lambda c, d=_d: 100.0 * average_precisions(c, d), queries=QUERIES[_d])
-    register_metric(f"{_d}_map_at_r", lambda c, d=_d: map_at_r(c, d), relevance="shared_labels",
-                    direction="higher", label=f"{ARROW[_d]} mAP@R", tolerance="ranking", scale="percent",
-                    per_query=lambda c, d=_d: 100.0 * average_precisions_at_r(c, d), queries=QUERIES[_d])
+for _d in DIRECTIONS:
+    implement_metric(f"{_d}_map", lambda c, d=_d: mean_average_precision(c, d),
+                     per_query=lambda c, d=_d: 100.0 * average_precisions(c, d))
+    implement_metric(f"{_d}_map_at_r", lambda c, d=_d: map_at_r(c, d),
+                     per_query=lambda c, d=_d: 100.0 * average_precisions_at_r(c, d))
     for _k in NDCG_KS:
-        register_metric(f"{_d}_ndcg{_k}", lambda c, d=_d, k=_k: ndcg_at(c, d, k), relevance="shared_labels",
-                        direction="higher", label=f"{ARROW[_d]} NDCG@{_k}", tolerance="ranking", scale="percent",
-                        per_query=lambda c, d=_d, k=_k: 100.0 * ndcg_fractions(c, d, k), queries=QUERIES[_d])
+        implement_metric(f"{_d}_ndcg{_k}", lambda c, d=_d, k=_k: ndcg_at(c, d, k),
+                         per_query=lambda c, d=_d, k=_k: 100.0 * ndcg_fractions(c, d, k))
     for _k in OWN_RECALL_KS:
-        register_metric(f"{_d}_own_r{_k}", lambda c, d=_d, k=_k: own_recall_at(c, d, k), relevance="shared_labels",
-                        direction="higher", label=f"{ARROW[_d]} R@{_k} (own)", tolerance="recall", scale="percent",
-                        per_query=lambda c, d=_d, k=_k: 100.0 * own_hits(c, d, k), queries=QUERIES[_d])
-LABEL_RANKING_METRICS = tuple(f"{d}_{m}" for d in ("i2t", "t2i")
-                              for m in (*(f"ndcg{k}" for k in NDCG_KS), "map", "map_at_r",
-                                        *(f"own_r{k}" for k in OWN_RECALL_KS)))
-# model selection on both directions at once (label-wise retrieval: validation NDCG@500 i2t + t2i)
-for _k in NDCG_KS:
-    register_metric(f"ndcg{_k}_sum", None, components=(f"i2t_ndcg{_k}", f"t2i_ndcg{_k}"), relevance="shared_labels",
-                    direction="higher", label=f"NDCG@{_k} sum", tolerance=None, scale="percent_sum", in_table=False)
+        implement_metric(f"{_d}_own_r{_k}", lambda c, d=_d, k=_k: own_recall_at(c, d, k),
+                         per_query=lambda c, d=_d, k=_k: 100.0 * own_hits(c, d, k))
 
 
 CHANCE_CHUNK_ELEMENTS = 1 << 22   # (query, candidate) gains held at once (bounds memory on COCO 5K)

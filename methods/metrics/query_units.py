@@ -1,8 +1,9 @@
 """Per-image units of a protocol's metrics: what the claim checks' paired bootstrap resamples.
 
-A metric that is a mean over queries (``Metric.per_query``: image queries or text queries) is,
-on any multiset of test images, the sum of the per-query values of those images' queries divided
-by the number of those queries that count (a query a metric leaves out, e.g. one without a
+A metric that is a mean over queries (``Metric.queries``: image queries or text queries; its
+implementation's ``per_query`` gives each query's value) is, on any multiset of test images, the
+sum of the per-query values of those images' queries divided by the number of those queries that
+count (a query a metric leaves out, e.g. one without a
 relevant item for mAP, does not count). So each test image carries, per metric, the sum of its
 queries' values and their count: its own query for an image→text metric, the queries of its
 texts for a text→image one (each text belongs to one image; on tag datasets that rank identical
@@ -17,7 +18,8 @@ fold's units are weighted by (mean counted queries per fold / the fold's), which
 the mean over folds (equal counts: weight 1, the units as they are).
 
 Metrics that are not a mean over queries (median rank, micro-F1, the ``eccv_caption`` package's
-metrics, embedding statistics) have no units: a claim cannot test them.
+metrics, embedding statistics) have no units: a claim cannot test them (``check_claimable``, in
+``methods.metrics.declarations``: the plan checks the claims before any evaluation).
 """
 from __future__ import annotations
 
@@ -27,8 +29,10 @@ import numpy as np
 import torch
 
 from methods.errors import HarnessError
-from methods.metrics.protocols import Protocol, protocol_scores
-from methods.metrics.registry import METRICS, EvaluationContext, base_metrics
+from methods.metrics.declarations import base_metrics, check_claimable
+from methods.metrics.evaluation import protocol_scores
+from methods.metrics.implementations import EvaluationContext, implementation
+from methods.metrics.protocols import Protocol
 
 
 @dataclass(frozen=True)
@@ -46,16 +50,6 @@ class QueryUnits:
     def value(self, metric: str) -> float:
         """A metric (a base metric, or a sum of them such as RSUM) over every test image."""
         return float(sum(self.sums[r].sum() / self.counts[r].sum() for r in self.rows(metric)))
-
-
-def check_claimable(metric: str, where: str) -> None:
-    """``metric`` is registered and a mean over queries (or a sum of such metrics)."""
-    if metric not in METRICS:
-        raise HarnessError(f"{where}: unknown metric '{metric}' (registered: {', '.join(METRICS.names())})")
-    missing = [m for m in base_metrics(metric) if METRICS.get(m).per_query is None]
-    if missing:
-        raise HarnessError(f"{where}: metric '{metric}' is not a mean over test queries ({', '.join(missing)} "
-                           f"has no per-query form), so a bootstrap over test images cannot test it")
 
 
 def protocol_units(scores: torch.Tensor | np.ndarray, protocol: Protocol, relevance, metrics: list[str]) -> QueryUnits:
@@ -77,7 +71,7 @@ def protocol_units(scores: torch.Tensor | np.ndarray, protocol: Protocol, releva
         owners = {"images": np.arange(size), "texts": fold_relevance.text_images(fold_scores)}
         images = slice(fold * size, (fold + 1) * size)
         for row, name in enumerate(base):
-            metric = METRICS.get(name)
+            metric = implementation(name)
             values = np.asarray(metric.per_query(context), dtype=np.float64)
             counted = ~np.isnan(values)
             owner = owners[metric.queries]

@@ -65,7 +65,7 @@ class SharedLabels:
     image_labels: np.ndarray   # (N, L) multi-hot
     text_labels: np.ndarray    # (M, L) multi-hot
     # the score-matrix columns of these texts when they are a subset of a split's texts (the unique
-    # tag sets of a tag dataset, ``methods.metrics.protocols.split_labels``); None: every column
+    # tag sets of a tag dataset, ``methods.metrics.evaluation.split_labels``); None: every column
     text_columns: np.ndarray | None = None
     # the image (row) each of these texts belongs to; None: texts in image order, an equal number per image
     text_owners: np.ndarray | None = None

@@ -9,6 +9,7 @@ ground-truth captions of one image do not matter (only the best one counts).
 Ranks are 0-based; R@K = 100 * mean(rank < K); medr = floor(median(rank)) + 1;
 meanr = mean(rank) + 1 (the SCAN/SGRAF/VSE++ convention, with numpy's median of an even count).
 RSUM is recomputed from the six recalls (the public 5-fold scripts print a wrong one).
+The metrics are declared in ``methods.metrics.declarations``; this module implements them.
 """
 from __future__ import annotations
 
@@ -17,15 +18,9 @@ import math
 import numpy as np
 import torch
 
-from methods.metrics.registry import EvaluationContext, evaluate, register_metric
+from methods.metrics.declarations import DIRECTIONS, RECALL_KS, RECALLS, RETRIEVAL_METRICS
+from methods.metrics.implementations import EvaluationContext, implement_metric
 from methods.metrics.relevance import CaptionsOfImage
-
-RECALL_KS = (1, 5, 10)
-DIRECTIONS = ("i2t", "t2i")
-ARROW = {"i2t": "i→t", "t2i": "t→i"}   # direction in table labels
-RECALLS = tuple(f"{d}_r{k}" for d in DIRECTIONS for k in RECALL_KS)
-# What the Karpathy protocols report, in table order.
-RETRIEVAL_METRICS = (*RECALLS, "rsum", "i2t_medr", "i2t_meanr", "t2i_medr", "t2i_meanr")
 
 
 def i2t_ranks(scores: torch.Tensor, chunk: int = 1024, captions_per_image: int = 5) -> torch.Tensor:
@@ -86,30 +81,11 @@ def _one_based_ranks(direction: str):
     return lambda context: ranks(context, direction).astype(np.float64) + 1
 
 
-QUERIES = {"i2t": "images", "t2i": "texts"}   # the items that query in each direction
-
-
 for _d in DIRECTIONS:
     for _k in RECALL_KS:
-        register_metric(f"{_d}_r{_k}", _recall(_d, _k), relevance="captions_of_image", direction="higher",
-                        label=f"{ARROW[_d]} R@{_k}", tolerance="recall", scale="percent",
-                        per_query=_hits(_d, _k), queries=QUERIES[_d])
-register_metric("rsum", None, components=RECALLS, relevance="captions_of_image", direction="higher",
-                label="RSUM", tolerance="rsum", scale="percent_sum")
-for _d in DIRECTIONS:
-    register_metric(f"{_d}_medr", _median_rank(_d), relevance="captions_of_image", direction="lower",
-                    label=f"{ARROW[_d]} medr", tolerance="rank", scale="rank")
-    register_metric(f"{_d}_meanr", _mean_rank(_d), relevance="captions_of_image", direction="lower",
-                    label=f"{ARROW[_d]} meanr", tolerance=None, scale="rank", in_table=False,
-                    per_query=_one_based_ranks(_d), queries=QUERIES[_d])
-# VSRN's train.py keeps the epoch with the best R@1 + R@5 both ways (R@10 left out).
-register_metric("r1_r5_sum", None, components=tuple(f"{d}_r{k}" for d in DIRECTIONS for k in (1, 5)),
-                relevance="captions_of_image", direction="higher", label="R@1+R@5 sum", tolerance=None,
-                scale="percent_sum", in_table=False)
-# SGRAF's ablation tables (3-5, 7) print R@1 and R@10 both ways, no RSUM: the claims on them compare this sum.
-register_metric("r1_r10_sum", None, components=tuple(f"{d}_r{k}" for d in DIRECTIONS for k in (1, 10)),
-                relevance="captions_of_image", direction="higher", label="R@1+R@10 sum", tolerance=None,
-                scale="percent_sum", in_table=False)
+        implement_metric(f"{_d}_r{_k}", _recall(_d, _k), per_query=_hits(_d, _k))
+    implement_metric(f"{_d}_medr", _median_rank(_d))
+    implement_metric(f"{_d}_meanr", _mean_rank(_d), per_query=_one_based_ranks(_d))
 
 
 def chance_recalls(n_images: int, captions_per_image: int = 5) -> dict[str, float]:
@@ -125,5 +101,6 @@ def chance_recalls(n_images: int, captions_per_image: int = 5) -> dict[str, floa
 
 
 def retrieval_metrics(scores: torch.Tensor | np.ndarray, captions_per_image: int = 5) -> dict[str, float]:
-    """The Karpathy protocols' metrics of one score matrix (one fold)."""
-    return evaluate(scores, CaptionsOfImage(captions_per_image), RETRIEVAL_METRICS)
+    """The Karpathy protocols' metrics of one score matrix (one fold), each implemented here."""
+    context = EvaluationContext(scores, CaptionsOfImage(captions_per_image))
+    return {name: context.value(name) for name in RETRIEVAL_METRICS}

@@ -1,19 +1,15 @@
 """Statistics of a split's embeddings that papers report beside retrieval metrics, declared like
-metrics so tables show them: the within-set circular variance of set models (Kim, Kim, Kwak,
-CVPR 2023, Table 3: "(Var.)", the natural log of the average circular variance). They are computed
-from the encodings by the model (``RetrievalModel.evaluation_statistics``), not from a score
-matrix; evaluation reports them under the protocol ``set_statistics``.
+metrics so tables show them (``methods.metrics.declarations.STATISTICS``): the within-set circular
+variance of set models (Kim, Kim, Kwak, CVPR 2023, Table 3: "(Var.)", the natural log of the
+average circular variance). They are computed from the encodings by the model
+(``RetrievalModel.evaluation_statistics``), not from a score matrix; evaluation reports them under
+the protocol ``set_statistics``. Their implementations here only refuse a score matrix.
 """
 from __future__ import annotations
 
 from methods.errors import HarnessError
-from methods.metrics.registry import register_metric
-
-STATISTICS = {
-    "log_circular_variance": "log circ. var.",
-    "image_log_circular_variance": "log circ. var. (image)",
-    "text_log_circular_variance": "log circ. var. (text)",
-}
+from methods.metrics.declarations import STATISTICS
+from methods.metrics.implementations import implement_metric
 
 
 def _from_embeddings(name: str):
@@ -22,6 +18,5 @@ def _from_embeddings(name: str):
     return compute
 
 
-for _name, _label in STATISTICS.items():
-    register_metric(_name, _from_embeddings(_name), relevance="embeddings", direction="higher", label=_label,
-                    tolerance="variance", scale="unit")
+for _name in STATISTICS:
+    implement_metric(_name, _from_embeddings(_name))

@@ -4,7 +4,7 @@ Evaluation measures, per protocol that declares a main metric (``Protocol.main_m
 writes into the protocol's result of ``eval_<split>.json`` as ``training_check``:
 
 - ``main_metric``, its ``value``, its ``chance`` (its expected value under random scores, in
-  closed form: ``methods.metrics.protocols.MAIN_METRIC_CHANCE``) and its ``max``;
+  closed form: ``methods.metrics.evaluation.MAIN_METRIC_CHANCE``) and its ``max``;
 - ``gain_share`` = (value − chance) / (max − chance): the share of the way from chance to perfect;
 - ``score_spread``: the median over queries (each image over its texts, each text over its images)
   of the range of the query's scores, relative to the largest |score| of the matrix: how far the

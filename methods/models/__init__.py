@@ -1,14 +1,15 @@
 """Models assembled from config and chosen by registered name (``MODELS``); the contract every
-model follows is ``methods.models.base.RetrievalModel``. Importing the package imports every
-module in it, so a model registers itself by being a file here (``@MODELS.register``)."""
+model follows is ``methods.models.base.RetrievalModel``; each implements a model kind declared in
+``methods.model_kinds``. Importing the package imports every module in it, so a model registers
+itself by being a file here (``@register_model``)."""
 import importlib
 import pkgutil
 
 from methods.models.base import (MODELS, SIMILARITIES, BuildContext, CrossAttentionModel, EmbeddingModel,
-                                 RetrievalModel, build_model, image_input_of, model_class)
+                                 RetrievalModel, build_model, model_class, register_model)
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["MODELS", "SIMILARITIES", "BuildContext", "CrossAttentionModel", "EmbeddingModel", "RetrievalModel",
-           "build_model", "image_input_of", "model_class"]
+           "build_model", "model_class", "register_model"]

@@ -10,8 +10,9 @@ model), and in training returns a dict of named outputs that loss terms read
 Generic code (training, evaluation, ensembles) uses only these; it never probes a model with
 ``hasattr`` or reads its fields.
 
-``image_input`` (a class attribute) names the kind of image input the model reads
-(``methods.data.inputs.IMAGE_INPUTS``: ``pooled``, ``regions``, ``grid``).
+A model implements a model kind declared in ``methods.model_kinds`` (the image input it reads, its
+set sizes, its run description: what the DAG build needs, without torch): ``@register_model(kind)``
+registers the class under the kind's name and gives it the kind's ``image_input``.
 """
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from methods.data.inputs import IMAGE_INPUTS, ImageInput
 from methods.errors import HarnessError
+from methods.model_kinds import MODEL_KINDS
 from methods.models.cross_attention import score_in_blocks
 from methods.models.layers import at_least_float32
 from methods.registry import Registry
@@ -47,7 +48,7 @@ class BuildContext:
 
 
 class RetrievalModel(nn.Module):
-    image_input: ClassVar[str]
+    image_input: ClassVar[str]   # its kind's (``register_model``): pooled, regions or grid
     finetune: bool = False   # True while the CNN backbone is trained (models with a backbone)
     # what ``build_model`` built it for (token ids below ``vocab_size``; image features of
     # ``image_shape``): the public API checks a caller's inputs against them
@@ -56,22 +57,8 @@ class RetrievalModel(nn.Module):
     vocab_words: int | None = None   # words of the vocabulary it reads (vocab_size less training-only ids), where known
 
     @classmethod
-    def set_sizes(cls, cfg: dict) -> tuple[int, int] | None:
-        """(image, text) elements per set of a ``model`` config block, for models that embed each
-        item as a set (evaluation views select among them); None for the others."""
-        return None
-
-    @classmethod
     def from_config(cls, cfg: dict, ctx: BuildContext) -> "RetrievalModel":
         raise NotImplementedError
-
-    @classmethod
-    def describe(cls, cfg: dict, ctx) -> str:
-        """What a resolved run config ``cfg`` of this model runs, in a few words: the backbone or
-        image input it reads and its dimensions (the ``ran`` column of tables). ``ctx``: a
-        ``methods.models.description.DescribeContext`` (the dataset's config block, the backbones);
-        that module has the helpers the models share."""
-        raise NotImplementedError(f"model {cls.__name__} does not describe its configs (describe)")
 
     def set_finetune(self, finetune: bool) -> None:
         if finetune:
@@ -102,7 +89,7 @@ class RetrievalModel(nn.Module):
 
     def select_elements(self, img: Any, txt: Any, image_elements: list[int] | None,
                         text_elements: list[int] | None) -> tuple[Any, Any]:
-        """Encodings restricted to some set elements (``methods.models.element_views``)."""
+        """Encodings restricted to some set elements (``methods.model_kinds.element_views``)."""
         raise HarnessError(f"{type(self).__name__} does not embed items as sets: it has no elements to select")
 
     def evaluation_statistics(self, img: Any, txt: Any) -> dict[str, float]:
@@ -124,8 +111,18 @@ class RetrievalModel(nn.Module):
         return next(self.parameters()).device
 
 
-MODELS: Registry[type[RetrievalModel]] = Registry("model")
+MODELS: Registry[type[RetrievalModel]] = Registry("model", declared=MODEL_KINDS)
 SIMILARITIES: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry("similarity")
+
+
+def register_model(kind: str) -> Callable[[type[RetrievalModel]], type[RetrievalModel]]:
+    """``@register_model(kind)``: the class implements model kind ``kind`` (declared in
+    ``methods.model_kinds``), whose image input it reads."""
+    def add(cls: type[RetrievalModel]) -> type[RetrievalModel]:
+        cls.image_input = MODEL_KINDS.get(kind).image_input
+        return MODELS.register(kind, cls)
+
+    return add
 
 
 @SIMILARITIES.register("cosine")
@@ -168,11 +165,6 @@ class CrossAttentionModel(RetrievalModel):
 
 def model_class(kind: str) -> type[RetrievalModel]:
     return MODELS.get(kind)
-
-
-def image_input_of(cfg: dict) -> ImageInput:
-    """The kind of image input the model of a ``model`` config block reads."""
-    return IMAGE_INPUTS.get(model_class(cfg["kind"]).image_input)
 
 
 def build_model(cfg: dict, ctx: BuildContext) -> RetrievalModel:

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from methods.errors import HarnessError
-from methods.features.backbone import ResNetBackbone, layer_channels
+from methods.features.architectures import layer_channels
+from methods.features.backbone import ResNetBackbone
 
 BACKBONE_BN = ("frozen", "train")
 

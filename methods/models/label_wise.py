@@ -69,8 +69,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from methods.errors import HarnessError
-from methods.models.base import MODELS, SIMILARITIES, BuildContext, EmbeddingModel
-from methods.models.description import DescribeContext, gru_text, regions_text
+from methods.models.base import SIMILARITIES, BuildContext, EmbeddingModel, register_model
 from methods.models.layers import PLAIN_L2NORM_EPS, SCAN_L2NORM_EPS, ItemTensors, l2norm, xavier_linear
 from methods.models.text import GRUTextEncoder
 
@@ -169,9 +168,8 @@ class LabelHead(nn.Module):
         return torch.sigmoid(self.fc(hidden))
 
 
-@MODELS.register("label_wise")
+@register_model("label_wise")
 class LabelWise(EmbeddingModel):
-    image_input = "regions"
     similarity = "cosine"
 
     def __init__(self, region_dim: int, vocab_size: int, embed_dim: int, n_classes: int, text: GRUTextEncoder,
@@ -221,16 +219,6 @@ class LabelWise(EmbeddingModel):
                    cfg["transformer"], cfg["shared_transformer"], cfg["text_padding_mask"], cfg["mean_over_padding"],
                    cfg["sigmoid_before_cross_entropy"], cfg["region_classes"], cfg["n_region_classes"],
                    cfg["max_length"], cfg["layer_norm"], cfg["text_position_term"], cfg["retrieval_score"])
-
-    @classmethod
-    def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
-        model = cfg["model"]
-        tr = model["transformer"]
-        shared = "shared" if model["shared_transformer"] else "per-modality"
-        scores = "cosine" if model["retrieval_score"] == "cosine" else "dot-product"
-        return (f"{regions_text(ctx)}, D {model['embed_dim']}, {shared} {tr['layers']}-layer transformer "
-                f"({tr['heads']} heads, FF {tr['ff_dim']}), {model['n_classes']} labels, {gru_text(model['text'])}, "
-                f"{scores} scores")
 
     def parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
         return [(self.trainable_parameters(), 1.0)]

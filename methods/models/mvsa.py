@@ -21,12 +21,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from methods.features.backbone import ResNetBackbone
-from methods.models.base import MODELS, BuildContext, CrossAttentionModel
+from methods.models.base import BuildContext, CrossAttentionModel, register_model
 from methods.models.cross_attention import RegionFeatures, WordFeatures
-from methods.models.description import DescribeContext, backbone_text, finetunes, gru_text
 from methods.models.grid_backbone import GridBackbone
 from methods.models.layers import SCAN_L2NORM_EPS, l2norm, xavier_linear
-from methods.models.scan import check_similarity, similarity_text
+from methods.models.scan import check_similarity
 from methods.models.scan_similarity import scan_pair_elements, scan_scores
 from methods.models.text import GRUTextEncoder
 
@@ -88,10 +87,8 @@ class ScaleBranch(nn.Module):
         return self.instance(x).view(b, h, w, -1)
 
 
-@MODELS.register("mvsa")
+@register_model("mvsa")
 class MVSA(GridBackbone, CrossAttentionModel):
-    image_input = "grid"
-
     def __init__(self, backbone: ResNetBackbone | str, scale_shapes: dict[str, list[int]], scales: list[str],
                  fusion_pooling: str | None, candidate_dim: int, embed_dim: int, text: GRUTextEncoder,
                  asa_blocks: int = 1, asa_inter_dim: int = 1024, asa_batchnorm: bool = True,
@@ -134,17 +131,6 @@ class MVSA(GridBackbone, CrossAttentionModel):
                    cfg["fusion_pooling"], cfg["candidate_dim"], cfg["embed_dim"], text, asa["blocks"],
                    asa["inter_dim"], asa["batchnorm"], sim["direction"], sim["aggregation"], sim["lambda_softmax"],
                    sim.get("lambda_lse"), cfg["backbone_bn"])
-
-    @classmethod
-    def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
-        model = cfg["model"]
-        cnn = "fine-tuned" if finetunes(cfg) else "frozen"
-        scales = " + ".join(model["grid_scales"])
-        fusion = f" ({model['fusion_pooling']}-pooled to the coarsest)" if model["fusion_pooling"] else ""
-        asa = f"{model['asa']['blocks']} ASA" if model["asa"]["blocks"] else "no ASA"
-        return (f"{backbone_text(model['backbone'], ctx)} {scales}{fusion}, CNN {cnn}, {asa}, "
-                f"C {model['candidate_dim']}, D {model['embed_dim']}, {similarity_text(model['similarity'])}, "
-                f"{gru_text(model['text'])}")
 
     def grid_dtype(self) -> torch.dtype:
         return self.branches[self.scales[0]].project.weight.dtype

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from methods.models.base import MODELS, BuildContext, CrossAttentionModel
+from methods.models.base import BuildContext, CrossAttentionModel, register_model
 from methods.models.cross_attention import PackedWordFeatures, RegionFeatures, WordFeatures
-from methods.models.description import DescribeContext, gru_text, regions_text
 from methods.models.layers import SCAN_L2NORM_EPS, l2norm, xavier_linear
 from methods.models.scan_similarity import AGGREGATIONS, DIRECTIONS, scan_pair_elements, scan_scores
 from methods.models.text import GRUTextEncoder
@@ -32,20 +31,12 @@ def check_similarity(direction: str, aggregation: str, lambda_softmax: float, la
         raise ValueError(f"lambda_lse {lambda_lse} has no effect on AVG aggregation: leave it out")
 
 
-def similarity_text(sim: dict) -> str:
-    """``t-i LSE (λ1 9, λ2 6)``: a ``similarity`` config block in the papers' notation."""
-    lse = f", λ2 {sim['lambda_lse']:g}" if sim["aggregation"] == "lse" else ""
-    return f"{sim['direction'][0]}-{sim['direction'][-1]} {sim['aggregation'].upper()} (λ1 {sim['lambda_softmax']:g}{lse})"
-
-
 # model: the encodings' dtype; float64: kuanghuei/SCAN's evaluation precision (score_matrix)
 EVALUATION_DTYPES = ("model", "float64")
 
 
-@MODELS.register("scan")
+@register_model("scan")
 class SCAN(CrossAttentionModel):
-    image_input = "regions"
-
     def __init__(self, region_dim: int, n_regions: int, embed_dim: int, text: GRUTextEncoder, direction: str = "t2i",
                  aggregation: str = "avg", lambda_softmax: float = 9.0, lambda_lse: float | None = None,
                  evaluation_dtype: str = "model"):
@@ -67,12 +58,6 @@ class SCAN(CrossAttentionModel):
         sim = cfg["similarity"]
         return cls(ctx.image("dim", "scan"), ctx.image("regions", "scan"), cfg["embed_dim"], text, sim["direction"], sim["aggregation"],
                    sim["lambda_softmax"], sim.get("lambda_lse"), cfg["evaluation_dtype"])
-
-    @classmethod
-    def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
-        model = cfg["model"]
-        return (f"{regions_text(ctx)}, embed {model['embed_dim']}, {similarity_text(model['similarity'])}, "
-                f"{gru_text(model['text'])}")
 
     def encode_images(self, batch: dict) -> RegionFeatures:
         regions = l2norm(self.fc(batch["features"].to(self.fc.weight.dtype)), eps=SCAN_L2NORM_EPS)

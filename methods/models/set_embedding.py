@@ -39,8 +39,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from methods.features.backbone import ResNetBackbone
-from methods.models.base import MODELS, BuildContext, EmbeddingModel
-from methods.models.description import DescribeContext, backbone_text, finetunes, gru_text, regions_text
+from methods.models.base import BuildContext, EmbeddingModel, register_model
 from methods.models.grid_backbone import GridBackbone
 from methods.models.layers import PLAIN_L2NORM_EPS, l2norm
 from methods.models.set_prediction import PIENet, SlotAggregation, SlotSetPrediction
@@ -151,23 +150,6 @@ class SetEmbeddingModel(EmbeddingModel):
         self.set_similarity = set_similarity(similarity["kind"], params)
         self.lr_scale = dict(lr_scale or {})
 
-    @classmethod
-    def set_module_text(cls, model: dict) -> str:
-        module = model["set_module"]
-        if module["kind"] == "slot":
-            attention = "slot" if module["competition"] == "slots" else "transformer"
-            arch = f"{attention} set module (T {module['iterations']}, padding {module['padding']})"
-        else:
-            arch = "PIE-Net set module"
-        sim = model["similarity"]
-        params = ", ".join(f"{k} {v:g}" for k, v in sim.items() if k != "kind")
-        return (f"D {model['embed_dim']}, K {model['set_size']}, {arch}, "
-                f"{sim['kind']}{f' ({params})' if params else ''}, {gru_text(model['text'])}")
-
-    @classmethod
-    def set_sizes(cls, cfg: dict) -> tuple[int, int]:
-        return cfg["set_size"], cfg["set_size"]
-
     def select_elements(self, img: torch.Tensor, txt: torch.Tensor, image_elements: list[int] | None,
                         text_elements: list[int] | None) -> tuple[torch.Tensor, torch.Tensor]:
         return (img if image_elements is None else img[:, image_elements],
@@ -240,10 +222,8 @@ class SetEmbeddingModel(EmbeddingModel):
                 "log_circular_variance": math.log(float(both.mean()))}
 
 
-@MODELS.register("set_embedding")
+@register_model("set_embedding")
 class SetEmbedding(SetEmbeddingModel):
-    image_input = "regions"
-
     def __init__(self, region_dim: int, embed_dim: int, set_size: int, text: GRUTextEncoder, set_module: dict,
                  similarity: dict, dropout: float = 0.0, region_drop: float = 0.0,
                  lr_scale: dict | None = None, image_projection: dict | None = None, region_padding: str = "all"):
@@ -260,10 +240,6 @@ class SetEmbedding(SetEmbeddingModel):
                    cfg["similarity"], cfg["dropout"], cfg["region_drop"], cfg.get("lr_scale"), cfg["image_projection"],
                    cfg["region_padding"])
 
-    @classmethod
-    def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
-        return f"{regions_text(ctx)}, {cls.set_module_text(cfg['model'])}"
-
     def image_locals(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         regions = batch["features"].to(self.region.fc.weight.dtype)
         if self.training and self.region_drop > 0:
@@ -271,11 +247,10 @@ class SetEmbedding(SetEmbeddingModel):
         return regions, torch.full((regions.shape[0],), regions.shape[1], device=regions.device)
 
 
-@MODELS.register("set_embedding_grid")
+@register_model("set_embedding_grid")
 class SetEmbeddingGrid(GridBackbone, SetEmbeddingModel):
     """Set embeddings of a CNN grid (the paper's ResNet-152 + bi-GRU rows): the cells of one map
     (``grid_scales``, one name) are the local inputs, with a 2-D sine encoding on the slot keys."""
-    image_input = "grid"
 
     def __init__(self, backbone: ResNetBackbone | str, scale_shapes: dict[str, list[int]], scale: str,
                  backbone_bn: str, embed_dim: int, set_size: int, text: GRUTextEncoder, set_module: dict,
@@ -296,13 +271,6 @@ class SetEmbeddingGrid(GridBackbone, SetEmbeddingModel):
         return cls(cls.backbone_from_config(cfg, ctx), ctx.image("scales", "set_embedding_grid"), scale, cfg["backbone_bn"],
                    cfg["embed_dim"], cfg["set_size"], text, cfg["set_module"], cfg["similarity"], cfg["dropout"],
                    cfg.get("lr_scale"), cfg["image_projection"])
-
-    @classmethod
-    def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
-        model = cfg["model"]
-        cnn = "fine-tuned" if finetunes(cfg) else "frozen"
-        return (f"{backbone_text(model['backbone'], ctx)} {model['grid_scales'][0]} grid, CNN {cnn}, "
-                f"{cls.set_module_text(model)}")
 
     def grid_dtype(self) -> torch.dtype:
         return self.region.fc.weight.dtype

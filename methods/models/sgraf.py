@@ -31,8 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.models.base import MODELS, BuildContext, CrossAttentionModel
-from methods.models.description import DescribeContext, gru_text, regions_text
+from methods.models.base import BuildContext, CrossAttentionModel, register_model
 from methods.models.cross_attention import (RegionFeatures, WordFeatures, text_to_visual_attention,
                                             visual_to_text_attention)
 from methods.models.layers import SCAN_L2NORM_EPS, at_least_float32, l2norm, xavier_linear
@@ -187,10 +186,8 @@ class AverageAggregation(nn.Module):
         return masked_mean(sigmoid_score(self.score, nodes), mask)
 
 
-@MODELS.register("sgraf")
+@register_model("sgraf")
 class SGRAF(CrossAttentionModel):
-    image_input = "regions"
-
     def __init__(self, region_dim: int, n_regions: int, embed_dim: int, sim_dim: int, text: GRUTextEncoder,
                  heads: list[str], nodes_global: bool = True, nodes_local: bool = True, sgr_steps: int = 3,
                  attention: str = "t2i", smooth: float = 9.0, similarity: str = "vector",
@@ -230,12 +227,6 @@ class SGRAF(CrossAttentionModel):
         return cls(ctx.image("dim", "sgraf"), ctx.image("regions", "sgraf"), cfg["embed_dim"], cfg["sim_dim"], text, cfg["heads"],
                    cfg["nodes"]["global"], cfg["nodes"]["local"], cfg["sgr_steps"], cfg["attention"]["direction"],
                    cfg["attention"]["smooth"], cfg["similarity"], cfg["sa_dropout"])
-
-    @classmethod
-    def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
-        model = cfg["model"]
-        graph = f", graph dim {model['sim_dim']}" if model["similarity"] == "vector" else ""
-        return f"{regions_text(ctx)}, embed {model['embed_dim']}{graph}, {gru_text(model['text'])}"
 
     # -- encoders: each side once ----------------------------------------------------------------
     def encode_images(self, batch: dict) -> RegionFeatures:

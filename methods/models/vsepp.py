@@ -8,16 +8,13 @@ from __future__ import annotations
 import torch
 
 from methods.features.backbone import ResNetBackbone
-from methods.models.base import MODELS, BuildContext, EmbeddingModel
-from methods.models.description import DescribeContext, backbone_text, finetunes, gru_text, pooled_dim
+from methods.models.base import BuildContext, EmbeddingModel, register_model
 from methods.models.layers import PLAIN_L2NORM_EPS, l2norm, xavier_linear
 from methods.models.text import GRUTextEncoder
 
 
-@MODELS.register("vsepp")
+@register_model("vsepp")
 class VSEPP(EmbeddingModel):
-    image_input = "pooled"
-
     def __init__(self, backbone: ResNetBackbone, embed_dim: int, text: GRUTextEncoder,
                  pre_fc_l2norm: bool = True, backbone_bn: str = "frozen"):
         super().__init__()
@@ -34,13 +31,6 @@ class VSEPP(EmbeddingModel):
         text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
         return cls(ResNetBackbone(bb["arch"], bb["weights"]), cfg["embed_dim"], text,
                    cfg["pre_fc_l2norm"], cfg["backbone_bn"])
-
-    @classmethod
-    def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
-        model = cfg["model"]
-        cnn = "fine-tuned" if finetunes(cfg) else "frozen"
-        return (f"{backbone_text(model['backbone'], ctx)}, CNN {cnn}, {pooled_dim(model['backbone'], ctx)}-d pooled, "
-                f"embed {model['embed_dim']}, {gru_text(model['text'])}")
 
     def set_finetune(self, finetune: bool) -> None:
         self.finetune = finetune

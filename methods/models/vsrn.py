@@ -15,8 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from methods.models.base import MODELS, BuildContext, EmbeddingModel
-from methods.models.description import DescribeContext, gru_text, regions_text
+from methods.models.base import BuildContext, EmbeddingModel, register_model
 from methods.models.layers import PLAIN_L2NORM_EPS, l2norm, xavier_linear
 from methods.models.text import GRUTextEncoder
 
@@ -43,10 +42,8 @@ class ResidualGCN(nn.Module):
         return v + self.bn(self.w(y).transpose(1, 2)).transpose(1, 2)
 
 
-@MODELS.register("vsrn")
+@register_model("vsrn")
 class VSRN(EmbeddingModel):
-    image_input = "regions"
-
     def __init__(self, region_dim: int, embed_dim: int, text: GRUTextEncoder, gcn_blocks: int = 4,
                  region_l2norm: str = "feature", l2norm_after_fc: bool = True, final_bn: bool = True):
         super().__init__()
@@ -65,12 +62,6 @@ class VSRN(EmbeddingModel):
         text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
         return cls(ctx.image("dim", "vsrn"), cfg["embed_dim"], text, cfg["gcn_blocks"], cfg["region_l2norm"],
                    cfg["l2norm_after_fc"], cfg["final_bn"])
-
-    @classmethod
-    def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
-        model = cfg["model"]
-        return (f"{regions_text(ctx)}, embed {model['embed_dim']}, {model['gcn_blocks']} GCN blocks, "
-                f"{gru_text(model['text'])}")
 
     def encode_images(self, batch: dict) -> torch.Tensor:
         v = self.fc(batch["features"].to(self.fc.weight.dtype))                # (B, N, D)

@@ -35,9 +35,10 @@ from methods.cli import run_command
 from methods.data.datasets import load_dataset_payload
 from methods.errors import HarnessError
 from methods.io import load_npy, read_json, write_text
-from methods.metrics.protocols import CHECKED_PROTOCOLS, get_protocol, split_relevances
+from methods.metrics.declarations import METRICS, base_metrics, value_from
+from methods.metrics.evaluation import split_relevances
+from methods.metrics.protocols import CHECKED_PROTOCOLS, get_protocol
 from methods.metrics.query_units import QueryUnits, protocol_units
-from methods.metrics.registry import METRICS, base_metrics, value_from
 from methods.metrics.training_check import (NOT_TRAINED, UNKNOWN, RowTraining, TrainingThresholds, row_training,
                                             saturated)
 from methods.report.bootstrap import claim_verdict, mean_over_seeds, paired_difference_interval

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from methods.cli import run_command  # noqa: E402
 from methods.io import atomic_path  # noqa: E402
-from methods.metrics.registry import METRICS  # noqa: E402
+from methods.metrics.declarations import METRICS  # noqa: E402
 
 COLOURS = {"within": "tab:green", "outside": "tab:red"}
 

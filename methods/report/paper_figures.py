@@ -42,6 +42,7 @@ import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from methods.cli import run_command  # noqa: E402
+from methods.data.batches import feature_tensors  # noqa: E402
 from methods.data.datasets import load_dataset_payload  # noqa: E402
 from methods.data.positives import split_positives  # noqa: E402
 from methods.data.text import Vocabulary  # noqa: E402
@@ -49,7 +50,7 @@ from methods.errors import HarnessError  # noqa: E402
 from methods.io import atomic_path, load_npy, read_json  # noqa: E402
 from methods.metrics.protocols import get_protocol  # noqa: E402
 from methods.metrics.training_check import TrainingThresholds  # noqa: E402
-from methods.models import image_input_of  # noqa: E402
+from methods.model_kinds import MODEL_KINDS, image_input_of  # noqa: E402
 from methods.models.checkpoint import load_trained_model  # noqa: E402
 from methods.paths import eval_file, model_file, sims_file, train_log  # noqa: E402
 from methods.registry import Registry  # noqa: E402
@@ -288,7 +289,7 @@ def asa_attention(spec: dict, aggregates: dict, args, n_images: int = 3):
         files = ImageFiles(payload["paths"]["images_dir"], data.filenames, eval_transform(feats["resize"], feats["crop"]))
         batch = {"images": torch.stack([files[i] for i in image_ids])}
     else:
-        batch = {"features": data.features.take(np.array(image_ids))}
+        batch = {"features": feature_tensors(data.features.take(np.array(image_ids)))}
     attention = {s: list(a) for s, a in model.asa_attention(batch).items()}
     grids = {s: tuple(g.shape[1:3]) for s, g in model.grids(batch).items()}
     return asa_attention_figure(spec, attention, grids, ShownImages(payload, spec["split"], spec["figure"]), image_ids)
@@ -320,7 +321,7 @@ def set_element_projection(spec: dict, aggregates: dict, args, n_images: int = 1
     for row_id, run in spec["trained"].items():
         model, ckpt, _ = load_trained_model(Path(model_file(run)), payload["backbones"], torch.device("cpu"))
         model_cfg = ckpt["config"]["model"]
-        if type(model).set_sizes(model_cfg) is None:
+        if MODEL_KINDS.get(model_cfg["kind"]).set_sizes(model_cfg) is None:
             raise HarnessError(f"figure {spec['figure']}: row '{row_id}' is not a set-embedding model")
         data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
         images = np.array(spread_queries(len(data), min(n_images, len(data))))
@@ -328,7 +329,7 @@ def set_element_projection(spec: dict, aggregates: dict, args, n_images: int = 1
                   for j in range(data.texts_per_image)]
         model.eval()
         with torch.no_grad():
-            img = model.encode_images({"features": data.features.take(images)})
+            img = model.encode_images({"features": feature_tensors(data.features.take(images))})
         txt = encode_texts(model, tokens, torch.device("cpu"), batch_size=100)
         models[labels[row_id]] = (img.numpy(), txt.numpy())
     fig = element_projection(models)

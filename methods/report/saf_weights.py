@@ -23,7 +23,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from methods.data.text import Vocabulary, pad_tokens
+from methods.data.batches import feature_tensors, pad_tokens
+from methods.data.text import Vocabulary
 from methods.errors import HarnessError
 from methods.metrics.retrieval import chance_recalls, retrieval_metrics
 from methods.metrics.training_check import TrainingThresholds, failures, measure
@@ -146,7 +147,7 @@ def saf_weights_figure(spec: dict, model, features, captions: list[str], texts_p
     for row, (image, matched, mismatched) in enumerate(picks):
         caps = [matched, mismatched]
         token_lists = [vocab.encode(captions[c]) for c in caps]
-        beta, scores = pair_weights(model, features.take(np.array([image, image])), token_lists)
+        beta, scores = pair_weights(model, feature_tensors(features.take(np.array([image, image]))), token_lists)
         digits = score_digits(sims[image, caps])
         for col, (c, tokens) in enumerate(zip(caps, token_lists)):
             labels = (["<global>"] if model.nodes_global else []) + [vocab.idx2word[t] for t in tokens]

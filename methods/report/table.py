@@ -15,7 +15,7 @@ metric columns every row of which is saturated (within ``saturated_share`` of th
 they cannot tell the rows apart).
 
 Each row also says what its runs really ran (``ran``: the backbone or image input, the
-dimensions and the schedule, from the resolved run configs; ``methods.models.description``),
+dimensions and the schedule, from the resolved run configs; ``methods.model_kinds.description``),
 beside its label, which names the paper setting it stands for; on synthetic data the two differ.
 
 Each row also carries its deviation ledger (``methods.fidelity``): the config switches it runs
@@ -38,7 +38,7 @@ from methods.cli import run_command
 from methods.errors import HarnessError
 from methods.io import read_json, write_text
 from methods.metrics.protocols import CHECKED_PROTOCOLS, STATISTICS_PROTOCOL, get_protocol
-from methods.metrics.registry import METRICS, table_metrics
+from methods.metrics.declarations import METRICS, table_metrics
 from methods.metrics.training_check import NOT_TRAINED, TRAINED, UNKNOWN, TrainingThresholds, row_training, saturated
 
 COLUMNS = ("table", "dataset", "row", "label", "ran", "paper", "protocol", "metric", "reproduced", "reproduced_std",

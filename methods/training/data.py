@@ -36,7 +36,8 @@ from torch.utils.data import Dataset
 from methods.data.caption_augment import CaptionAugmentation
 from methods.data.inputs import CachedGridFeatures, CachedImageFeatures, SplitData
 from methods.data.masked_prediction import IGNORE, MaskedPrediction
-from methods.data.text import Vocabulary, pad_tokens
+from methods.data.batches import feature_tensors, pad_tokens
+from methods.data.text import Vocabulary
 from methods.errors import HarnessError
 from methods.features.images import ImageFiles
 
@@ -56,6 +57,18 @@ def drawing_from(seed: int | None) -> Iterator[None]:
     with torch.random.fork_rng(devices=[]):
         torch.default_generator.manual_seed(seed)   # the CPU generator only: torch.manual_seed would reseed
         yield                                         # the GPU's too, which fork_rng(devices=[]) does not restore
+
+
+def augment_caption(augment: CaptionAugmentation, tokens: list[int],
+                    generator: torch.Generator | None = None) -> list[int]:
+    """``tokens`` augmented with draws from torch's stream (``generator``, else the process's): a
+    uniform per word, then a replacement id per word."""
+    n_words = len(tokens) - 2
+    if n_words <= 0:
+        return list(tokens)
+    draws = torch.rand(n_words, generator=generator).tolist()
+    replacements = torch.randint(augment.n_ids, (n_words,), generator=generator).tolist()
+    return augment.apply(tokens, draws, replacements)
 
 
 class CaptionPairs(Dataset):
@@ -90,7 +103,7 @@ class CaptionPairs(Dataset):
 
     def caption(self, k: int) -> tuple[list[int], list[int] | None]:
         """(token ids, masked-prediction targets or None) of caption k, augmented and masked anew."""
-        tokens = self.tokens[k] if self.augment is None else self.augment(self.tokens[k])
+        tokens = self.tokens[k] if self.augment is None else augment_caption(self.augment, self.tokens[k])
         return (tokens, None) if self.masked is None else self.masked.mask_words(tokens)
 
     def __len__(self) -> int:
@@ -197,7 +210,7 @@ class PairCollator:
             # diagonal: each caption's own image item (augmented independently, as in the public code)
             batch["images"] = torch.stack([items[int(i)][2] for i in first])
         else:
-            batch["features"] = self.features.take(rows.numpy())
+            batch["features"] = feature_tensors(self.features.take(rows.numpy()))
         if self.labels is not None:
             batch["image_labels"] = torch.from_numpy(self.labels[rows.numpy()].astype(np.float32))
             batch["text_labels"] = torch.from_numpy(self.labels[image_index.numpy()].astype(np.float32))

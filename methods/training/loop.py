@@ -36,13 +36,12 @@ from methods.features.backbone import eval_transform, train_transform
 from methods.features.images import ImageFiles
 from methods.io import torch_save
 from methods.losses.gradient_count import count_negatives_with_gradient
-from methods.losses.terms import Loss, OneDirection
-from methods.metrics.registry import METRICS, evaluate, value_from
-from methods.metrics.label_prediction import LABEL_PREDICTION_METRICS
-from methods.metrics.label_ranking import LABEL_RANKING_METRICS
-from methods.metrics.protocols import label_prediction_relevance
+from methods.losses.terms import OneDirection
+from methods.losses.weighted_sum import Loss
+from methods.metrics.declarations import (LABEL_PREDICTION_METRICS, LABEL_RANKING_METRICS, METRICS, RETRIEVAL_METRICS,
+                                          value_from)
+from methods.metrics.evaluation import evaluate, label_prediction_relevance
 from methods.metrics.relevance import CaptionsOfImage, SharedLabels
-from methods.metrics.retrieval import RETRIEVAL_METRICS
 from methods.models.base import RetrievalModel
 from methods.paths import checkpoints_dir
 from methods.runtime import seed_worker, to_device

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from methods.losses.terms import Loss
+from methods.losses.weighted_sum import Loss
 from methods.models.base import RetrievalModel
 from methods.models.layers import at_least_float32
 from methods.runtime import autocast

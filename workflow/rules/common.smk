@@ -6,7 +6,6 @@ import re
 import sys
 from collections import Counter
 
-import torch
 from snakemake.logging import logger as snakemake_logger
 
 from methods.config import validate
@@ -16,13 +15,13 @@ from methods.data.datasets import dataset_paths, dataset_payload, dataset_tokeni
 from methods.data.tokenizers import PUNKT_FILES
 from methods.errors import HarnessError
 from methods.estimate import BENCHMARK as COST_BENCHMARK, estimate, load_costs, table_work
-from methods.features.backbone import check_weights_fit
+from methods.features.weights_check import check_weights_fit
 from methods.numerics import shell_prefix
 from methods.paths import eval_file, model_file, sims_file, train_log
 from methods.metrics.protocols import check_coco_ids, check_split_sizes, get_protocol
 from methods.plan import Plan, data_kind, test_splits
 from methods.report.figure_kinds import FIGURE_KINDS
-from methods.runtime import check_gpu_for_local_run, check_resource_names, runs_jobs_here
+from methods.placement import check_gpu_for_local_run, check_resource_names, cuda_visible, runs_jobs_here
 from methods.retries import FAILED_JOBS_ENV, failed_jobs_dir
 
 
@@ -164,14 +163,14 @@ def dataset_json(w):
 
 def check_device_before_jobs():
     """``device: cuda`` where no GPU is visible stops a local run once its DAG is built, before the
-    first job (methods/runtime.py); a cluster run, a dry run and a job on a node are not checked."""
+    first job (methods/placement.py); a cluster run, a dry run and a job on a node are not checked."""
     if DEVICE != "cuda":
         return
     runs_here = runs_jobs_here(main_process=workflow.is_main_process, local_executor=workflow.local_exec,
                                dry_run=workflow.dryrun, touch=workflow.touch)
     device_jobs = Counter(job.rule.name for job in workflow.dag.needrun_jobs() if "device" in job.rule.params.keys())
     check_gpu_for_local_run(DEVICE, runs_here=runs_here, device_jobs=dict(device_jobs),
-                            gpu_visible=runs_here and bool(device_jobs) and torch.cuda.is_available())
+                            gpu_visible=runs_here and bool(device_jobs) and cuda_visible())
 
 
 onstart:  # after the DAG is built (it holds the jobs to run), before any job starts

@@ -89,7 +89,7 @@ rule ensemble:
 
 
 # One view-evaluation rule per dataset and experiment whose rows declare evaluation views (set
-# models, methods/models/element_views.py): a job encodes the run's test split once and scores
+# models, methods/model_kinds/element_views.py): a job encodes the run's test split once and scores
 # it once per view, writing every view's eval_<split>@<view>.json and sims_<split>@<view>.npy.
 for _name in HARNESS["datasets"]:
     for _exp, _views in PLAN.experiment_views(_name).items():

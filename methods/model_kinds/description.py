@@ -1,9 +1,9 @@
 """What a run config really runs, in a few words: the ``ran`` column of the tables and the notes
 of the figures, beside the paper setting a row stands for.
 
-Each model describes its own configs: ``describe`` (a classmethod of the class registered in
-``MODELS``, next to its ``from_config``) names the backbone or image input it reads and the
-dimensions it runs with. ``describe_run`` adds what every run has (the schedule and the batch);
+Each model kind describes its own configs: ``describe`` (a method of its declaration in
+``methods.model_kinds.MODEL_KINDS``) names the backbone or image input it reads and the
+dimensions it runs with. ``methods.model_kinds.describe_run`` adds what every run has (the schedule and the batch);
 the helpers below spell out the parts several models share (a backbone, region features, the
 text GRU), so that a model's description reads like the others'.
 """
@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from methods.data.inputs import region_shape
-from methods.features.backbone import layer_channels
-from methods.models.base import model_class
+from methods.features.architectures import layer_channels
 
 
 @dataclass(frozen=True)
@@ -85,8 +84,3 @@ def schedule_text(cfg: dict) -> str:
     epochs = "+".join(str(s["epochs"]) for s in training["stages"])
     unit = " images" if training["batching"] == "images" else ""
     return f"{epochs} epochs, batch {training['batch_size']}{unit}"
-
-
-def describe_run(cfg: dict, ctx: DescribeContext) -> str:
-    """A resolved run config in a few words: its model's description, then its schedule."""
-    return f"{model_class(cfg['model']['kind']).describe(cfg, ctx)}; {schedule_text(cfg)}"
