@@ -109,6 +109,20 @@ def dotted_to_nested(overrides: Mapping[str, Any]) -> dict:
     return nested
 
 
+def dotted_value(cfg: Mapping, dotted: str) -> Any:
+    """The value at a dotted key of a config (``model.text.word_dim``; a numeric part indexes a
+    list: ``loss.terms.0.margin``); ``KeyError(dotted)`` when it is not there."""
+    node: Any = cfg
+    for part in dotted.split("."):
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, Mapping) and part in node:
+            node = node[part]
+        else:
+            raise KeyError(dotted)
+    return node
+
+
 def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 

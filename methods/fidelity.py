@@ -19,10 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from methods.config import deep_merge, load_yaml, validate
+from methods.config import deep_merge, dotted_value, load_yaml, validate
 from methods.errors import HarnessError
-
-_MISSING = object()
 
 
 @dataclass(frozen=True)
@@ -119,15 +117,10 @@ def stand_in_deviation(dataset: str, ds_cfg: dict, image_input: str, model_cfg: 
 
 
 def config_value(cfg: dict, dotted: str, where: str) -> object:
-    node: object = cfg
-    for part in dotted.split("."):   # a numeric part indexes a list (loss.terms.0.margin)
-        if isinstance(node, list) and part.isdigit():
-            node = node[int(part)] if int(part) < len(node) else _MISSING
-        else:
-            node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
-        if node is _MISSING:
-            raise HarnessError(f"{where}: source switch key '{dotted}' is not in the resolved config")
-    return node
+    try:
+        return dotted_value(cfg, dotted)
+    except KeyError:
+        raise HarnessError(f"{where}: source switch key '{dotted}' is not in the resolved config") from None
 
 
 def row_ledger(cfg: dict, ledger: SourceLedger, where: str, extra: tuple[Deviation, ...] = ()) -> dict:

@@ -14,8 +14,8 @@ from methods.data.caption_augment import CaptionAugmentation
 from methods.data.inputs import ImageInput
 from methods import numerics
 from methods.errors import HarnessError
-from methods.fidelity import (config_value, load_method_file, merge_ledgers, row_ledger, source_ledger,
-                              stand_in_deviation, tokenizer_deviation)
+from methods.fidelity import (load_method_file, merge_ledgers, row_ledger, source_ledger, stand_in_deviation,
+                              tokenizer_deviation)
 from methods.losses.term_kinds import rebase_term, term_configs
 from methods.metrics.declarations import base_metrics, check_claimable
 from methods.metrics.protocols import CHECKED_PROTOCOLS, STATISTICS_PROTOCOL, get_protocol
@@ -23,6 +23,7 @@ from methods.model_kinds import MODEL_KINDS, DescribeContext, describe_run, fine
 from methods.model_kinds.element_views import check_elements, view_name
 from methods.paths import ResultsLayout, sims_file
 from methods.report.claim_form import Comparison, parse_comparison
+from methods.report.figure_kinds import FIGURE_KINDS
 
 ENSEMBLE_SEED_STRIDE = 1000  # a repeated ensemble member trains with seed s + 1000 * (earlier repeats)
 
@@ -778,18 +779,13 @@ class Plan:
         spec = {"figure": name, "kind": fig.kind, "title": fig.title, "dataset": dataset, "table": fig.table,
                 "dataset_kind": data_kind(self.cfg["datasets"][dataset]),
                 "protocols": self.cfg["datasets"][dataset]["protocols"], "rows": rows}
-        if fig.kind == "rsum_by_setting":  # each row's value of every key some row of the table overrides
-            keys = list(dict.fromkeys(k for row in run_rows for k in row.overrides))
-            for row, out in zip(run_rows, rows):
-                cfg = self.experiment(dataset, row.members[0]).config
-                out.update(overrides=sorted(row.overrides), reported=row.reported,
-                           setting={k: config_value(cfg, k, f"figure {name}") for k in keys})
-        if fig.kind == "ndcg_by_loss_weight":  # each row's weight of every loss term it trains with
-            for row, out in zip(run_rows, rows):
-                cfg = self.experiment(dataset, row.members[0]).config
-                out.update(loss_weights={t["kind"]: float(t.get("weight", 1.0)) for t in term_configs(cfg["loss"])})
-        if fig.rows is not None and fig.kind == "label_training_curves":  # curves from the rows' training logs,
-            by_id = {r["id"]: r for r in rows}                             # in the figure's order (first: solid)
+        kind = FIGURE_KINDS.get(fig.kind)
+        if kind.row_details is not None:   # what the drawing compares across the rows
+            configs = [self.experiment(dataset, row.members[0]).config for row in run_rows]
+            for out, details in zip(rows, kind.row_details(run_rows, configs, f"figure {name}"), strict=True):
+                out.update(details)
+        if fig.rows is not None and kind.ordered_rows:   # e.g. curves from the rows' training logs,
+            by_id = {r["id"]: r for r in rows}           # in the figure's order (first: solid)
             spec["rows"] = [by_id[r] for r in fig.rows]
         elif fig.rows is not None:  # several trained models: each row's first run
             spec.update(trained={r: self.first_run(fig.table, dataset, r) for r in fig.rows},

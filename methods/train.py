@@ -20,8 +20,8 @@ from methods.cli import run_command
 from methods.config import config_hash, validate
 from methods.data.caption_augment import extra_tokens
 from methods.data.datasets import load_dataset_payload
-from methods.data.glove import load_word_vectors
 from methods.data.text import Vocabulary
+from methods.data.word_vectors import initial_word_vectors
 from methods.errors import HarnessError
 from methods.evaluate import evaluate_run
 from methods.io import read_json, write_json
@@ -54,11 +54,8 @@ def _train(args) -> None:
     vocab = Vocabulary.load(args.vocab)
     vocab.check_covers(splits["train"].captions[:5000], args.vocab)
     image_shape = splits["train"].features.image_shape()
-    word_vectors = None
-    if cfg["model"].get("text", {}).get("word_init") == "glove":
-        if not paths["glove"]:
-            raise HarnessError("word_init: glove needs datasets.<name>.glove (a GloVe text file) in config")
-        word_vectors = torch.from_numpy(load_word_vectors(paths["glove"], vocab, cfg["model"]["text"]["word_dim"]))
+    vectors = initial_word_vectors(cfg["model"], paths, vocab)
+    word_vectors = None if vectors is None else torch.from_numpy(vectors)
     # token ids past the vocabulary (``<mask>`` of caption augmentation) start from the random init
     n_tokens = len(vocab) + extra_tokens(cfg["training"])
     if word_vectors is not None and n_tokens > len(word_vectors):

@@ -99,6 +99,7 @@ def schema_enum(schema: dict, *path: str) -> list[str]:
 @pytest.mark.parametrize("registry_path, schema_path", [
     (("methods.model_kinds", "MODEL_KINDS"), ("method", "properties", "model", "properties", "kind")),
     (("methods.losses.term_kinds", "TERM_KINDS"), ("method", "$defs", "loss_term", "properties", "kind")),
+    (("methods.data.word_vectors", "WORD_INITS"), ("method", "$defs", "text_gru", "properties", "word_init")),
     (("methods.report.figure_kinds", "FIGURE_KINDS"),
      ("paper", "properties", "figures", "additionalProperties", "properties", "kind")),
 ])

@@ -16,7 +16,7 @@ import torchvision
 import yaml
 
 from methods.data import finite
-from methods.data.checks import check_word_vectors
+from methods.data.word_vectors import check_word_vectors, initial_word_vectors
 from methods.data.finite import check_finite_array, non_finite_rows
 from methods.data.glove import check_glove_head, load_word_vectors
 from methods.data.input_cache import CACHE_NAME
@@ -146,6 +146,20 @@ def test_word_init_glove_needs_a_glove_file_of_word_dim(tmp_path):
     with pytest.raises(HarnessError, match=r"g50.txt: 50-dimensional word vectors"):
         check_word_vectors(cfg, "flickr", model, "vsepp-0123456789")
     check_word_vectors(cfg, "flickr", {"text": {"word_dim": 300, "word_init": "random"}}, "vsepp-0123456789")
+
+
+def test_a_training_job_reads_the_vectors_of_its_vocabulary_words(tmp_path):
+    vectors = tmp_path / "g3.txt"
+    vectors.write_text("cat 1 2 3\ndog 4 5 6\nemu 7 8 9\n")
+    vocab = Vocabulary(["<pad>", "<start>", "<end>", "<unk>", "dog", "cat", "yak"], Tokenizer("nltk_line"))
+    glove = {"text": {"word_dim": 3, "word_init": "glove"}}
+    got = initial_word_vectors(glove, {"glove": vectors}, vocab)
+    want = np.zeros((7, 3), dtype=np.float32)
+    want[4], want[5] = [4, 5, 6], [1, 2, 3]   # dog, cat; "yak" is not in the file, "emu" not in the vocabulary
+    np.testing.assert_array_equal(got, want)
+    assert initial_word_vectors({"text": {"word_dim": 3, "word_init": "random"}}, {"glove": vectors}, vocab) is None
+    with pytest.raises(HarnessError, match=r"word_init: glove needs datasets.<name>.glove \(a GloVe text file of 3-d"):
+        initial_word_vectors(glove, {"glove": None}, vocab)
 
 
 def weights_cfg(tmp_path, path, arch="resnet152"):

@@ -107,21 +107,6 @@ def _file_size(path: str) -> int | None:
     return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
-def check_word_vectors(cfg: dict, dataset: str, model_cfg: dict, experiment: str) -> None:
-    """An experiment whose text encoder starts from GloVe (``model.text.word_init: glove``) has a
-    GloVe file configured for its dataset, of the encoder's word_dim (that the file exists and
-    parses is ``check_dataset_inputs``'s, run first)."""
-    text = model_cfg.get("text") or {}
-    if text.get("word_init") != "glove":
-        return
-    glove = dataset_paths(cfg, dataset)["glove"]
-    if glove is None:
-        raise HarnessError(f"experiment {experiment} sets model.text.word_init: glove, but datasets.{dataset}.glove "
-                           f"is not set: give a GloVe text file of {text['word_dim']}-d vectors (e.g. "
-                           f"glove.840B.300d.txt), or use word_init: random")
-    check_glove_head(glove, text["word_dim"])
-
-
 def check_backbone_weights(cfg: dict, backbone: str) -> None:
     bb = cfg["backbones"][backbone]
     if bb["weights"] is None:

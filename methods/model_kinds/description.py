@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from methods.data.inputs import region_shape
+from methods.data.word_vectors import WORD_INITS
 from methods.features.architectures import layer_channels
 
 
@@ -69,8 +70,9 @@ def gru_text(text_cfg: dict) -> str:
     """A ``text`` block: ``GRU 1024, word 300``, ``bi-GRU 64, word 32 (GloVe)``, ``2-layer GRU ...``."""
     layers = f"{text_cfg['num_layers']}-layer " if text_cfg["num_layers"] > 1 else ""
     kind = "bi-GRU" if text_cfg["bidirectional"] else "GRU"
-    glove = " (GloVe)" if text_cfg["word_init"] == "glove" else ""
-    return f"{layers}{kind} {text_cfg['hidden_dim']}, word {text_cfg['word_dim']}{glove}"
+    label = WORD_INITS.get(text_cfg["word_init"]).label
+    vectors = f" ({label})" if label else ""
+    return f"{layers}{kind} {text_cfg['hidden_dim']}, word {text_cfg['word_dim']}{vectors}"
 
 
 def finetunes(cfg: dict) -> bool:

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from methods.data.word_vectors import WORD_INITS
 from methods.models.layers import PLAIN_L2NORM_EPS, l2norm
 
 
@@ -37,9 +38,11 @@ class GRUTextEncoder(nn.Module):
     @classmethod
     def from_config(cls, cfg: dict, vocab_size: int, word_vectors: torch.Tensor | None = None,
                     l2norm_eps: float = PLAIN_L2NORM_EPS) -> "GRUTextEncoder":
-        """From a ``text`` block of a model config (word vectors are used only with ``word_init: glove``)."""
+        """From a ``text`` block of a model config (word vectors are used only with a pre-trained
+        ``word_init``: ``methods.data.word_vectors``)."""
+        pretrained = WORD_INITS.get(cfg["word_init"]).pretrained
         return cls(vocab_size, cfg["word_dim"], cfg["hidden_dim"], cfg["num_layers"], cfg["bidirectional"],
-                   word_vectors if cfg["word_init"] == "glove" else None, cfg.get("embed_dropout", 0.0), l2norm_eps,
+                   word_vectors if pretrained else None, cfg.get("embed_dropout", 0.0), l2norm_eps,
                    cfg.get("embed_init", "uniform"))
 
     def _packed(self, tokens: torch.Tensor, lengths: torch.Tensor):

@@ -9,7 +9,8 @@ from collections import Counter
 from snakemake.logging import logger as snakemake_logger
 
 from methods.config import validate
-from methods.data.checks import check_backbone_weights, check_dataset_inputs, check_word_vectors
+from methods.data.checks import check_backbone_weights, check_dataset_inputs
+from methods.data.word_vectors import check_word_vectors
 from methods.data.multilabel import check_model_labels, check_source as check_multilabel_source
 from methods.data.datasets import dataset_paths, dataset_payload, dataset_tokenizer
 from methods.data.tokenizers import PUNKT_FILES
