@@ -771,8 +771,8 @@ class Plan:
         fig = self.figure(name, dataset)
         rows = []
         run_rows = [r for r in self.table(fig.table, dataset).rows if r.runs_models]   # reported-only rows have none
-        for row in run_rows:
-            cfg = self.experiment(dataset, row.members[0]).config
+        configs = [self.experiment(dataset, row.members[0]).config for row in run_rows]
+        for row, cfg in zip(run_rows, configs):
             rows.append({"id": row.id, "label": row.label, "model": cfg["model"]["kind"], "method": cfg["method"],
                          "loss": "+".join(t["kind"] for t in term_configs(cfg["loss"])), "seeds": row.seeds, "ensemble_size": row.ensemble_size,
                          "runs": self.row_runs(row, dataset), "ran": row.ran})
@@ -781,7 +781,6 @@ class Plan:
                 "protocols": self.cfg["datasets"][dataset]["protocols"], "rows": rows}
         kind = FIGURE_KINDS.get(fig.kind)
         if kind.row_details is not None:   # what the drawing compares across the rows
-            configs = [self.experiment(dataset, row.members[0]).config for row in run_rows]
             for out, details in zip(rows, kind.row_details(run_rows, configs, f"figure {name}"), strict=True):
                 out.update(details)
         if fig.rows is not None and kind.ordered_rows:   # e.g. curves from the rows' training logs,

@@ -1,6 +1,7 @@
-"""Evaluating score matrices: the named metrics of one matrix (``evaluate``), a protocol's result
-with its folds and training check (``evaluate_protocol``, ``evaluate_split``) and the relevances
-a dataset's protocols need (``split_relevances``).
+"""Evaluating score matrices: the named metrics of one matrix (``evaluate``, from
+``methods.metrics.implementations``), a protocol's result with its folds and training check
+(``evaluate_protocol``, ``evaluate_split``) and the relevances a dataset's protocols need
+(``split_relevances``).
 
 Importing this module imports every metric module, which registers its implementations
 (``methods.metrics.implementations``): whatever computes metrics through it finds each declared
@@ -20,7 +21,7 @@ from methods.metrics import statistics  # noqa: F401  (registers the statistics'
 from methods.metrics.declarations import METRICS, value_from
 from methods.metrics.eccv import chance_map_at_r
 from methods.metrics.eccv_caption import split_coco_ids
-from methods.metrics.implementations import EvaluationContext
+from methods.metrics.implementations import evaluate
 from methods.metrics.label_prediction import LabelPredictions
 from methods.metrics.label_ranking import chance_ndcg
 from methods.metrics.protocols import MAIN_METRICS, Protocol, get_protocol
@@ -40,19 +41,6 @@ MAIN_METRIC_CHANCE = {
 if set(MAIN_METRIC_CHANCE) != set(MAIN_METRICS):   # the protocols accept exactly the main metrics computed here
     raise ValueError(f"main metrics with a chance value: {', '.join(MAIN_METRIC_CHANCE)}; the protocols "
                      f"declare {', '.join(MAIN_METRICS)} (methods.metrics.protocols.MAIN_METRICS)")
-
-
-def evaluate(scores: torch.Tensor | np.ndarray, relevance, names: list[str] | tuple[str, ...]) -> dict[str, float]:
-    """The named metrics of one score matrix (one fold), in the order given."""
-    context = EvaluationContext(scores, relevance)
-    out = {}
-    for name in names:
-        metric = METRICS.get(name)
-        if metric.relevance != relevance.kind:
-            raise HarnessError(f"metric '{name}' is defined for {metric.relevance} relevance, "
-                               f"not {relevance.kind}")
-        out[name] = context.value(name)
-    return out
 
 
 def evaluate_split(scores: torch.Tensor | np.ndarray, protocols: list[str], split: str,

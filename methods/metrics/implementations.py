@@ -5,8 +5,9 @@ for a query the mean leaves out). A sum of metrics (RSUM) needs no implementatio
 adds its components.
 
 An ``EvaluationContext`` holds one score matrix and its relevance and caches the expensive
-intermediates (ranks per direction) that several metrics share. ``methods.metrics.evaluation``
-imports every compute module, so whatever evaluates through it finds each metric implemented.
+intermediates (ranks per direction) that several metrics share; ``evaluate`` computes named
+metrics through one. ``methods.metrics.evaluation`` imports every compute module (and ``evaluate``
+from here), so whatever evaluates through it finds each metric implemented.
 """
 from __future__ import annotations
 
@@ -44,6 +45,19 @@ class EvaluationContext:
         if components:
             return sum(self.value(c) for c in components)
         return implementation(metric).compute(self)
+
+
+def evaluate(scores: torch.Tensor | np.ndarray, relevance, names: list[str] | tuple[str, ...]) -> dict[str, float]:
+    """The named metrics of one score matrix (one fold), in the order given."""
+    context = EvaluationContext(scores, relevance)
+    out = {}
+    for name in names:
+        metric = METRICS.get(name)
+        if metric.relevance != relevance.kind:
+            raise HarnessError(f"metric '{name}' is defined for {metric.relevance} relevance, "
+                               f"not {relevance.kind}")
+        out[name] = context.value(name)
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)

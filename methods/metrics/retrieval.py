@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from methods.metrics.declarations import DIRECTIONS, RECALL_KS, RECALLS, RETRIEVAL_METRICS
-from methods.metrics.implementations import EvaluationContext, implement_metric
+from methods.metrics.implementations import EvaluationContext, evaluate, implement_metric
 from methods.metrics.relevance import CaptionsOfImage
 
 
@@ -102,5 +102,4 @@ def chance_recalls(n_images: int, captions_per_image: int = 5) -> dict[str, floa
 
 def retrieval_metrics(scores: torch.Tensor | np.ndarray, captions_per_image: int = 5) -> dict[str, float]:
     """The Karpathy protocols' metrics of one score matrix (one fold), each implemented here."""
-    context = EvaluationContext(scores, CaptionsOfImage(captions_per_image))
-    return {name: context.value(name) for name in RETRIEVAL_METRICS}
+    return evaluate(scores, CaptionsOfImage(captions_per_image), RETRIEVAL_METRICS)
