@@ -19,6 +19,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/features.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/runtime_jobs.smk"
 include: "workflow/rules/runtime.smk"
 
 

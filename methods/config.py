@@ -42,6 +42,25 @@ def load_yaml(path: str | Path) -> Any:
         raise HarnessError(f"{path}: cannot be read ({exc.strerror or exc})") from None
 
 
+def with_model_dispatch(schema: dict) -> dict:
+    """The method schema with its model dispatch, read from its ``$defs``: a block whose ``kind``
+    is a const is one model's block (named by that kind); ``model.kind`` lists them, and each
+    kind's ``model`` is checked against its block. A new model adds its block, nothing else."""
+    kinds = []
+    for name, block in schema["$defs"].items():
+        kind = block.get("properties", {}).get("kind", {})
+        if "const" in kind:
+            if kind["const"] != name:
+                raise HarnessError(f"{SCHEMA_DIR / 'method.schema.yaml'}: $defs.{name}: a model block is named by "
+                                   f"its kind ('{kind['const']}')")
+            kinds.append(name)
+    schema["properties"]["model"]["properties"]["kind"] = {"enum": kinds, "description": "a model block of $defs"}
+    schema["allOf"] = schema.get("allOf", []) + [
+        {"if": {"properties": {"model": {"properties": {"kind": {"const": kind}}}}},
+         "then": {"properties": {"model": {"$ref": f"#/$defs/{kind}"}}}} for kind in kinds]
+    return schema
+
+
 def load_schema(name: str) -> dict:
     """``name`` is a schema file stem, ``file#def`` for one of its ``$defs`` (e.g. ``config#dataset``),
     or ``LAYER_SCHEMA`` (one config layer of a method file, derived from the method schema)."""
@@ -49,6 +68,8 @@ def load_schema(name: str) -> dict:
         return method_layer_schema()
     stem, _, definition = name.partition("#")
     schema = load_yaml(SCHEMA_DIR / f"{stem}.schema.yaml")
+    if stem == "method":
+        schema = with_model_dispatch(schema)
     if definition:
         return {"$defs": schema["$defs"], "$ref": f"#/$defs/{definition}"}
     return schema

@@ -133,6 +133,10 @@ def resolve_method_config(method_file: str | Path, dataset: str, overrides: dict
         cfg["training"]["stages"] = [s for s in cfg["training"]["stages"] if s["name"] in keep]
     where = f"{method_file} (dataset {dataset}, overrides {overrides or {}})"
     validate(cfg, "method", where)
+    image_input = image_input_of(cfg["model"])   # what the schema cannot say: the model's input fixes it
+    if finetunes(cfg) and not image_input.finetunable:
+        raise HarnessError(f"{where}: training.stages: finetune_backbone is true, but a {cfg['model']['kind']} model "
+                           f"reads precomputed {image_input.name}: it has no CNN to fine-tune")
     try:   # what the schema cannot say: the augmentation's shares sum to at most 1
         CaptionAugmentation.from_config(cfg["training"], vocab_size=1)
     except ValueError as err:
@@ -791,6 +795,8 @@ class Plan:
                         split=test_splits(self.cfg, dataset)[0])
         if fig.row is not None:  # one trained model: the row's first member, first seed, first test split,
             # and the thresholds that say whether it trained (a figure of an untrained one says so)
+            kind.check_model(self.experiment(dataset, self.row(fig.table, dataset, fig.row).members[0]).config["model"],
+                             f"figure {name}, row '{fig.row}'")
             spec.update(row=fig.row, run=self.first_run(fig.table, dataset, fig.row), split=test_splits(self.cfg, dataset)[0],
                         training_check=self.cfg["training_check"])
         return spec

@@ -131,6 +131,37 @@ def test_the_other_registry_backed_schema_enums_follow_their_registries():
     assert set(selection) - {"last"} <= set(METRICS.names()) and "last" in selection
 
 
+@pytest.mark.parametrize("kind", sorted(load_schema("method")["properties"]["model"]["properties"]["kind"]["enum"]))
+def test_a_models_schema_block_names_its_constructors_keywords(kind):
+    """A model config's keys are its constructor's keywords (``from_config`` passes them as they
+    are): the schema block lists exactly the keywords the build context does not give, and each
+    keyword without a default is required."""
+    from methods.models import MODELS, BuildContext, constructor_keywords
+
+    block = load_schema("method")["$defs"][kind]
+    cls = MODELS.get(kind)
+    cfg = {"kind": kind, "backbone": "cnn", "text": {"word_dim": 4, "hidden_dim": 4, "num_layers": 1,
+                                                        "bidirectional": True, "word_init": "random"}}
+    ctx = BuildContext(10, {"dim": 8, "regions": 3, "scales": {}}, {"cnn": {"arch": "resnet18", "weights": "none"}},
+                       cnn=False)
+    given = set(cls.context_arguments({k: v for k, v in cfg.items() if k in block["properties"]}, ctx))
+    keywords = constructor_keywords(cls)
+    assert set(keywords) == (set(block["properties"]) - {"kind"}) | given
+    no_default = {name for name, p in keywords.items() if p.default is p.empty}
+    assert no_default - given <= set(block["required"])
+
+
+def test_the_text_blocks_keys_are_the_text_encoders_keywords():
+    import inspect
+
+    from methods.models.text import GRUTextEncoder
+
+    block = load_schema("method")["$defs"]["text_gru"]
+    keywords = set(inspect.signature(GRUTextEncoder.__init__).parameters) - {"self"}
+    # word_init chooses the word vectors; the vocabulary's size and the source's epsilon come from the model
+    assert keywords == (set(block["properties"]) - {"word_init"}) | {"vocab_size", "word_vectors", "l2norm_eps"}
+
+
 def test_every_declared_figure_kind_has_one_drawing():
     from methods.report.figure_kinds import FIGURE_KINDS
     from methods.report.paper_figures import DRAWINGS
@@ -163,6 +194,15 @@ def test_the_snakefile_builds_its_dag_without_torch():
             "    __import__(m)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent)
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+def test_the_workflow_passes_snakemakes_linter():
+    """``snakemake --lint`` (Snakemake's best practices for a workflow) finds nothing: it exits 1 on any lint."""
+    from tests.conftest import local_snakemake_env
+
+    out = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], capture_output=True, text=True,
+                         cwd=PACKAGE.parent, env=local_snakemake_env(), timeout=600)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
 
 
 def test_model_schema_has_a_block_for_every_registered_model():

@@ -24,6 +24,7 @@ from methods.models.vsepp import VSEPP
 from methods.models.vsrn import VSRN
 from tests.test_sgraf import l2, linear
 from tests.test_mvsa_scan import reference_pair as scan_reference_pair
+from tests.test_mvsa_scan import scan_similarity
 from tests.test_sgraf import reference_matrix as sgraf_reference_matrix
 from tests.test_label_wise import build as build_label_wise
 from tests.test_label_wise import reference_image as reference_label_image
@@ -146,9 +147,9 @@ def sgraf_reference(model, images, text_batch):
 
 def sgraf_cases():
     for options in (dict(heads=["sgr", "saf"], sgr_steps=3),
-                    dict(heads=["saf"], attention="i2t"),
-                    dict(heads=["avg"], similarity="scalar", nodes_global=False),
-                    dict(heads=["sgr"], nodes_global=False, sgr_steps=1)):
+                    dict(heads=["saf"], attention={"direction": "i2t", "smooth": 9.0}),
+                    dict(heads=["avg"], similarity="scalar", nodes={"global": False, "local": True}),
+                    dict(heads=["sgr"], nodes={"global": False, "local": True}, sgr_steps=1)):
         yield (str(options), build(SGRAF, REGION_DIM, REGIONS, EMBED, SIM, bidirectional_text=True, **options),
                {"features": features(N_IMAGES, REGIONS, REGION_DIM)}, sgraf_reference)
 
@@ -178,8 +179,8 @@ def scan_cases():
     for direction, aggregation, lambda_softmax, lambda_lse in (("t2i", "avg", 9.0, None), ("t2i", "lse", 9.0, 6.0),
                                                                ("i2t", "avg", 4.0, None), ("i2t", "lse", 4.0, 20.0)):
         yield (f"scan {direction} {aggregation}",
-               build(SCAN, REGION_DIM, REGIONS, EMBED, direction=direction, aggregation=aggregation,
-                     lambda_softmax=lambda_softmax, lambda_lse=lambda_lse, bidirectional_text=True),
+               build(SCAN, REGION_DIM, REGIONS, EMBED, bidirectional_text=True,
+                     similarity=scan_similarity(direction, aggregation, lambda_softmax, lambda_lse)),
                {"features": features(N_IMAGES, REGIONS, REGION_DIM)}, scan_reference)
 
 
@@ -219,13 +220,13 @@ def mvsa_reference(model, images, text_batch):
 
 def mvsa_cases():
     grids = {s: features(N_IMAGES, *shape) for s, shape in MVSA_SHAPES.items()}
-    for scales, pooling, options in ((["conv4", "conv5"], "max", dict(asa_blocks=2)),
-                                     (["conv4", "conv5"], "avg", dict(direction="i2t", aggregation="lse",
-                                                                      lambda_softmax=4.0, lambda_lse=5.0)),
-                                     (["conv5"], None, dict(asa_batchnorm=False, aggregation="lse", lambda_lse=6.0))):
-        yield (f"mvsa {scales} {pooling} {options}",
-               build(MVSA, "resnet18", MVSA_SHAPES, scales, pooling, 16, EMBED, asa_inter_dim=7,
-                     bidirectional_text=True, **options),
+    for scales, pooling, asa, similarity in (
+            (["conv4", "conv5"], "max", dict(blocks=2, batchnorm=True), scan_similarity()),
+            (["conv4", "conv5"], "avg", dict(blocks=1, batchnorm=True), scan_similarity("i2t", "lse", 4.0, 5.0)),
+            (["conv5"], None, dict(blocks=1, batchnorm=False), scan_similarity("t2i", "lse", 9.0, 6.0))):
+        yield (f"mvsa {scales} {pooling} {asa} {similarity}",
+               build(MVSA, "resnet18", MVSA_SHAPES, scales, pooling, 16, EMBED, asa={**asa, "inter_dim": 7},
+                     similarity=similarity, bidirectional_text=True),
                {"features": {s: grids[s] for s in scales}}, mvsa_reference)
 
 
@@ -365,7 +366,7 @@ def set_grid_cases():
     for module, similarity in (({**slot, "padding": "leak"}, {"kind": "smooth_chamfer", "alpha": 16.0}),
                                ({"kind": "pie"}, {"kind": "mil"})):
         yield (f"set grid {module} {similarity}",
-               build(SetEmbeddingGrid, "resnet18", MVSA_SHAPES, "conv5", "frozen", EMBED, 3, set_module=module,
+               build(SetEmbeddingGrid, "resnet18", MVSA_SHAPES, ["conv5"], "frozen", EMBED, 3, set_module=module,
                      similarity=similarity, dropout=0.1, bidirectional_text=True),
                {"features": grid}, partial(set_reference, similarity=similarity))
 

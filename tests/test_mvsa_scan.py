@@ -20,6 +20,12 @@ from methods.models.text import GRUTextEncoder
 SETTINGS = [("t2i", "avg", 9.0, None), ("t2i", "lse", 9.0, 6.0), ("i2t", "avg", 4.0, None), ("i2t", "lse", 4.0, 20.0)]
 
 
+def scan_similarity(direction="t2i", aggregation="avg", lambda_softmax=9.0, lambda_lse=None) -> dict:
+    """A SCAN ``similarity`` config block (lambda_lse left out when None)."""
+    return {"direction": direction, "aggregation": aggregation, "lambda_softmax": lambda_softmax,
+            **({} if lambda_lse is None else {"lambda_lse": lambda_lse})}
+
+
 # -- a per-pair transcription of kuanghuei/SCAN model.py (func_attention, xattn_score_*) -------------
 def scan_l2norm(x: torch.Tensor, dim: int) -> torch.Tensor:
     return x / (x.pow(2).sum(dim=dim, keepdim=True).sqrt() + 1e-8)
@@ -81,7 +87,7 @@ def test_block_scores_equal_scans_per_pair_scores(direction, aggregation, lambda
 def test_scan_model_scores_its_encodings_blockwise_as_per_pair(direction, aggregation, lambda_softmax, lambda_lse):
     torch.manual_seed(0)
     text = GRUTextEncoder(30, 8, 12, bidirectional=True)
-    model = SCAN(20, 6, 12, text, direction, aggregation, lambda_softmax, lambda_lse).eval()
+    model = SCAN(20, 6, 12, text, scan_similarity(direction, aggregation, lambda_softmax, lambda_lse)).eval()
     model.block_elements = 200   # many blocks
     g = torch.Generator().manual_seed(1)
     lengths = torch.tensor([1, 9, 4, 9, 2, 7])
@@ -286,10 +292,10 @@ def test_asa_attention_is_over_each_scales_candidates():
 def test_scan_model_checks_its_switches():
     text = GRUTextEncoder(10, 4, 6, bidirectional=True)
     with pytest.raises(ValueError, match="direction"):
-        SCAN(8, 3, 6, text, "both")
+        SCAN(8, 3, 6, text, scan_similarity("both"))
     with pytest.raises(ValueError, match="lambda_lse"):
-        SCAN(8, 3, 6, text, "t2i", "lse", 9.0, None)
-    assert math.isclose(SCAN(8, 3, 6, text, "i2t", "lse", 4.0, 5.0).lambda_lse, 5.0)
+        SCAN(8, 3, 6, text, scan_similarity("t2i", "lse", 9.0, None))
+    assert math.isclose(SCAN(8, 3, 6, text, scan_similarity("i2t", "lse", 4.0, 5.0)).lambda_lse, 5.0)
 
 
 def test_resnet_backbone_stage_shapes_at_224_px():

@@ -4,9 +4,9 @@ import dataclasses
 
 import pytest
 
-from methods.config import REPO_ROOT, load_harness_config
+from methods.config import REPO_ROOT, load_harness_config, load_yaml
 from methods.errors import HarnessError
-from methods.plan import Plan
+from methods.plan import Plan, resolve_method_config
 from tests.conftest import config_with_every_table
 
 CONFIG = REPO_ROOT / "config" / "config.yaml"
@@ -72,6 +72,23 @@ def test_unknown_variant_is_a_clear_error(tmp_path):
     cfg = load_harness_config(CONFIG, {"papers": [str(paper)]})
     with pytest.raises(HarnessError, match="unknown variant 'smoothap'.*declared: nt_xent, smooth_ap"):
         Plan(cfg)
+
+
+@pytest.mark.parametrize("method, refused", [("vsrn", True), ("scan", True), ("vsepp", False)])
+def test_a_model_of_precomputed_regions_cannot_fine_tune_a_cnn(method, refused):
+    """Region features come from a detector run elsewhere: a stage that would fine-tune the CNN is
+    refused when the config is resolved; VSE++ computes its pooled features with its own CNN."""
+    raw = load_yaml(REPO_ROOT / "config" / "methods" / f"{method}.yaml")
+    preset = raw["presets"]["synthetic"].setdefault("training", {})
+    stage = (preset.get("stages") or raw["base"]["training"]["stages"])[0]
+    preset["stages"] = [{**stage, "finetune_backbone": True}]
+    resolve = lambda: resolve_method_config(f"{method}.yaml", "synthetic", raw=raw)   # noqa: E731
+    if refused:
+        with pytest.raises(HarnessError, match=f"finetune_backbone is true, but a {method} model reads precomputed "
+                                               f"regions: it has no CNN to fine-tune"):
+            resolve()
+    else:
+        assert resolve()["training"]["stages"][0]["finetune_backbone"] is True
 
 
 def test_figures_are_default_targets_of_the_synthetic_dataset(plan):

@@ -77,3 +77,56 @@ def test_chance_and_did_not_train_threshold_are_the_closed_forms():
     assert threshold, "the README's did-not-train sentence changed"
     assert float(threshold[1]) == pytest.approx(100 * share)
     assert float(threshold[2]) == pytest.approx(round(chance + share * (600 - chance), 1), abs=1e-9)
+
+
+WORKED_EXAMPLE_FILE = re.compile(r"```(?:python|yaml) file=(\S+)\n(.*?)```", re.S)
+
+
+def worked_example_files() -> dict[str, str]:
+    """The README's worked example of a new model: path -> the text its block gives that file."""
+    section = README[README.index("### Worked example"):README.index("## Python API")]
+    return dict(WORKED_EXAMPLE_FILE.findall(section))
+
+
+@pytest.mark.e2e
+def test_the_worked_example_adds_a_model_with_five_files_and_nothing_else(tmp_path):
+    """In a copy of the repository, the README's five files make a new model that the plan tables
+    and the generic model tests build and train; its float64 test fails until its reference exists."""
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.conftest import local_snakemake_env
+
+    copy = tmp_path / "repo"
+    for folder in ("methods", "config", "workflow", "envs", "tests"):
+        shutil.copytree(REPO / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("Snakefile", "pyproject.toml"):
+        shutil.copy(REPO / name, copy / name)
+    files = worked_example_files()
+    assert sorted(files) == ["config/methods/mean_regions.yaml", "methods/model_kinds/mean_regions.py",
+                             "methods/models/mean_regions.py", "methods/papers/mean_regions.yaml",
+                             "workflow/schemas/method.schema.yaml"]
+    for path, text in files.items():
+        target = copy / path
+        if target.exists():   # the schema block: under $defs, the schema's last top-level key
+            assert text.startswith("  ") and target.read_text().rstrip("\n").split("\n$defs:\n")[1]
+            text = target.read_text().rstrip("\n") + "\n" + text
+        target.write_text(text)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", *args], cwd=copy, env=local_snakemake_env(),
+                              capture_output=True, text=True, timeout=900)
+
+    planned = run("snakemake", "-n", "--cores", "2", "tables/mean_regions_t1_synthetic.csv",
+                  "--config", 'papers=["methods/papers/mean_regions.yaml"]')
+    assert planned.returncode == 0, (planned.stdout + planned.stderr)[-4000:]
+    assert re.search(r"^train_synthetic\s+\d+\b", planned.stdout, re.M), planned.stdout[-4000:]
+    assert "results/synthetic/runs/mean_regions-" in planned.stdout   # its runs, named by the model's method
+    tested = run("pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-rA", "-k", "mean_regions",
+                 "tests/test_registries.py", "tests/test_architecture.py", "tests/test_float64.py")
+    out = tested.stdout + tested.stderr
+    for test in ("test_model_forward_backward_and_block_scoring", "test_a_models_schema_block_names_its_constructors_keywords"):
+        assert f"PASSED tests/test_{'registries' if 'forward' in test else 'architecture'}.py::{test}[mean_regions]" in out, out[-4000:]
+    assert "FAILED tests/test_float64.py::test_float64_scores_equal_the_per_pair_reference[mean_regions]" in out, out[-4000:]
+    assert "model 'mean_regions' is registered but tests/test_float64.py has no float64 per-pair reference" in out

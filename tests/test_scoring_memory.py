@@ -61,7 +61,7 @@ def test_parts_packed_apart_join_into_the_whole():
 def sgraf(attention="t2i"):
     torch.manual_seed(0)
     text = GRUTextEncoder(40, 8, 10, bidirectional=True, embed_dropout=0.4)
-    return SGRAF(12, 5, 10, 6, text, ["sgr", "saf"], attention=attention).eval()
+    return SGRAF(12, 5, 10, 6, text, ["sgr", "saf"], attention={"direction": attention, "smooth": 9.0}).eval()
 
 
 @pytest.mark.parametrize("attention", ["t2i", "i2t"])

@@ -119,18 +119,20 @@ def reference_matrix(model, features, tokens, lengths):
                         for v, vg in images])
 
 
+LOCAL_NODES, GLOBAL_NODE = {"global": False, "local": True}, {"global": True, "local": False}
+I2T = {"direction": "i2t", "smooth": 9.0}   # regions attend to words
 CONFIGS = {
     "sgr": dict(heads=["sgr"]),
     "saf": dict(heads=["saf"]),
     "joint": dict(heads=["sgr", "saf"]),
-    "sgr_local_1step": dict(heads=["sgr"], nodes_global=False, sgr_steps=1),
-    "global_no_reasoning": dict(heads=["sgr"], nodes_local=False, sgr_steps=0),
+    "sgr_local_1step": dict(heads=["sgr"], nodes=LOCAL_NODES, sgr_steps=1),
+    "global_no_reasoning": dict(heads=["sgr"], nodes=GLOBAL_NODE, sgr_steps=0),
     "sgr_4steps": dict(heads=["sgr"], sgr_steps=4),
-    "i2t_sgr_local": dict(heads=["sgr"], attention="i2t", nodes_global=False),
-    "i2t_saf_local": dict(heads=["saf"], attention="i2t", nodes_global=False),
-    "scalar_avg_t2i": dict(heads=["avg"], similarity="scalar", nodes_global=False),
-    "scalar_avg_i2t": dict(heads=["avg"], similarity="scalar", nodes_global=False, attention="i2t"),
-    "vector_avg_t2i": dict(heads=["avg"], nodes_global=False),
+    "i2t_sgr_local": dict(heads=["sgr"], attention=I2T, nodes=LOCAL_NODES),
+    "i2t_saf_local": dict(heads=["saf"], attention=I2T, nodes=LOCAL_NODES),
+    "scalar_avg_t2i": dict(heads=["avg"], similarity="scalar", nodes=LOCAL_NODES),
+    "scalar_avg_i2t": dict(heads=["avg"], similarity="scalar", nodes=LOCAL_NODES, attention=I2T),
+    "vector_avg_t2i": dict(heads=["avg"], nodes=LOCAL_NODES),
 }
 
 
@@ -197,9 +199,9 @@ def test_ablation_switches_build_the_named_modules():
     assert len(full.heads["sgr"].steps) == 3 and full.heads["sgr"].readout == "global"
     assert full.global_sim.proj.out_features == SIM and full.local_sim.proj.out_features == SIM
     assert len(build(heads=["sgr"], sgr_steps=1).heads["sgr"].steps) == 1
-    local_only = build(heads=["sgr"], nodes_global=False)
+    local_only = build(heads=["sgr"], nodes=LOCAL_NODES)
     assert local_only.global_sim is None and local_only.heads["sgr"].readout == "mean"
-    assert build(heads=["sgr"], nodes_local=False, sgr_steps=0).local_sim is None
+    assert build(heads=["sgr"], nodes=GLOBAL_NODE, sgr_steps=0).local_sim is None
     joint = build(heads=["sgr", "saf"])
     assert set(joint.heads) == {"sgr", "saf"}
     scalar = build(heads=["avg"], similarity="scalar")
@@ -210,15 +212,15 @@ def test_ablation_switches_build_the_named_modules():
     # outputs: the node count follows the attention direction and the node switches
     features, tokens, lengths = random_inputs()
     with torch.no_grad():
-        for model, nodes in ((full, 1 + 9), (local_only, 9), (build(heads=["saf"], attention="i2t"), 1 + REGIONS),
-                             (build(heads=["saf"], attention="i2t", nodes_global=False), REGIONS)):
+        for model, nodes in ((full, 1 + 9), (local_only, 9), (build(heads=["saf"], attention=I2T), 1 + REGIONS),
+                             (build(heads=["saf"], attention=I2T, nodes=LOCAL_NODES), REGIONS)):
             n, mask = model.pair_nodes(model.encode_images({"features": features}),
                                        model.encode_texts({"tokens": tokens, "lengths": lengths}))
             assert n.shape[2] == nodes and mask.shape == (6, nodes)
     with pytest.raises(ValueError, match="only be averaged"):
         build(heads=["sgr"], similarity="scalar")
     with pytest.raises(ValueError, match="at least one"):
-        build(nodes_global=False, nodes_local=False)
+        build(nodes={"global": False, "local": False})
 
 
 def test_caption_blocks_respect_the_budget_and_cover_every_caption_once():

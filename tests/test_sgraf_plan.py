@@ -130,3 +130,20 @@ def test_synthetic_preset_is_small_and_trains_the_papers_loss(plan):
     assert "figures/sgraf_saf_weights_synthetic.png" in plan.default_targets()
     spec = plan.figure_spec("sgraf_saf_weights", "synthetic")
     assert spec["row"] == "saf" and spec["split"] == "test" and spec["run"].endswith("/seed0")
+
+
+
+@pytest.mark.parametrize("table, row, dataset", [("sgraf_t1", "sgr", "synthetic"), ("sgraf_t4", "t4_4_i2t_sv_saf", "flickr")])
+def test_a_saf_weights_figure_of_a_row_without_saf_over_words_is_refused(plan, monkeypatch, table, row, dataset):
+    """Fig. 3 draws the SAF head's weights over a caption's words: an SGR-only row has no SAF head, and
+    with i2t attention SAF weighs regions, not words."""
+    import dataclasses
+
+    from methods.errors import HarnessError
+
+    declared = plan.figures[("sgraf_saf_weights", "synthetic")]
+    monkeypatch.setitem(plan.figures, ("other_row", dataset),
+                        dataclasses.replace(declared, name="other_row", dataset=dataset, table=table, row=row))
+    with pytest.raises(HarnessError, match=f"figure other_row, row '{row}': a saf_weights figure draws a model's "
+                                           f"saf weights, which this sgraf model config does not have"):
+        plan.figure_spec("other_row", dataset)

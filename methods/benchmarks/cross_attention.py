@@ -39,6 +39,7 @@ MODELS = {"sgr": ["sgr"], "saf": ["saf"],
           "mvsa_t2i_49": (49, ("t2i", "avg", 9.0, None)), "mvsa_i2t_49": (49, ("i2t", "lse", 4.0, 5.0)),
           "mvsa_t2i_98": (98, ("t2i", "avg", 9.0, None)), "mvsa_i2t_98": (98, ("i2t", "lse", 4.0, 5.0))}
 MVSA_SHAPES = {"conv4": [14, 14, 1024], "conv5": [7, 7, 2048]}
+MVSA_ASA = {"blocks": 1, "inter_dim": 1024, "batchnorm": True}   # one non-local block per scale (the paper's)
 
 
 def build(name: str, vocab: int, device: torch.device) -> CrossAttentionModel:
@@ -49,8 +50,10 @@ def build(name: str, vocab: int, device: torch.device) -> CrossAttentionModel:
     n_instances, (direction, aggregation, lambda_softmax, lambda_lse) = MODELS[name]
     scales = ["conv5"] if n_instances == 49 else ["conv4", "conv5"]
     text = GRUTextEncoder(vocab, 300, 1024, bidirectional=True)
+    similarity = {"direction": direction, "aggregation": aggregation, "lambda_softmax": lambda_softmax,
+                  **({} if lambda_lse is None else {"lambda_lse": lambda_lse})}
     model = MVSA("resnet152", MVSA_SHAPES, scales, None if n_instances == 49 else "max", 2048, 1024, text,
-                 direction=direction, aggregation=aggregation, lambda_softmax=lambda_softmax, lambda_lse=lambda_lse)
+                 asa=MVSA_ASA, similarity=similarity)
     return model.to(device).eval()
 
 

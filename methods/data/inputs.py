@@ -158,6 +158,7 @@ class ImageInput:
     """One kind of image input. ``model_cfg`` is the experiment's ``model`` block."""
 
     name: str
+    finetunable = True   # whether a training stage can train the CNN: false for features computed elsewhere
 
     def directory(self, cfg: dict, dataset: str, model_cfg: dict) -> str:
         """Where the kind's files of this dataset live (harness config ``cfg``)."""
@@ -204,6 +205,7 @@ def region_shape(dataset_cfg: dict) -> tuple[int, int | None]:
 
 class RegionInput(ImageInput):
     name = "regions"
+    finetunable = False   # a detector's region features, precomputed: no CNN here to train
 
     def directory(self, cfg: dict, dataset: str, model_cfg: dict) -> str:
         return str(dataset_paths(cfg, dataset)["precomp_dir"])

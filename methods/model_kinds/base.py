@@ -23,6 +23,12 @@ class ModelKind:
         return None
 
     @classmethod
+    def internals(cls, model_cfg: dict) -> frozenset[str]:
+        """What a model of this ``model`` config block can show of its insides: the names of the
+        figure kinds that draw them (``methods.report.figure_kinds``, ``internal``); none by default."""
+        return frozenset()
+
+    @classmethod
     def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
         """What a resolved run config ``cfg`` of this model runs, in a few words: the backbone or
         image input it reads and its dimensions (the ``ran`` column of tables). The helpers of

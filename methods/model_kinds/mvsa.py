@@ -9,6 +9,11 @@ class MVSAKind(ModelKind):
     image_input = "grid"
 
     @classmethod
+    def internals(cls, model_cfg: dict) -> frozenset[str]:
+        """The adaptive self-attention of the instance candidates, per scale (with ASA blocks)."""
+        return frozenset({"asa_attention"} if model_cfg["asa"]["blocks"] else ())
+
+    @classmethod
     def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
         model = cfg["model"]
         cnn = "fine-tuned" if finetunes(cfg) else "frozen"

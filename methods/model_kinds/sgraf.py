@@ -9,6 +9,14 @@ class SGRAFKind(ModelKind):
     image_input = "regions"
 
     @classmethod
+    def internals(cls, model_cfg: dict) -> frozenset[str]:
+        """The SAF head's weights over a caption's words (Fig. 3): words attend to regions (t2i),
+        one node per word (local nodes)."""
+        saf_over_words = ("saf" in model_cfg["heads"] and model_cfg["attention"]["direction"] == "t2i"
+                          and model_cfg["nodes"]["local"])
+        return frozenset({"saf_weights"} if saf_over_words else ())
+
+    @classmethod
     def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
         model = cfg["model"]
         graph = f", graph dim {model['sim_dim']}" if model["similarity"] == "vector" else ""

@@ -6,10 +6,10 @@ import importlib
 import pkgutil
 
 from methods.models.base import (MODELS, SIMILARITIES, BuildContext, CrossAttentionModel, EmbeddingModel,
-                                 RetrievalModel, build_model, model_class, register_model)
+                                 RetrievalModel, build_model, constructor_keywords, model_class, register_model)
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["MODELS", "SIMILARITIES", "BuildContext", "CrossAttentionModel", "EmbeddingModel", "RetrievalModel",
-           "build_model", "model_class", "register_model"]
+           "build_model", "constructor_keywords", "model_class", "register_model"]

@@ -2,7 +2,9 @@
 
 A model is built from its ``model`` config block and a ``BuildContext`` (vocabulary size, word
 vectors, the image input's shape, the configured backbones): ``MODELS.get(kind).from_config(cfg,
-ctx)``. It encodes each side once (``encode_images``, ``encode_texts``: a tensor of embeddings,
+ctx)``. The block's keys are the constructor's keywords, as they are (a nested block is a dict
+argument); the context builds what the block only describes (the text encoder, the CNN) and gives
+the image input's sizes (``image_arguments``). It encodes each side once (``encode_images``, ``encode_texts``: a tensor of embeddings,
 or a feature set for cross-attention and set models), scores one block of pairs (``score``:
 (I, C)), scores a whole split (``score_matrix``: on the CPU, float32, or float64 for a float64
 model), and in training returns a dict of named outputs that loss terms read
@@ -16,6 +18,7 @@ registers the class under the kind's name and gives it the kind's ``image_input`
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
@@ -27,6 +30,7 @@ from methods.errors import HarnessError
 from methods.model_kinds import MODEL_KINDS
 from methods.models.cross_attention import score_in_blocks
 from methods.models.layers import at_least_float32
+from methods.models.text import GRUTextEncoder
 from methods.registry import Registry
 from methods.runtime import autocast
 
@@ -55,10 +59,31 @@ class RetrievalModel(nn.Module):
     vocab_size: int | None = None
     image_shape: dict | None = None
     vocab_words: int | None = None   # words of the vocabulary it reads (vocab_size less training-only ids), where known
+    # constructor keywords that the build context gives, not the config: keyword -> key of the
+    # image input's shape (e.g. {"region_dim": "dim"})
+    image_arguments: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def from_config(cls, cfg: dict, ctx: BuildContext) -> "RetrievalModel":
-        raise NotImplementedError
+        """The model of a ``model`` config block: every key but ``kind`` is a constructor keyword,
+        passed as it is, and ``context_arguments`` replaces or adds the ones the context builds."""
+        settings = {key: value for key, value in cfg.items() if key != "kind"}
+        unknown = sorted(set(settings) - set(constructor_keywords(cls)))
+        if unknown:
+            raise HarnessError(f"model.{unknown[0]}: a {cfg['kind']} model has no such setting "
+                               f"(its settings: {', '.join(sorted(constructor_keywords(cls)))})")
+        return cls(**{**settings, **cls.context_arguments(cfg, ctx)})
+
+    @classmethod
+    def context_arguments(cls, cfg: dict, ctx: BuildContext) -> dict[str, Any]:
+        """The constructor keywords the context gives: the text encoder built from the ``text``
+        block (first: building it draws random numbers), then the image input's sizes. Models
+        with a CNN add it."""
+        arguments = {}
+        if "text" in cfg:
+            arguments["text"] = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
+        arguments.update({keyword: ctx.image(key, cfg["kind"]) for keyword, key in cls.image_arguments.items()})
+        return arguments
 
     def set_finetune(self, finetune: bool) -> None:
         if finetune:
@@ -161,6 +186,11 @@ class CrossAttentionModel(RetrievalModel):
     def score_matrix(self, img: Any, txt: Any, amp: bool = False) -> torch.Tensor:
         with autocast(self.device, amp):
             return score_in_blocks(self.score, img, txt, self.pair_elements, self.block_elements)
+
+
+def constructor_keywords(cls: type[RetrievalModel]) -> dict[str, inspect.Parameter]:
+    """The constructor's keywords and their parameters (defaults)."""
+    return {name: p for name, p in inspect.signature(cls.__init__).parameters.items() if name != "self"}
 
 
 def model_class(kind: str) -> type[RetrievalModel]:

@@ -18,14 +18,18 @@ BACKBONE_BN = ("frozen", "train")
 class GridBackbone(nn.Module):
     """Mixin for grid-reading models. Subclasses set ``self.backbone`` (a ``ResNetBackbone`` or
     None), ``self.arch``, ``self.backbone_bn`` and ``self.scales`` through ``init_backbone`` and
-    give the dtype of their first layer (``grid_dtype``)."""
+    give the dtype of their first layer (``grid_dtype``). Their constructors take ``backbone``
+    and ``scale_shapes`` (the cached maps' (H, W, C) per scale) from the build context."""
 
-    @staticmethod
-    def backbone_from_config(cfg: dict, ctx) -> ResNetBackbone | str:
-        """The model's CNN (``cfg["backbone"]``, a key of config ``backbones``), or only its
+    image_arguments = {"scale_shapes": "scales"}
+
+    @classmethod
+    def context_arguments(cls, cfg: dict, ctx) -> dict:
+        """Adds the model's CNN (``cfg["backbone"]``, a key of config ``backbones``), or only its
         architecture's name when the run never fine-tunes it (``ctx.cnn`` False)."""
         bb = ctx.backbones[cfg["backbone"]]
-        return ResNetBackbone(bb["arch"], bb["weights"]) if ctx.cnn else bb["arch"]
+        arguments = super().context_arguments(cfg, ctx)   # the text encoder first, as the random draws were
+        return {**arguments, "backbone": ResNetBackbone(bb["arch"], bb["weights"]) if ctx.cnn else bb["arch"]}
 
     def init_backbone(self, backbone: ResNetBackbone | str, backbone_bn: str, scales: list[str],
                       scale_shapes: dict[str, list[int]]) -> None:

@@ -171,6 +171,7 @@ class LabelHead(nn.Module):
 @register_model("label_wise")
 class LabelWise(EmbeddingModel):
     similarity = "cosine"
+    image_arguments = {"region_dim": "dim"}
 
     def __init__(self, region_dim: int, vocab_size: int, embed_dim: int, n_classes: int, text: GRUTextEncoder,
                  transformer: dict, shared_transformer: bool = True, text_padding_mask: bool = False,
@@ -213,12 +214,9 @@ class LabelWise(EmbeddingModel):
                              else None)
 
     @classmethod
-    def from_config(cls, cfg: dict, ctx: BuildContext) -> "LabelWise":
-        text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
-        return cls(ctx.image("dim", "label_wise"), ctx.vocab_size, cfg["embed_dim"], cfg["n_classes"], text,
-                   cfg["transformer"], cfg["shared_transformer"], cfg["text_padding_mask"], cfg["mean_over_padding"],
-                   cfg["sigmoid_before_cross_entropy"], cfg["region_classes"], cfg["n_region_classes"],
-                   cfg["max_length"], cfg["layer_norm"], cfg["text_position_term"], cfg["retrieval_score"])
+    def context_arguments(cls, cfg: dict, ctx: BuildContext) -> dict:
+        """Adds the vocabulary's size: the masked-word predictor's outputs."""
+        return {**super().context_arguments(cfg, ctx), "vocab_size": ctx.vocab_size}
 
     def parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
         return [(self.trainable_parameters(), 1.0)]

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from methods.features.backbone import ResNetBackbone
-from methods.models.base import BuildContext, CrossAttentionModel, register_model
+from methods.models.base import CrossAttentionModel, register_model
 from methods.models.cross_attention import RegionFeatures, WordFeatures
 from methods.models.grid_backbone import GridBackbone
 from methods.models.layers import SCAN_L2NORM_EPS, l2norm, xavier_linear
@@ -89,24 +89,23 @@ class ScaleBranch(nn.Module):
 
 @register_model("mvsa")
 class MVSA(GridBackbone, CrossAttentionModel):
-    def __init__(self, backbone: ResNetBackbone | str, scale_shapes: dict[str, list[int]], scales: list[str],
+    def __init__(self, backbone: ResNetBackbone | str, scale_shapes: dict[str, list[int]], grid_scales: list[str],
                  fusion_pooling: str | None, candidate_dim: int, embed_dim: int, text: GRUTextEncoder,
-                 asa_blocks: int = 1, asa_inter_dim: int = 1024, asa_batchnorm: bool = True,
-                 direction: str = "t2i", aggregation: str = "avg", lambda_softmax: float = 9.0,
-                 lambda_lse: float | None = None, backbone_bn: str = "frozen"):
+                 asa: dict, similarity: dict, backbone_bn: str = "frozen"):
+        """``asa``: {blocks, inter_dim, batchnorm}; ``similarity``: SCAN's block (``check_similarity``)."""
         super().__init__()
-        check_similarity(direction, aggregation, lambda_softmax, lambda_lse)
-        if not scales or len(set(scales)) != len(scales) or set(scales) - set(SCALES):
-            raise ValueError(f"grid_scales must be distinct names from {SCALES}, got {scales}")
-        missing = [s for s in scales if s not in scale_shapes]
+        direction, aggregation, lambda_softmax, lambda_lse = check_similarity(similarity)
+        if not grid_scales or len(set(grid_scales)) != len(grid_scales) or set(grid_scales) - set(SCALES):
+            raise ValueError(f"grid_scales must be distinct names from {SCALES}, got {grid_scales}")
+        missing = [s for s in grid_scales if s not in scale_shapes]
         if missing:
             raise ValueError(f"the grid input has no {missing} maps (it has {sorted(scale_shapes)})")
-        if len(scales) > 1 and fusion_pooling not in FUSION_POOLING:
-            raise ValueError(f"fusing {len(scales)} scales needs fusion_pooling in {FUSION_POOLING}, not {fusion_pooling!r}")
-        if len(scales) == 1 and fusion_pooling is not None:
+        if len(grid_scales) > 1 and fusion_pooling not in FUSION_POOLING:
+            raise ValueError(f"fusing {len(grid_scales)} scales needs fusion_pooling in {FUSION_POOLING}, not {fusion_pooling!r}")
+        if len(grid_scales) == 1 and fusion_pooling is not None:
             raise ValueError(f"fusion_pooling {fusion_pooling!r} has no effect on one scale: set it to null")
         # finest first; a frozen-only run reads cached maps: it is built without its CNN (``backbone`` = the arch name)
-        self.init_backbone(backbone, backbone_bn, sorted(scales, key=SCALES.index), scale_shapes)
+        self.init_backbone(backbone, backbone_bn, sorted(grid_scales, key=SCALES.index), scale_shapes)
         shapes = {s: scale_shapes[s] for s in self.scales}
         self.grid = min(shapes[s][0] for s in self.scales), min(shapes[s][1] for s in self.scales)
         for s in self.scales:
@@ -115,22 +114,13 @@ class MVSA(GridBackbone, CrossAttentionModel):
                 raise ValueError(f"{s} maps ({h}x{w}) do not pool evenly to the coarsest grid {self.grid}")
         self.n_instances = (self.grid[0] * self.grid[1] * len(self.scales) if len(self.scales) > 1
                             else shapes[self.scales[0]][0] * shapes[self.scales[0]][1])
-        self.branches = nn.ModuleDict({s: ScaleBranch(shapes[s][2], candidate_dim, embed_dim, asa_blocks,
-                                                      asa_inter_dim, asa_batchnorm) for s in self.scales})
+        self.branches = nn.ModuleDict({s: ScaleBranch(shapes[s][2], candidate_dim, embed_dim, asa["blocks"],
+                                                      asa["inter_dim"], asa["batchnorm"]) for s in self.scales})
         self.fusion_pooling = fusion_pooling
         self.text = text
         self.text.l2norm_eps = SCAN_L2NORM_EPS
         self.direction, self.aggregation = direction, aggregation
         self.lambda_softmax, self.lambda_lse = lambda_softmax, lambda_lse
-
-    @classmethod
-    def from_config(cls, cfg: dict, ctx: BuildContext) -> "MVSA":
-        text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
-        sim, asa = cfg["similarity"], cfg["asa"]
-        return cls(cls.backbone_from_config(cfg, ctx), ctx.image("scales", "mvsa"), cfg["grid_scales"],
-                   cfg["fusion_pooling"], cfg["candidate_dim"], cfg["embed_dim"], text, asa["blocks"],
-                   asa["inter_dim"], asa["batchnorm"], sim["direction"], sim["aggregation"], sim["lambda_softmax"],
-                   sim.get("lambda_lse"), cfg["backbone_bn"])
 
     def grid_dtype(self) -> torch.dtype:
         return self.branches[self.scales[0]].project.weight.dtype

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import torch
 
-from methods.models.base import BuildContext, CrossAttentionModel, register_model
+from methods.models.base import CrossAttentionModel, register_model
 from methods.models.cross_attention import PackedWordFeatures, RegionFeatures, WordFeatures
 from methods.models.layers import SCAN_L2NORM_EPS, l2norm, xavier_linear
 from methods.models.scan_similarity import AGGREGATIONS, DIRECTIONS, scan_pair_elements, scan_scores
 from methods.models.text import GRUTextEncoder
 
 
-def check_similarity(direction: str, aggregation: str, lambda_softmax: float, lambda_lse: float | None) -> None:
+def check_similarity(similarity: dict) -> tuple[str, str, float, float | None]:
+    """A ``similarity`` block's direction, aggregation, lambda_softmax and lambda_lse (LSE only), checked."""
+    direction, aggregation = similarity["direction"], similarity["aggregation"]
+    lambda_softmax, lambda_lse = similarity["lambda_softmax"], similarity.get("lambda_lse")
     if direction not in DIRECTIONS:
         raise ValueError(f"similarity direction must be one of {DIRECTIONS}, not {direction!r}")
     if aggregation not in AGGREGATIONS:
@@ -29,6 +32,7 @@ def check_similarity(direction: str, aggregation: str, lambda_softmax: float, la
         raise ValueError(f"LSE aggregation needs a positive lambda_lse, not {lambda_lse}")
     if aggregation == "avg" and lambda_lse is not None:
         raise ValueError(f"lambda_lse {lambda_lse} has no effect on AVG aggregation: leave it out")
+    return direction, aggregation, lambda_softmax, lambda_lse
 
 
 # model: the encodings' dtype; float64: kuanghuei/SCAN's evaluation precision (score_matrix)
@@ -37,11 +41,13 @@ EVALUATION_DTYPES = ("model", "float64")
 
 @register_model("scan")
 class SCAN(CrossAttentionModel):
-    def __init__(self, region_dim: int, n_regions: int, embed_dim: int, text: GRUTextEncoder, direction: str = "t2i",
-                 aggregation: str = "avg", lambda_softmax: float = 9.0, lambda_lse: float | None = None,
+    image_arguments = {"region_dim": "dim", "n_regions": "regions"}
+
+    def __init__(self, region_dim: int, n_regions: int, embed_dim: int, text: GRUTextEncoder, similarity: dict,
                  evaluation_dtype: str = "model"):
+        """``similarity``: {direction, aggregation, lambda_softmax, lambda_lse (LSE only)}."""
         super().__init__()
-        check_similarity(direction, aggregation, lambda_softmax, lambda_lse)
+        direction, aggregation, lambda_softmax, lambda_lse = check_similarity(similarity)
         if evaluation_dtype not in EVALUATION_DTYPES:
             raise ValueError(f"evaluation_dtype must be one of {EVALUATION_DTYPES}, not {evaluation_dtype!r}")
         self.evaluation_dtype = evaluation_dtype
@@ -51,13 +57,6 @@ class SCAN(CrossAttentionModel):
         self.text.l2norm_eps = SCAN_L2NORM_EPS
         self.direction, self.aggregation = direction, aggregation
         self.lambda_softmax, self.lambda_lse = lambda_softmax, lambda_lse
-
-    @classmethod
-    def from_config(cls, cfg: dict, ctx: BuildContext) -> "SCAN":
-        text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
-        sim = cfg["similarity"]
-        return cls(ctx.image("dim", "scan"), ctx.image("regions", "scan"), cfg["embed_dim"], text, sim["direction"], sim["aggregation"],
-                   sim["lambda_softmax"], sim.get("lambda_lse"), cfg["evaluation_dtype"])
 
     def encode_images(self, batch: dict) -> RegionFeatures:
         regions = l2norm(self.fc(batch["features"].to(self.fc.weight.dtype)), eps=SCAN_L2NORM_EPS)

@@ -39,7 +39,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from methods.features.backbone import ResNetBackbone
-from methods.models.base import BuildContext, EmbeddingModel, register_model
+from methods.models.base import EmbeddingModel, register_model
 from methods.models.grid_backbone import GridBackbone
 from methods.models.layers import PLAIN_L2NORM_EPS, l2norm
 from methods.models.set_prediction import PIENet, SlotAggregation, SlotSetPrediction
@@ -224,6 +224,8 @@ class SetEmbeddingModel(EmbeddingModel):
 
 @register_model("set_embedding")
 class SetEmbedding(SetEmbeddingModel):
+    image_arguments = {"region_dim": "dim"}
+
     def __init__(self, region_dim: int, embed_dim: int, set_size: int, text: GRUTextEncoder, set_module: dict,
                  similarity: dict, dropout: float = 0.0, region_drop: float = 0.0,
                  lr_scale: dict | None = None, image_projection: dict | None = None, region_padding: str = "all"):
@@ -232,13 +234,6 @@ class SetEmbedding(SetEmbeddingModel):
         if region_padding not in REGION_PADDINGS:
             raise ValueError(f"region_padding must be one of {REGION_PADDINGS}, not {region_padding!r}")
         self.region_drop, self.region_padding = region_drop, region_padding
-
-    @classmethod
-    def from_config(cls, cfg: dict, ctx: BuildContext) -> "SetEmbedding":
-        text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
-        return cls(ctx.image("dim", "set_embedding"), cfg["embed_dim"], cfg["set_size"], text, cfg["set_module"],
-                   cfg["similarity"], cfg["dropout"], cfg["region_drop"], cfg.get("lr_scale"), cfg["image_projection"],
-                   cfg["region_padding"])
 
     def image_locals(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         regions = batch["features"].to(self.region.fc.weight.dtype)
@@ -252,10 +247,13 @@ class SetEmbeddingGrid(GridBackbone, SetEmbeddingModel):
     """Set embeddings of a CNN grid (the paper's ResNet-152 + bi-GRU rows): the cells of one map
     (``grid_scales``, one name) are the local inputs, with a 2-D sine encoding on the slot keys."""
 
-    def __init__(self, backbone: ResNetBackbone | str, scale_shapes: dict[str, list[int]], scale: str,
+    def __init__(self, backbone: ResNetBackbone | str, scale_shapes: dict[str, list[int]], grid_scales: list[str],
                  backbone_bn: str, embed_dim: int, set_size: int, text: GRUTextEncoder, set_module: dict,
                  similarity: dict, dropout: float = 0.0, lr_scale: dict | None = None,
                  image_projection: dict | None = None):
+        if len(grid_scales) != 1:
+            raise ValueError(f"grid_scales must name one scale, not {grid_scales}")
+        (scale,) = grid_scales
         if scale not in scale_shapes:
             raise ValueError(f"the grid input has no {scale} maps (it has {sorted(scale_shapes)})")
         height, width, channels = scale_shapes[scale]
@@ -263,14 +261,6 @@ class SetEmbeddingGrid(GridBackbone, SetEmbeddingModel):
                          "sine_2d" if set_module["kind"] == "slot" else "none",
                          (height, width) if set_module["kind"] == "slot" else None, image_projection)
         self.init_backbone(backbone, backbone_bn, [scale], scale_shapes)
-
-    @classmethod
-    def from_config(cls, cfg: dict, ctx: BuildContext) -> "SetEmbeddingGrid":
-        text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
-        (scale,) = cfg["grid_scales"]
-        return cls(cls.backbone_from_config(cfg, ctx), ctx.image("scales", "set_embedding_grid"), scale, cfg["backbone_bn"],
-                   cfg["embed_dim"], cfg["set_size"], text, cfg["set_module"], cfg["similarity"], cfg["dropout"],
-                   cfg.get("lr_scale"), cfg["image_projection"])
 
     def grid_dtype(self) -> torch.dtype:
         return self.region.fc.weight.dtype

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.models.base import BuildContext, CrossAttentionModel, register_model
+from methods.models.base import CrossAttentionModel, register_model
 from methods.models.cross_attention import (RegionFeatures, WordFeatures, text_to_visual_attention,
                                             visual_to_text_attention)
 from methods.models.layers import SCAN_L2NORM_EPS, at_least_float32, l2norm, xavier_linear
@@ -188,11 +188,15 @@ class AverageAggregation(nn.Module):
 
 @register_model("sgraf")
 class SGRAF(CrossAttentionModel):
+    image_arguments = {"region_dim": "dim", "n_regions": "regions"}
+
     def __init__(self, region_dim: int, n_regions: int, embed_dim: int, sim_dim: int, text: GRUTextEncoder,
-                 heads: list[str], nodes_global: bool = True, nodes_local: bool = True, sgr_steps: int = 3,
-                 attention: str = "t2i", smooth: float = 9.0, similarity: str = "vector",
-                 sa_dropout: float = 0.4):
+                 heads: list[str], nodes: dict | None = None, sgr_steps: int = 3, attention: dict | None = None,
+                 similarity: str = "vector", sa_dropout: float = 0.4):
+        """``nodes``: {global, local} (both when None); ``attention``: {direction, smooth} (t2i, 9)."""
         super().__init__()
+        nodes_global, nodes_local = (nodes["global"], nodes["local"]) if nodes else (True, True)
+        attention, smooth = (attention["direction"], attention["smooth"]) if attention else ("t2i", 9.0)
         if not heads or len(set(heads)) != len(heads) or set(heads) - set(HEADS):
             raise ValueError(f"heads must be distinct names from {HEADS}, got {heads}")
         if not (nodes_global or nodes_local):
@@ -220,13 +224,6 @@ class SGRAF(CrossAttentionModel):
                    "avg": lambda: AverageAggregation(self.sim_dim)}
         self.heads = nn.ModuleDict({h: modules[h]() for h in heads})
         self.embed_dim = embed_dim
-
-    @classmethod
-    def from_config(cls, cfg: dict, ctx: BuildContext) -> "SGRAF":
-        text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
-        return cls(ctx.image("dim", "sgraf"), ctx.image("regions", "sgraf"), cfg["embed_dim"], cfg["sim_dim"], text, cfg["heads"],
-                   cfg["nodes"]["global"], cfg["nodes"]["local"], cfg["sgr_steps"], cfg["attention"]["direction"],
-                   cfg["attention"]["smooth"], cfg["similarity"], cfg["sa_dropout"])
 
     # -- encoders: each side once ----------------------------------------------------------------
     def encode_images(self, batch: dict) -> RegionFeatures:

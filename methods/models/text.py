@@ -39,11 +39,10 @@ class GRUTextEncoder(nn.Module):
     def from_config(cls, cfg: dict, vocab_size: int, word_vectors: torch.Tensor | None = None,
                     l2norm_eps: float = PLAIN_L2NORM_EPS) -> "GRUTextEncoder":
         """From a ``text`` block of a model config (word vectors are used only with a pre-trained
-        ``word_init``: ``methods.data.word_vectors``)."""
+        ``word_init``: ``methods.data.word_vectors``). The block's other keys are constructor keywords."""
         pretrained = WORD_INITS.get(cfg["word_init"]).pretrained
-        return cls(vocab_size, cfg["word_dim"], cfg["hidden_dim"], cfg["num_layers"], cfg["bidirectional"],
-                   word_vectors if pretrained else None, cfg.get("embed_dropout", 0.0), l2norm_eps,
-                   cfg.get("embed_init", "uniform"))
+        settings = {key: value for key, value in cfg.items() if key != "word_init"}
+        return cls(vocab_size, word_vectors=word_vectors if pretrained else None, l2norm_eps=l2norm_eps, **settings)
 
     def _packed(self, tokens: torch.Tensor, lengths: torch.Tensor):
         return pack_padded_sequence(self.dropout(self.embed(tokens)), lengths.cpu(), batch_first=True,

@@ -26,11 +26,11 @@ class VSEPP(EmbeddingModel):
         self.finetune = False
 
     @classmethod
-    def from_config(cls, cfg: dict, ctx: BuildContext) -> "VSEPP":
+    def context_arguments(cls, cfg: dict, ctx: BuildContext) -> dict:
+        """The CNN: ``backbone`` names a key of config ``backbones`` (always built: the pooled
+        features are its output, and a fine-tune stage trains it)."""
         bb = ctx.backbones[cfg["backbone"]]
-        text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
-        return cls(ResNetBackbone(bb["arch"], bb["weights"]), cfg["embed_dim"], text,
-                   cfg["pre_fc_l2norm"], cfg["backbone_bn"])
+        return {**super().context_arguments(cfg, ctx), "backbone": ResNetBackbone(bb["arch"], bb["weights"])}
 
     def set_finetune(self, finetune: bool) -> None:
         self.finetune = finetune

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from methods.models.base import BuildContext, EmbeddingModel, register_model
+from methods.models.base import EmbeddingModel, register_model
 from methods.models.layers import PLAIN_L2NORM_EPS, l2norm, xavier_linear
 from methods.models.text import GRUTextEncoder
 
@@ -44,6 +44,8 @@ class ResidualGCN(nn.Module):
 
 @register_model("vsrn")
 class VSRN(EmbeddingModel):
+    image_arguments = {"region_dim": "dim"}
+
     def __init__(self, region_dim: int, embed_dim: int, text: GRUTextEncoder, gcn_blocks: int = 4,
                  region_l2norm: str = "feature", l2norm_after_fc: bool = True, final_bn: bool = True):
         super().__init__()
@@ -56,12 +58,6 @@ class VSRN(EmbeddingModel):
         self.text = text
         self.region_axis = 2 if region_l2norm == "feature" else 1
         self.l2norm_after_fc = l2norm_after_fc
-
-    @classmethod
-    def from_config(cls, cfg: dict, ctx: BuildContext) -> "VSRN":
-        text = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
-        return cls(ctx.image("dim", "vsrn"), cfg["embed_dim"], text, cfg["gcn_blocks"], cfg["region_l2norm"],
-                   cfg["l2norm_after_fc"], cfg["final_bn"])
 
     def encode_images(self, batch: dict) -> torch.Tensor:
         v = self.fc(batch["features"].to(self.fc.weight.dtype))                # (B, N, D)

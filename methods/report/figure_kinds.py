@@ -9,7 +9,9 @@ A kind also says what its spec holds beyond every figure's (``methods.plan.Plan.
 ``row_details`` adds to each row of the table what the drawing compares (the setting the rows
 vary, the weights of the loss terms), from the row and its first member's resolved config; and
 ``ordered_rows`` says that a figure's ``rows`` list orders the rows it draws (otherwise it names
-the trained models the figure reads).
+the trained models the figure reads). A kind that draws one model's insides names them
+(``internal``): the row's model must show them (``methods.model_kinds.ModelKind.internals``), or
+the plan refuses the figure.
 
 Declarations only: the Snakefile plans figures from these at every start, without importing
 matplotlib or torch; ``methods.report.paper_figures`` draws each kind (one drawing per kind).
@@ -22,6 +24,7 @@ from typing import Callable
 from methods.config import dotted_value
 from methods.errors import HarnessError
 from methods.losses.term_kinds import term_configs
+from methods.model_kinds import model_kind
 from methods.registry import Registry
 
 NEEDS = ("train_logs", "trained_run", "trained_runs", "positives")
@@ -37,17 +40,24 @@ class FigureKind:
     needs: tuple[str, ...] = ()
     row_details: RowDetails | None = None
     ordered_rows: bool = False
+    internal: str | None = None
+
+    def check_model(self, model_cfg: dict, where: str) -> None:
+        """A row's ``model`` config block shows what this kind draws of a model's insides."""
+        if self.internal is not None and self.internal not in model_kind(model_cfg["kind"]).internals(model_cfg):
+            raise HarnessError(f"{where}: a {self.name} figure draws a model's {self.internal.replace('_', ' ')}, "
+                               f"which this {model_cfg['kind']} model config does not have")
 
 
 FIGURE_KINDS: Registry[FigureKind] = Registry("figure kind")
 
 
 def declare(name: str, needs: tuple[str, ...] = (), row_details: RowDetails | None = None,
-            ordered_rows: bool = False) -> FigureKind:
+            ordered_rows: bool = False, internal: str | None = None) -> FigureKind:
     unknown = set(needs) - set(NEEDS)
     if unknown:
         raise ValueError(f"figure kind {name}: unknown needs {sorted(unknown)} (known: {NEEDS})")
-    return FIGURE_KINDS.register(name, FigureKind(name, needs, row_details, ordered_rows))
+    return FIGURE_KINDS.register(name, FigureKind(name, needs, row_details, ordered_rows, internal))
 
 
 def settings(rows: list, configs: list[dict], where: str) -> list[dict]:
@@ -73,10 +83,10 @@ def loss_weights(rows: list, configs: list[dict], where: str) -> list[dict]:
 
 declare("rsum_by_loss")
 declare("gradient_counts", needs=("train_logs",))
-declare("saf_weights", needs=("trained_run", "positives"))
+declare("saf_weights", needs=("trained_run", "positives"), internal="saf_weights")
 declare("text_retrieval_examples", needs=("trained_run", "positives"))
 declare("image_retrieval_examples", needs=("trained_run", "positives"))
-declare("asa_attention", needs=("trained_run",))
+declare("asa_attention", needs=("trained_run",), internal="asa_attention")
 declare("rsum_by_setting", row_details=settings)
 declare("set_element_projection", needs=("trained_runs",))
 declare("label_training_curves", needs=("train_logs",), ordered_rows=True)

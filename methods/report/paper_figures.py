@@ -58,7 +58,6 @@ from methods.report.figure_kinds import FIGURE_KINDS  # noqa: E402
 from methods.data.datasets import payload_splits  # noqa: E402
 from methods.features.backbone import eval_transform  # noqa: E402
 from methods.features.images import ImageFiles  # noqa: E402
-from methods.models.mvsa import MVSA  # noqa: E402
 from methods.report.retrieval_examples import (TOP_K, ItemLabels, asa_attention_figure,  # noqa: E402
                                                image_retrieval_figure, spread_queries, text_retrieval_figure)
 from methods.report.saf_weights import run_check, saf_weights_figure  # noqa: E402
@@ -182,6 +181,7 @@ def saf_weights(spec: dict, aggregates: dict, args):
     model, ckpt, _ = load_trained_model(Path(model_file(run)), {}, torch.device("cpu"))
     payload = load_dataset_payload(args.dataset_config)
     model_cfg = ckpt["config"]["model"]
+    FIGURE_KINDS.get("saf_weights").check_model(model_cfg, f"figure {spec['figure']}, row '{spec['row']}' ({run})")
     data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
     sims = load_npy(sims_file(run, spec["split"]))
     ev = read_json(eval_file(run, spec["split"]), "an evaluation of the figure's run")
@@ -279,9 +279,8 @@ def asa_attention(spec: dict, aggregates: dict, args, n_images: int = 3):
     run = Path(spec["run"])
     payload = load_dataset_payload(args.dataset_config)
     model, ckpt, finetuned = load_trained_model(Path(model_file(run)), payload["backbones"], torch.device("cpu"))
-    if not isinstance(model, MVSA):
-        raise HarnessError(f"figure {spec['figure']}: row '{spec['row']}' is not an MVSA model")
     model_cfg = ckpt["config"]["model"]
+    FIGURE_KINDS.get("asa_attention").check_model(model_cfg, f"figure {spec['figure']}, row '{spec['row']}' ({run})")
     data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
     image_ids = spread_queries(len(data), n_images)
     if finetuned:  # the trained CNN computes the maps from the images

@@ -25,10 +25,8 @@ import torch
 
 from methods.data.batches import feature_tensors, pad_tokens
 from methods.data.text import Vocabulary
-from methods.errors import HarnessError
 from methods.metrics.retrieval import chance_recalls, retrieval_metrics
 from methods.metrics.training_check import TrainingThresholds, failures, measure
-from methods.models.sgraf import SGRAF
 
 RSUM_MAX = 600.0   # six recalls in %
 
@@ -135,11 +133,8 @@ def saf_weights_figure(spec: dict, model, features, captions: list[str], texts_p
                        sims: np.ndarray, check: RunCheck, n_queries: int = 3, positives: np.ndarray | None = None):
     """``sims``: the run's score matrix of the split; ``check``: its training check (``run_check``):
     a run that did not train gets ``untrained_figure``; ``positives``: the split's extended
-    positives (``pick_pairs``)."""
-    if not isinstance(model, SGRAF) or "saf" not in model.head_names:
-        raise HarnessError(f"figure {spec['figure']}: row '{spec['row']}' is not a model with a SAF head")
-    if model.attention != "t2i" or not model.nodes_local:
-        raise HarnessError(f"figure {spec['figure']}: SAF weights over words need t2i attention and local nodes")
+    positives (``pick_pairs``). ``model``: an SGRAF model with a SAF head over words (the figure
+    kind's check of its config, ``FigureKind.check_model``)."""
     if not check.trained:   # the weights of a model that did not learn would look meaningful
         return untrained_figure(spec, check)
     picks = pick_pairs(sims, n_queries, texts_per_image, positives)

@@ -12,6 +12,7 @@ from methods.config import validate
 from methods.data.checks import check_backbone_weights, check_dataset_inputs
 from methods.data.word_vectors import check_word_vectors
 from methods.data.multilabel import check_model_labels, check_source as check_multilabel_source
+from methods.data.multilabel import source_files as multilabel_source_files, source_split as multilabel_source_split
 from methods.data.datasets import dataset_paths, dataset_payload, dataset_tokenizer
 from methods.data.tokenizers import PUNKT_FILES
 from methods.errors import HarnessError
@@ -110,12 +111,17 @@ wildcard_constraints:
 TO_LOG = "> {log} 2>&1 || {{ status=$?; tail -n 5 {log} | tr '\\r' '\\n' | tail -n 5 >&2; exit $status; }}"
 
 
+def logged(command):
+    """A job's shell command, its output sent to the job's log (TO_LOG)."""
+    return command + TO_LOG
+
+
 def res(rule_name, key):
     return HARNESS["resources"][rule_name][key]
 
 
 def dataset_resource(dataset, rule_name, key):
-    """A resource of a rule for one dataset: the dataset's override where it sets one
+    """A resource of a rule's jobs on one dataset: the dataset's override where it sets one
     (datasets.<name>.resources), else the rule's."""
     return HARNESS["datasets"][dataset].get("resources", {}).get(rule_name, {}).get(key, HARNESS["resources"][rule_name][key])
 
@@ -128,7 +134,7 @@ def numerics_env(dataset, threads):
 
 
 def numerics_env_of(threads_of):
-    """``numerics_env`` of a rule with a {dataset} wildcard; ``threads_of(dataset)``: its configured threads."""
+    """``numerics_env`` of the jobs of a {dataset}-wildcard rule; ``threads_of(dataset)``: its configured threads."""
     return lambda w: numerics_env(w.dataset, threads_of(w.dataset))
 
 
@@ -153,7 +159,7 @@ BENCHMARKS = {}  # rule name -> benchmark path pattern
 
 
 def benchmark_file(rule_name, wildcards):
-    """The benchmark path pattern of a rule (``wildcards``: the wildcards part of its log path), recorded in BENCHMARKS."""
+    """The benchmark path pattern of a rule's jobs (``wildcards``: the wildcards part of its log path), recorded in BENCHMARKS."""
     BENCHMARKS[rule_name] = f"{R}/benchmarks/{rule_name}/{wildcards}.tsv"
     return BENCHMARKS[rule_name]
 
@@ -397,3 +403,61 @@ def figure_extra_args(w):
     exp = PLAN.row(fig.table, w.dataset, fig.row or fig.rows[0]).members[0]
     return (f"--dataset-config {LAYOUT.dataset_config(w.dataset)} --vocab {LAYOUT.vocab(w.dataset)} "
             f"--features-dir {image_features_dir(w.dataset, exp)}")
+
+
+# -- multi-label sources (data.smk) --
+GENERATED_MULTILABEL = [n for n in MULTILABEL if "generated_from" in HARNESS["datasets"][n]]
+
+
+def multilabel_source_inputs(dataset, split=None):
+    """The source files an import job of ``dataset`` reads (of ``split``, else of every split),
+    checked first; a generated source: its folder, a DAG output."""
+    checked_dataset(dataset)
+    ds, source = HARNESS["datasets"][dataset], dataset_paths(HARNESS, dataset)["source_dir"]
+    if "generated_from" in ds:
+        return [str(source)]
+    return sorted({str(p) for s in ([split] if split else ds["splits"]) for p in multilabel_source_files(ds, source, s)})
+
+
+def synthetic_tags_from(w):
+    """The generating synthetic dataset's Karpathy file and region files of this dataset's splits."""
+    ds = HARNESS["datasets"][w.dataset]
+    checked_dataset(w.dataset)
+    src = ds["generated_from"]["dataset"]
+    return {"json": f"{LAYOUT.data_dir(src)}/dataset_{src}.json",
+            "precomp": [f"{LAYOUT.precomp_dir(src)}/{multilabel_source_split(ds, s)}_{suffix}"
+                        for s in ds["splits"] for suffix in ("ims.npy", "boxes.npy", "ids.txt")]}
+
+
+def multilabel_cls_input(w):
+    """The detector class scores of a split (``{split}_cls.npy``), needed by region-class targets."""
+    ds, source = HARNESS["datasets"][w.dataset], dataset_paths(HARNESS, w.dataset)["source_dir"]
+    checked_dataset(w.dataset)
+    if "generated_from" in ds:
+        return [str(source)]
+    path = source / f"{multilabel_source_split(ds, w.split)}_cls.npy"
+    if not path.is_file():
+        raise HarnessError(f"datasets.{w.dataset}: {path} not found: region-class targets of split "
+                           f"'{w.split}' need its detector class scores (N, regions, classes)")
+    return [str(path)]
+
+
+# -- claims and reports (report.smk) --
+def claims_inputs(w):
+    if not PLAN.paper_claims(w.paper, w.dataset):   # an unknown paper or dataset fails there, in one line
+        raise HarnessError(f"target tables/claims_{w.paper}_{w.dataset}.csv: paper file '{w.paper}' states no claim "
+                           f"checked on {w.dataset} (its report, reports/{w.paper}_{w.dataset}.md, has its tables)")
+    checked_dataset(w.dataset)
+    return {"spec": LAYOUT.spec(w.dataset, "claims", w.paper), "cfg": dataset_json(w),
+            **positives_inputs_of(w.dataset), "scores": PLAN.claims_score_files(w.paper, w.dataset),
+            "rows": PLAN.claims_row_aggregates(w.paper, w.dataset)}   # their training checks
+
+
+def report_inputs(w):
+    # an unknown paper, or a dataset it has no table on: one line
+    claims = PLAN.paper_claims(w.paper, w.dataset, f"reports/{w.paper}_{w.dataset}.md")
+    tables = PLAN.report_tables(w.paper, w.dataset)
+    return {"spec": LAYOUT.spec(w.dataset, "reports", w.paper),
+            "tables": [f"tables/{t}_{w.dataset}.csv" for t in tables],
+            "table_specs": [LAYOUT.spec(w.dataset, "tables", t) for t in tables],
+            "claims": [f"tables/claims_{w.paper}_{w.dataset}.csv"] if claims else []}

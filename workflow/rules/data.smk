@@ -10,7 +10,7 @@ rule dataset_config:
     log:
         f"{R}/logs/dataset_config/{{dataset}}.log",
     shell:
-        "python -m methods.io --out {output} --json {params.payload:q} " + TO_LOG
+        logged("python -m methods.io --out {output} --json {params.payload:q} ")
 
 
 rule generate_synthetic:
@@ -40,7 +40,7 @@ rule generate_synthetic:
     benchmark:
         benchmark_file("generate_synthetic", "{dataset}")
     shell:
-        "{params.numerics}python -m methods.data.synthetic --dataset-config {input} --out {params.out_dir} " + TO_LOG
+        logged("{params.numerics}python -m methods.data.synthetic --dataset-config {input} --out {params.out_dir} ")
 
 
 rule vocab:
@@ -67,50 +67,12 @@ rule vocab:
     benchmark:
         benchmark_file("vocab", "{dataset}")
     shell:
-        "{params.numerics}python -m methods.data.vocab --dataset-config {input.cfg} --out {output} " + TO_LOG
+        logged("{params.numerics}python -m methods.data.vocab --dataset-config {input.cfg} --out {output} ")
 
 
 # Multi-label datasets (kind multilabel): imported from a source folder in the label-wise code's
 # layout (methods/data/multilabel.py), checked when the DAG is built; a generated one's source
 # folder is written from a synthetic dataset's outputs (methods/data/synthetic_tags.py).
-
-from methods.data.multilabel import source_files as multilabel_source_files, source_split as multilabel_source_split
-
-GENERATED_MULTILABEL = [n for n in MULTILABEL if "generated_from" in HARNESS["datasets"][n]]
-
-
-def multilabel_source_inputs(dataset, split=None):
-    """The source files an import job of ``dataset`` reads (of ``split``, else of every split),
-    checked first; a generated source: its folder, a DAG output."""
-    checked_dataset(dataset)
-    ds, source = HARNESS["datasets"][dataset], dataset_paths(HARNESS, dataset)["source_dir"]
-    if "generated_from" in ds:
-        return [str(source)]
-    return sorted({str(p) for s in ([split] if split else ds["splits"]) for p in multilabel_source_files(ds, source, s)})
-
-
-def synthetic_tags_from(w):
-    """The generating synthetic dataset's Karpathy file and region files of this dataset's splits."""
-    ds = HARNESS["datasets"][w.dataset]
-    checked_dataset(w.dataset)
-    src = ds["generated_from"]["dataset"]
-    return {"json": f"{LAYOUT.data_dir(src)}/dataset_{src}.json",
-            "precomp": [f"{LAYOUT.precomp_dir(src)}/{multilabel_source_split(ds, s)}_{suffix}"
-                        for s in ds["splits"] for suffix in ("ims.npy", "boxes.npy", "ids.txt")]}
-
-
-def multilabel_cls_input(w):
-    """The detector class scores of a split (``{split}_cls.npy``), needed by region-class targets."""
-    ds, source = HARNESS["datasets"][w.dataset], dataset_paths(HARNESS, w.dataset)["source_dir"]
-    checked_dataset(w.dataset)
-    if "generated_from" in ds:
-        return [str(source)]
-    path = source / f"{multilabel_source_split(ds, w.split)}_cls.npy"
-    if not path.is_file():
-        raise HarnessError(f"datasets.{w.dataset}: {path} not found: region-class targets of split "
-                           f"'{w.split}' need its detector class scores (N, regions, classes)")
-    return [str(path)]
-
 
 rule synthetic_tags_source:
     """A tag dataset's source folder in the label-wise layout, from a synthetic dataset's regions and scenes."""
@@ -125,6 +87,7 @@ rule synthetic_tags_source:
         numerics=numerics_env_of(lambda d: dataset_resource(d, "generate", "threads")),
         from_precomp=lambda w: LAYOUT.precomp_dir(HARNESS["datasets"][w.dataset]["generated_from"]["dataset"]),
         image_size=lambda w: HARNESS["datasets"][HARNESS["datasets"][w.dataset]["generated_from"]["dataset"]]["generator"]["image_size"],
+        results_dir=lambda w: R,   # the folder inside which its links are relative
     threads: dataset_res("generate", "threads")
     resources:
         mem_mb=dataset_res("generate", "mem_mb"),
@@ -137,8 +100,8 @@ rule synthetic_tags_source:
     benchmark:
         benchmark_file("synthetic_tags_source", "{dataset}")
     shell:
-        "{params.numerics}python -m methods.data.synthetic_tags --dataset-config {input.cfg} --from-json {input.json} "
-        "--from-precomp {params.from_precomp} --image-size {params.image_size} --out {output} --results-dir {R} " + TO_LOG
+        logged("{params.numerics}python -m methods.data.synthetic_tags --dataset-config {input.cfg} --from-json {input.json} "
+               "--from-precomp {params.from_precomp} --image-size {params.image_size} --out {output} --results-dir {params.results_dir} ")
 
 
 rule import_multilabel:
@@ -164,7 +127,7 @@ rule import_multilabel:
     benchmark:
         benchmark_file("import_multilabel", "{dataset}")
     shell:
-        "{params.numerics}python -m methods.data.multilabel --dataset-config {input.cfg} --json {output} " + TO_LOG
+        logged("{params.numerics}python -m methods.data.multilabel --dataset-config {input.cfg} --json {output} ")
 
 
 rule multilabel_precomp:
@@ -180,6 +143,7 @@ rule multilabel_precomp:
     params:
         numerics=numerics_env_of(lambda d: dataset_resource(d, "regions", "threads")),
         out_dir=lambda w: LAYOUT.precomp_dir(w.dataset),
+        results_dir=lambda w: R,   # the folder inside which its links are relative
     threads: dataset_res("regions", "threads")
     resources:
         mem_mb=dataset_res("regions", "mem_mb"),
@@ -192,8 +156,8 @@ rule multilabel_precomp:
     benchmark:
         benchmark_file("multilabel_precomp", "{dataset}_{split}")
     shell:
-        "{params.numerics}python -m methods.data.multilabel --dataset-config {input.cfg} --split {wildcards.split} "
-        "--out-dir {params.out_dir} --results-dir {R} " + TO_LOG
+        logged("{params.numerics}python -m methods.data.multilabel --dataset-config {input.cfg} --split {wildcards.split} "
+               "--out-dir {params.out_dir} --results-dir {params.results_dir} ")
 
 
 rule multilabel_region_classes:
@@ -219,5 +183,5 @@ rule multilabel_region_classes:
     benchmark:
         benchmark_file("multilabel_region_classes", "{dataset}_{split}")
     shell:
-        "{params.numerics}python -m methods.data.multilabel --dataset-config {input.cfg} --split {wildcards.split} "
-        "--region-classes {output} " + TO_LOG
+        logged("{params.numerics}python -m methods.data.multilabel --dataset-config {input.cfg} --split {wildcards.split} "
+               "--region-classes {output} ")

@@ -23,8 +23,8 @@ rule pretrain_backbone:
     benchmark:
         benchmark_file("pretrain_backbone", "{dataset}/{backbone}")
     shell:
-        "{params.numerics}python -m methods.features.pretrain --dataset-config {input.cfg} --backbone {wildcards.backbone} "
-        "--out {output} --device {params.device} --threads {threads} " + TO_LOG
+        logged("{params.numerics}python -m methods.features.pretrain --dataset-config {input.cfg} --backbone {wildcards.backbone} "
+               "--out {output} --device {params.device} --threads {threads} ")
 
 
 # One feature rule per dataset: which grid maps are cached is a per-dataset setting.
@@ -62,9 +62,9 @@ for _name, _ds in HARNESS["datasets"].items():
         benchmark:
             benchmark_file(f"features_{_name}", f"{_name}/{{backbone}}_{{split}}")
         shell:
-            "{params.numerics}python -m methods.features.extract --dataset-config {input.cfg} --backbone {wildcards.backbone} "
-            "--split {wildcards.split} --out-dir {params.out_dir} "
-            "--device {params.device} --threads {threads} " + TO_LOG
+            logged("{params.numerics}python -m methods.features.extract --dataset-config {input.cfg} --backbone {wildcards.backbone} "
+                   "--split {wildcards.split} --out-dir {params.out_dir} "
+                   "--device {params.device} --threads {threads} ")
 
 
 rule region_features:
@@ -95,5 +95,5 @@ rule region_features:
     benchmark:
         benchmark_file("region_features", "{dataset}_{split}")
     shell:
-        "{params.numerics}python -m methods.features.regions --dataset-config {input.cfg} --split {wildcards.split} "
-        "--grid {input.grid} --out-dir {params.out_dir} " + TO_LOG
+        logged("{params.numerics}python -m methods.features.regions --dataset-config {input.cfg} --split {wildcards.split} "
+               "--grid {input.grid} --out-dir {params.out_dir} ")

@@ -12,7 +12,7 @@ rule aggregate_row:
     benchmark:
         benchmark_file("aggregate_row", "{dataset}/{table}/{row}")
     shell:
-        "python -m methods.report.aggregate --out {output} {input} " + TO_LOG
+        logged("python -m methods.report.aggregate --out {output} {input} ")
 
 
 rule table_spec:
@@ -27,7 +27,7 @@ rule table_spec:
     log:
         f"{R}/logs/table_spec/{{dataset}}/{{table}}.log",
     shell:
-        "python -m methods.io --out {output} --json {params.spec:q} " + TO_LOG
+        logged("python -m methods.io --out {output} --json {params.spec:q} ")
 
 
 rule table:
@@ -48,8 +48,8 @@ rule table:
     benchmark:
         benchmark_file("table", "{table}_{dataset}")
     shell:
-        "python -m methods.report.table --spec {input.spec} --out-csv {output.csv} --out-md {output.md} "
-        "{input.rows} " + TO_LOG
+        logged("python -m methods.report.table --spec {input.spec} --out-csv {output.csv} --out-md {output.md} "
+               "{input.rows} ")
 
 
 rule figure_reproduced_vs_reported:
@@ -68,7 +68,7 @@ rule figure_reproduced_vs_reported:
     benchmark:
         benchmark_file("figure_reproduced_vs_reported", "{dataset}")
     shell:
-        "python -m methods.report.figure --dataset {wildcards.dataset} --out {output} {input} " + TO_LOG
+        logged("python -m methods.report.figure --dataset {wildcards.dataset} --out {output} {input} ")
 
 
 rule figure_spec:
@@ -83,7 +83,7 @@ rule figure_spec:
     log:
         f"{R}/logs/figure_spec/{{dataset}}/{{figure}}.log",
     shell:
-        "python -m methods.io --out {output} --json {params.spec:q} " + TO_LOG
+        logged("python -m methods.io --out {output} --json {params.spec:q} ")
 
 
 rule paper_figure:
@@ -103,32 +103,12 @@ rule paper_figure:
     benchmark:
         benchmark_file("paper_figure", "{figure}_{dataset}")
     shell:
-        "{params.numerics}python -m methods.report.paper_figures --spec {input.spec} --out {output} {params.extra} {input.rows} " + TO_LOG
+        logged("{params.numerics}python -m methods.report.paper_figures --spec {input.spec} --out {output} {params.extra} {input.rows} ")
 
 
 # Claims and reproduction reports, per paper file (its key) and dataset: the claims job scores the
 # compared rows' runs (score matrices) with a paired bootstrap over test images; the report reads
 # the paper's tables and claims. A paper with no claim on a dataset still gets its report.
-def claims_inputs(w):
-    if not PLAN.paper_claims(w.paper, w.dataset):   # an unknown paper or dataset fails there, in one line
-        raise HarnessError(f"target tables/claims_{w.paper}_{w.dataset}.csv: paper file '{w.paper}' states no claim "
-                           f"checked on {w.dataset} (its report, reports/{w.paper}_{w.dataset}.md, has its tables)")
-    checked_dataset(w.dataset)
-    return {"spec": LAYOUT.spec(w.dataset, "claims", w.paper), "cfg": dataset_json(w),
-            **positives_inputs_of(w.dataset), "scores": PLAN.claims_score_files(w.paper, w.dataset),
-            "rows": PLAN.claims_row_aggregates(w.paper, w.dataset)}   # their training checks
-
-
-def report_inputs(w):
-    # an unknown paper, or a dataset it has no table on: one line
-    claims = PLAN.paper_claims(w.paper, w.dataset, f"reports/{w.paper}_{w.dataset}.md")
-    tables = PLAN.report_tables(w.paper, w.dataset)
-    return {"spec": LAYOUT.spec(w.dataset, "reports", w.paper),
-            "tables": [f"tables/{t}_{w.dataset}.csv" for t in tables],
-            "table_specs": [LAYOUT.spec(w.dataset, "tables", t) for t in tables],
-            "claims": [f"tables/claims_{w.paper}_{w.dataset}.csv"] if claims else []}
-
-
 rule claims_spec:
     """The claims of a paper on a dataset, with the compared rows' score files and reported numbers."""
     output:
@@ -141,7 +121,7 @@ rule claims_spec:
     log:
         f"{R}/logs/claims_spec/{{dataset}}/{{paper}}.log",
     shell:
-        "python -m methods.io --out {output} --json {params.spec:q} " + TO_LOG
+        logged("python -m methods.io --out {output} --json {params.spec:q} ")
 
 
 rule claims:
@@ -165,8 +145,8 @@ rule claims:
     benchmark:
         benchmark_file("claims", "{paper}_{dataset}")
     shell:
-        "{params.numerics}python -m methods.report.claims --spec {input.spec} --dataset-config {input.cfg} --out-csv {output.csv} "
-        "--out-md {output.md} " + TO_LOG
+        logged("{params.numerics}python -m methods.report.claims --spec {input.spec} --dataset-config {input.cfg} --out-csv {output.csv} "
+               "--out-md {output.md} ")
 
 
 rule claims_figure:
@@ -183,7 +163,7 @@ rule claims_figure:
     benchmark:
         benchmark_file("claims_figure", "{paper}_{dataset}")
     shell:
-        "python -m methods.report.claims_figure --claims {input} --out {output} " + TO_LOG
+        logged("python -m methods.report.claims_figure --claims {input} --out {output} ")
 
 
 rule report_spec:
@@ -198,7 +178,7 @@ rule report_spec:
     log:
         f"{R}/logs/report_spec/{{dataset}}/{{paper}}.log",
     shell:
-        "python -m methods.io --out {output} --json {params.spec:q} " + TO_LOG
+        logged("python -m methods.io --out {output} --json {params.spec:q} ")
 
 
 rule reproduction_report:
@@ -215,8 +195,8 @@ rule reproduction_report:
     benchmark:
         benchmark_file("reproduction_report", "{paper}_{dataset}")
     shell:
-        "python -m methods.report.reproduction --spec {input.spec} --out {output} "
-        "--tables {input.tables} --table-specs {input.table_specs} --claims {input.claims} " + TO_LOG
+        logged("python -m methods.report.reproduction --spec {input.spec} --out {output} "
+               "--tables {input.tables} --table-specs {input.table_specs} --claims {input.claims} ")
 
 
 # What the run found on a dataset, paper by paper: each row's main metric against chance, whether
@@ -233,7 +213,7 @@ rule summary_spec:
     log:
         f"{R}/logs/summary_spec/{{dataset}}.log",
     shell:
-        "python -m methods.io --out {output} --json {params.spec:q} " + TO_LOG
+        logged("python -m methods.io --out {output} --json {params.spec:q} ")
 
 
 rule summary:
@@ -252,4 +232,4 @@ rule summary:
     benchmark:
         benchmark_file("summary", "{dataset}")
     shell:
-        "python -m methods.report.summary --spec {input.spec} --out-csv {output.csv} --out-md {output.md} " + TO_LOG
+        logged("python -m methods.report.summary --spec {input.spec} --out-csv {output.csv} --out-md {output.md} ")

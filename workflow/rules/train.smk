@@ -10,7 +10,7 @@ rule experiment_config:
     log:
         f"{R}/logs/experiment_config/{{dataset}}/{{exp}}.log",
     shell:
-        "python -m methods.io --out {output} --json {params.config:q} " + TO_LOG
+        logged("python -m methods.io --out {output} --json {params.config:q} ")
 
 
 # One training rule per dataset: a training job ends by evaluating the kept model on the
@@ -53,10 +53,10 @@ for _name in HARNESS["datasets"]:
         benchmark:
             benchmark_file(f"train_{_name}", f"{_name}/{{exp}}/seed{{seed}}")
         shell:
-            "{params.numerics}python -m methods.train --dataset-config {input.cfg} --experiment {input.exp} --seed {wildcards.seed} "
-            "--run-dir {params.run_dir} --features-dir {params.features} --vocab {input.vocab} "
-            "--evaluate {params.splits} --device {params.device} --threads {threads} "
-            "--block-elements {params.block_elements} " + TO_LOG
+            logged("{params.numerics}python -m methods.train --dataset-config {input.cfg} --experiment {input.exp} --seed {wildcards.seed} "
+                   "--run-dir {params.run_dir} --features-dir {params.features} --vocab {input.vocab} "
+                   "--evaluate {params.splits} --device {params.device} --threads {threads} "
+                   "--block-elements {params.block_elements} ")
 
 
 rule ensemble:
@@ -83,8 +83,8 @@ rule ensemble:
     benchmark:
         benchmark_file("ensemble", "{dataset}/{ens}/seed{seed}_{split}")
     shell:
-        "{params.numerics}python -m methods.ensemble --dataset-config {input.cfg} --split {wildcards.split} "
-        "--members {params.members} --out {output} " + TO_LOG
+        logged("{params.numerics}python -m methods.ensemble --dataset-config {input.cfg} --split {wildcards.split} "
+               "--members {params.members} --out {output} ")
 
 
 
@@ -122,7 +122,7 @@ for _name in HARNESS["datasets"]:
             benchmark:
                 benchmark_file(f"evaluate_views_{_name}_{_exp.replace('-', '_')}", f"{_name}/{_exp}/seed{{seed}}_{{split}}")
             shell:
-                "{params.numerics}python -m methods.evaluate --dataset-config {input.cfg} --run-dir {params.run_dir} "
-                "--split {wildcards.split} --views {params.views} --features-dir {params.features} "
-                "--vocab {input.vocab} --device {params.device} --threads {threads} "
-                "--block-elements {params.block_elements} " + TO_LOG
+                logged("{params.numerics}python -m methods.evaluate --dataset-config {input.cfg} --run-dir {params.run_dir} "
+                       "--split {wildcards.split} --views {params.views} --features-dir {params.features} "
+                       "--vocab {input.vocab} --device {params.device} --threads {threads} "
+                       "--block-elements {params.block_elements} ")
