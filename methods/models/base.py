@@ -4,11 +4,12 @@ A model is built from its ``model`` config block and a ``BuildContext`` (vocabul
 vectors, the image input's shape, the configured backbones): ``MODELS.get(kind).from_config(cfg,
 ctx)``. The block's keys are the constructor's keywords, as they are (a nested block is a dict
 argument); the context builds what the block only describes (the text encoder, the CNN) and gives
-the image input's sizes (``image_arguments``). It encodes each side once (``encode_images``, ``encode_texts``: a tensor of embeddings,
-or a feature set for cross-attention and set models), scores one block of pairs (``score``:
-(I, C)), scores a whole split (``score_matrix``: on the CPU, float32, or float64 for a float64
-model), and in training returns a dict of named outputs that loss terms read
-(``training_outputs``: at least ``scores``, a list with one (I, C) matrix per scoring head).
+the image input's sizes (``image_arguments``). It encodes each side once (``encode_images``,
+``encode_texts``: a tensor of embeddings, or a feature set for cross-attention and set models),
+scores one block of pairs (``score``: (I, C)), scores a whole split (``score_matrix``: on the
+CPU, float32, or float64 for a float64 model), and in training returns a dict of named outputs
+that loss terms read (``training_outputs``: at least ``scores``, a list with one (I, C) matrix per
+scoring head).
 Generic code (training, evaluation, ensembles) uses only these; it never probes a model with
 ``hasattr`` or reads its fields.
 
