@@ -34,10 +34,13 @@ from methods.models.text import GRUTextEncoder
 from methods.runtime import autocast, exact_fp32, resolve_device
 from methods.scoring import stored
 
-# name -> (instance candidates of an MVSA model, similarity) or SGRAF heads
+# SCAN's similarity blocks as MVSA's model config gives them: t-i AVG, i-t LSE
+T2I_AVG = {"direction": "t2i", "aggregation": "avg", "lambda_softmax": 9.0}
+I2T_LSE = {"direction": "i2t", "aggregation": "lse", "lambda_softmax": 4.0, "lambda_lse": 5.0}
+# name -> (instance candidates of an MVSA model, its similarity block) or SGRAF heads
 MODELS = {"sgr": ["sgr"], "saf": ["saf"],
-          "mvsa_t2i_49": (49, ("t2i", "avg", 9.0, None)), "mvsa_i2t_49": (49, ("i2t", "lse", 4.0, 5.0)),
-          "mvsa_t2i_98": (98, ("t2i", "avg", 9.0, None)), "mvsa_i2t_98": (98, ("i2t", "lse", 4.0, 5.0))}
+          "mvsa_t2i_49": (49, T2I_AVG), "mvsa_i2t_49": (49, I2T_LSE),
+          "mvsa_t2i_98": (98, T2I_AVG), "mvsa_i2t_98": (98, I2T_LSE)}
 MVSA_SHAPES = {"conv4": [14, 14, 1024], "conv5": [7, 7, 2048]}
 MVSA_ASA = {"blocks": 1, "inter_dim": 1024, "batchnorm": True}   # one non-local block per scale (the paper's)
 
@@ -47,11 +50,9 @@ def build(name: str, vocab: int, device: torch.device) -> CrossAttentionModel:
     if name in ("sgr", "saf"):
         text = GRUTextEncoder(vocab, 300, 1024, bidirectional=True, embed_dropout=0.4)
         return SGRAF(2048, 36, 1024, 256, text, MODELS[name]).to(device).eval()
-    n_instances, (direction, aggregation, lambda_softmax, lambda_lse) = MODELS[name]
+    n_instances, similarity = MODELS[name]
     scales = ["conv5"] if n_instances == 49 else ["conv4", "conv5"]
     text = GRUTextEncoder(vocab, 300, 1024, bidirectional=True)
-    similarity = {"direction": direction, "aggregation": aggregation, "lambda_softmax": lambda_softmax,
-                  **({} if lambda_lse is None else {"lambda_lse": lambda_lse})}
     model = MVSA("resnet152", MVSA_SHAPES, scales, None if n_instances == 49 else "max", 2048, 1024, text,
                  asa=MVSA_ASA, similarity=similarity)
     return model.to(device).eval()
