@@ -37,6 +37,7 @@ from methods.models.base import BuildContext, RetrievalModel
 from methods.models.base import build_model as build_from_context
 from methods.models.checkpoint import load_trained_model
 from methods.plan import Plan, resolve_method_config
+from methods.plugins import file_root, method_files
 from methods.scoring import encode_images as encode_image_batches
 from methods.scoring import encode_texts as encode_text_batches
 from methods.scoring import score_matrix
@@ -53,11 +54,13 @@ def harness_config(path: str | Path = DEFAULT_CONFIG, overrides: dict | None = N
 
 
 def method_file(method: str) -> Path:
-    """A method name (``config/methods/<name>.yaml``) or the path of a method file."""
+    """A method name (``config/methods/<name>.yaml`` of the repository or a plug-in folder) or the
+    path of a method file."""
     path = Path(method)
     if path.suffix in (".yaml", ".yml"):
         return path if path.is_absolute() else REPO_ROOT / path
-    return REPO_ROOT / "config" / "methods" / f"{method}.yaml"
+    named = [p for p in method_files() if p.stem == method]
+    return named[0] if named else REPO_ROOT / "config" / "methods" / f"{method}.yaml"
 
 
 def experiment_config(method: str, dataset: str, variants: Sequence[str] = (), overrides: dict | None = None,
@@ -82,7 +85,7 @@ def row_configs(paper: str, table: str, row: str, dataset: str, harness: dict | 
         raise HarnessError(f"{path}: table '{table}' has no row '{row}' (rows: {', '.join(rows)})")
     members = rows[row].get("ensemble") or [rows[row]]
     harness = harness if harness is not None else harness_config()
-    return [numerics.experiment_config(resolve_method_config(REPO_ROOT / spec["methods"][m["method"]], dataset,
+    return [numerics.experiment_config(resolve_method_config(file_root(path) / spec["methods"][m["method"]], dataset,
                                                              m.get("overrides", {}), m.get("variants", []),
                                                              harness["backbones"]), harness.get("datasets", {}).get(dataset))
             for m in members]

@@ -16,6 +16,7 @@ import jsonschema
 import yaml
 
 from methods.errors import HarnessError, shorten
+from methods.plugins import schema_files
 
 # libyaml's safe loader where PyYAML was built with it: the plan reads the method files and
 # schemas at every Snakemake start, and the pure-Python parser dominated that time
@@ -61,6 +62,23 @@ def with_model_dispatch(schema: dict) -> dict:
     return schema
 
 
+def with_plugin_blocks(schema: dict, stem: str) -> dict:
+    """``schema`` with the ``$defs`` blocks of the plug-in folders' ``<stem>.schema.yaml`` (a model
+    of one's own: ``methods.plugins``); a file holds ``$defs`` only, and a name may not repeat one."""
+    for path in schema_files(stem):
+        extra = load_yaml(path)
+        if not isinstance(extra, dict) or set(extra) != {"$defs"} or not isinstance(extra["$defs"], dict):
+            raise HarnessError(f"{path}: a plug-in's schema file holds one key, $defs (the blocks it adds)")
+        for name, block in extra["$defs"].items():
+            if name in schema["$defs"]:
+                raise HarnessError(f"{path}: $defs.{name}: the method schema already has a block '{name}'")
+            kind = (block.get("properties", {}).get("kind", {}) if isinstance(block, dict) else {})
+            if "const" in kind and kind["const"] != name:
+                raise HarnessError(f"{path}: $defs.{name}: a model block is named by its kind ('{kind['const']}')")
+            schema["$defs"][name] = block
+    return schema
+
+
 def load_schema(name: str) -> dict:
     """``name`` is a schema file stem, ``file#def`` for one of its ``$defs`` (e.g. ``config#dataset``),
     or ``LAYER_SCHEMA`` (one config layer of a method file, derived from the method schema)."""
@@ -69,7 +87,7 @@ def load_schema(name: str) -> dict:
     stem, _, definition = name.partition("#")
     schema = load_yaml(SCHEMA_DIR / f"{stem}.schema.yaml")
     if stem == "method":
-        schema = with_model_dispatch(schema)
+        schema = with_model_dispatch(with_plugin_blocks(schema, stem))
     if definition:
         return {"$defs": schema["$defs"], "$ref": f"#/$defs/{definition}"}
     return schema

@@ -22,6 +22,7 @@ from methods.metrics.protocols import CHECKED_PROTOCOLS, STATISTICS_PROTOCOL, ge
 from methods.model_kinds import MODEL_KINDS, DescribeContext, describe_run, finetunes, image_input_of
 from methods.model_kinds.element_views import check_elements, view_name
 from methods.paths import ResultsLayout, sims_file
+from methods.plugins import check_loaded, file_root
 from methods.report.claim_form import Comparison, parse_comparison
 from methods.report.figure_kinds import FIGURE_KINDS
 
@@ -297,6 +298,7 @@ class Plan:
     def __init__(self, cfg: dict):
         self.cfg = cfg
         self.layout = ResultsLayout(cfg["results_dir"])
+        check_loaded(cfg.get("plugins", []), "methods.model_kinds")   # the models its method files may name
         self._check_config_names()
         for name, bb in cfg["backbones"].items():
             if "pretrain" in bb:
@@ -420,7 +422,7 @@ class Plan:
                         if m["method"] not in paper["methods"]:
                             raise HarnessError(f"{path}: row '{row['id']}' names unknown method '{m['method']}' "
                                                f"(declared: {', '.join(sorted(paper['methods']))})")
-                        method_file = REPO_ROOT / paper["methods"][m["method"]]
+                        method_file = file_root(path) / paper["methods"][m["method"]]
                         exp = self.resolve_experiment(method_file, dataset, m.get("overrides", {}), m.get("variants", []))
                         exp_ids.append(exp.id)
                         ran.append(describe_run(exp.config, DescribeContext(ds_cfg, self.cfg["backbones"])))
@@ -506,7 +508,7 @@ class Plan:
         where = f"{path}: table {table_name} row '{row['id']}'"
         for i, m in enumerate(row.get("ensemble") or [row]):
             if m.get("overrides") and m["method"] in paper["methods"]:
-                raw = self.method_file(REPO_ROOT / paper["methods"][m["method"]])
+                raw = self.method_file(file_root(path) / paper["methods"][m["method"]])
                 label = "overrides" if "ensemble" not in row else f"ensemble.{i}.overrides"
                 validate_layer(dotted_to_nested(m["overrides"]), f"{where}: {label}", model_kind(raw))
         for dataset, by_protocol in (row.get("reported") or {}).items():

@@ -10,7 +10,6 @@ import torch
 import yaml
 
 from methods import api
-from methods.config import REPO_ROOT
 from methods.data.inputs import IMAGE_INPUTS
 from methods.losses.ranking import LOSSES
 from methods.losses.term_kinds import TERM_KINDS
@@ -22,6 +21,7 @@ from methods.metrics.implementations import IMPLEMENTED_METRICS
 from methods.metrics.relevance import CaptionsOfImage, ExtendedPositives, SharedLabels
 from methods.model_kinds import MODEL_KINDS
 from methods.models import MODELS
+from methods.plugins import method_files
 from methods.registry import Registry
 from tests.test_eccv_metrics import brute_force_eccv, random_positives
 from tests.test_metrics import brute_force_metrics
@@ -45,7 +45,7 @@ def test_registry_rejects_duplicates_and_names_the_known_entries():
 # -- models -----------------------------------------------------------------------------------
 
 def method_file_of(kind: str):
-    for path in sorted((REPO_ROOT / "config" / "methods").glob("*.yaml")):
+    for path in method_files():   # the repository's and the plug-in folders'
         if yaml.safe_load(path.read_text())["base"]["model"]["kind"] == kind:
             return path
     raise AssertionError(f"model '{kind}' is registered but no config/methods/*.yaml uses it")

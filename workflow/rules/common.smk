@@ -8,23 +8,8 @@ from collections import Counter
 
 from snakemake.logging import logger as snakemake_logger
 
-from methods.config import validate
-from methods.data.checks import check_backbone_weights, check_dataset_inputs
-from methods.data.word_vectors import check_word_vectors
-from methods.data.multilabel import check_model_labels, check_source as check_multilabel_source
-from methods.data.multilabel import source_files as multilabel_source_files, source_split as multilabel_source_split
-from methods.data.datasets import dataset_paths, dataset_payload, dataset_tokenizer
-from methods.data.tokenizers import PUNKT_FILES
 from methods.errors import HarnessError
-from methods.estimate import BENCHMARK as COST_BENCHMARK, estimate, load_costs, table_work
-from methods.features.weights_check import check_weights_fit
-from methods.numerics import shell_prefix
-from methods.paths import eval_file, model_file, sims_file, train_log
-from methods.metrics.protocols import check_coco_ids, check_split_sizes, get_protocol
-from methods.plan import Plan, data_kind, test_splits
-from methods.report.figure_kinds import FIGURE_KINDS
-from methods.placement import check_gpu_for_local_run, check_resource_names, cuda_visible, runs_jobs_here
-from methods.retries import FAILED_JOBS_ENV, failed_jobs_dir
+from methods.plugins import PLUGINS_ENV, environment_value
 
 
 class HarnessErrorsInOneLine(logging.Filter):
@@ -66,6 +51,28 @@ def harness_error_in(exc):
 for _old in [f for f in snakemake_logger.filters if type(f).__name__ == HarnessErrorsInOneLine.__name__]:
     snakemake_logger.removeFilter(_old)  # the Snakefile parsed again in one process (the API, tests)
 snakemake_logger.addFilter(HarnessErrorsInOneLine())
+
+# The plug-in folders (config plugins; methods/plugins.py): the registries load them when first
+# imported, and every job inherits them through the environment (SLURM ones through sbatch), so
+# the variable is set before the rest of the package is imported.
+os.environ[PLUGINS_ENV] = environment_value(config.get("plugins", []))
+
+from methods.config import validate
+from methods.data.checks import check_backbone_weights, check_dataset_inputs
+from methods.data.word_vectors import check_word_vectors
+from methods.data.multilabel import check_model_labels, check_source as check_multilabel_source
+from methods.data.multilabel import source_files as multilabel_source_files, source_split as multilabel_source_split
+from methods.data.datasets import dataset_paths, dataset_payload, dataset_tokenizer
+from methods.data.tokenizers import PUNKT_FILES
+from methods.estimate import BENCHMARK as COST_BENCHMARK, estimate, load_costs, table_work
+from methods.features.weights_check import check_weights_fit
+from methods.numerics import shell_prefix
+from methods.paths import eval_file, model_file, sims_file, train_log
+from methods.metrics.protocols import check_coco_ids, check_split_sizes, get_protocol
+from methods.plan import Plan, data_kind, test_splits
+from methods.report.figure_kinds import FIGURE_KINDS
+from methods.placement import check_gpu_for_local_run, check_resource_names, cuda_visible, runs_jobs_here
+from methods.retries import FAILED_JOBS_ENV, failed_jobs_dir
 
 _defaults = workflow.resource_settings.default_resources   # None without --default-resources or a profile
 check_resource_names(list(_defaults.keys()) if _defaults is not None else [],
