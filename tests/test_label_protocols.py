@@ -17,7 +17,7 @@ from methods.metrics.declarations import LABEL_PREDICTION_METRICS, LABEL_RANKING
 from methods.metrics.evaluation import evaluate_protocol, label_prediction_relevance, split_labels
 from methods.metrics.protocols import Protocol, get_protocol
 from methods.metrics.relevance import SharedLabels
-from methods.plan import Plan, data_kind, stand_in_protocols
+from methods.plan import data_kind, reported_shown, stand_in_protocols
 from methods.report import aggregate, table
 from methods.report.label_figures import ndcg_against_weight, training_curves
 
@@ -220,7 +220,7 @@ def test_a_stand_in_shows_the_reported_numbers_of_each_protocol_it_stands_in_for
     assert data_kind(ds) == "synthetic" and data_kind({"kind": "multilabel"}) == "multilabel"
     f1 = {"ensemble_size": 1, "source": "s", "metrics": {"image_micro_f1": 0.69}}
     ndcg = {"ensemble_size": 1, "source": "s", "metrics": {"i2t_ndcg500": 70.0}}
-    shown = Plan._reported_for({"label_prediction": f1, "labelwise_test": ndcg}, ds)
+    shown = reported_shown({"label_prediction": f1, "labelwise_test": ndcg}, ds)
     assert shown == {"labelwise_test": ndcg, "label_prediction": f1}
 
 

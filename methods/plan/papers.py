@@ -1,0 +1,326 @@
+"""Paper files, loaded and checked into the plan's records: every table a paper file declares, its
+rows (each member's experiment resolved, its ledger and what it runs), its figures and its claims,
+with each name checked against the harness config (datasets, backbones, protocols, seeds)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from methods import numerics
+from methods.config import REPO_ROOT, config_hash, dotted_to_nested, load_yaml, validate, validate_layer
+from methods.errors import HarnessError
+from methods.fidelity import merge_ledgers, row_ledger, source_ledger, stand_in_deviation, tokenizer_deviation
+from methods.metrics.declarations import base_metrics, check_claimable
+from methods.metrics.protocols import STATISTICS_PROTOCOL, get_protocol
+from methods.model_kinds import MODEL_KINDS, DescribeContext, describe_run
+from methods.model_kinds.element_views import check_elements, view_name
+from methods.paths import ResultsLayout
+from methods.plan.datasets import reported_dataset, reported_shown, stand_in_protocols
+from methods.plan.method_files import check_method_file, load_method_file, model_kind, resolve_method_config
+from methods.plan.records import ENSEMBLE_SEED_STRIDE, Claim, Experiment, Figure, Row, Table
+from methods.plugins import file_root
+from methods.report.claim_form import parse_comparison
+
+
+def check_reported(by_protocol: dict, where: str) -> None:
+    """Reported numbers name registered protocols, and metrics those protocols report."""
+    for protocol, reported in by_protocol.items():
+        known = get_protocol(protocol).metrics
+        for block in ("metrics", "metrics_std"):
+            unknown = sorted(set(reported.get(block) or {}) - set(known))
+            if unknown:
+                raise HarnessError(f"{where}: reported {block} {unknown} under protocol {protocol}, which reports "
+                                   f"{', '.join(known)}")
+
+
+# A config file that builds every declared table on the synthetic datasets (datasets.<name>.skip_tables: [])
+ALL_TABLES_CONFIG = "config/synthetic_all_tables.yaml"
+
+
+def repository_tables(dataset: str) -> set[str]:
+    """Tables the harness's own paper files (methods/papers) declare for ``dataset``."""
+    names = set()
+    for path in sorted((REPO_ROOT / "methods" / "papers").glob("*.yaml")):
+        for name, table in (load_yaml(path).get("tables") or {}).items():
+            if dataset in (table.get("datasets") or []):
+                names.add(name)
+    return names
+
+
+class PaperCatalogue:
+    """The paper files of a harness config, loaded and checked: ``experiments``, ``tables``,
+    ``figures`` and ``claims`` (frozen records), the papers' names, notes and tables."""
+
+    def __init__(self, cfg: dict, layout: ResultsLayout):
+        self.cfg = cfg
+        self.layout = layout
+        self._check_config_names()
+        for name, bb in cfg["backbones"].items():
+            if "pretrain" in bb:
+                expected = str(Path(self.layout.backbone_weights(bb["pretrain"]["dataset"], name)))
+                if bb["weights"] != expected:
+                    raise HarnessError(f"backbones.{name}: pre-trained by the DAG, so weights must be '{expected}'")
+        self.experiments: dict[tuple[str, str], Experiment] = {}
+        self.tables: dict[tuple[str, str], Table] = {}
+        self.figures: dict[tuple[str, str], Figure] = {}
+        self.papers: dict[str, str] = {}   # paper key -> paper (as its file names it), in config order
+        self.paper_notes: dict[str, str] = {}
+        self.paper_tables: dict[str, list[str]] = {}   # paper key -> the tables its file declares
+        self.claims: dict[tuple[str, str], list[Claim]] = {}   # (paper key, dataset) -> claims checked there
+        # (table, dataset) of every table a paper file declares, built or left out by datasets.<name>.skip_tables
+        self.declared_tables: set[tuple[str, str]] = set()
+        self._method_files: dict[Path, dict] = {}
+        stated = []
+        for paper_file in cfg["papers"]:
+            path = REPO_ROOT / paper_file if not Path(paper_file).is_absolute() else Path(paper_file)
+            stated.append((path, self._add_paper(path)))
+        for path, paper in stated:   # after every paper: a claim may compare with another file's row of its table
+            self._add_claims(path, paper)
+        for dataset, ds_cfg in cfg["datasets"].items():
+            declared = {name for name, ds in self.declared_tables if ds == dataset}
+            named = [(f"table_seeds.{name}", name) for name in ds_cfg.get("table_seeds", {})]
+            named += [(f"skip_tables.{i}", name) for i, name in enumerate(ds_cfg.get("skip_tables", []))]
+            unknown = [(key, name) for key, name in named if name not in declared]
+            if unknown:  # a table of one of the harness's own paper files left out of `papers` is no typo
+                unknown = [(key, name) for key, name in unknown if name not in repository_tables(dataset)]
+            for key, name in unknown:
+                raise HarnessError(f"datasets.{dataset}.{key}: no table '{name}' is declared for "
+                                   f"{dataset} (declared: {', '.join(sorted(declared)) or 'none'})")
+
+    def _check_config_names(self) -> None:
+        """Every dataset or backbone the harness config names is one it configures: a misspelled
+        name would build nothing (default_datasets) or show no reported numbers (stands_in_for)."""
+        datasets, backbones = self.cfg["datasets"], self.cfg["backbones"]
+        named = [(f"default_datasets.{i}", name) for i, name in enumerate(self.cfg["default_datasets"])]
+        named += [(f"backbones.{b}.pretrain.dataset", bb["pretrain"]["dataset"])
+                  for b, bb in backbones.items() if "pretrain" in bb]
+        named += [(f"datasets.{d}.stands_in_for.dataset", ds["stands_in_for"]["dataset"])
+                  for d, ds in datasets.items() if "stands_in_for" in ds]
+        for key, name in named:
+            if name not in datasets:
+                raise HarnessError(f"{key}: no dataset '{name}' is configured (datasets: {', '.join(sorted(datasets))})")
+        for d, ds in datasets.items():
+            feats = ds["features"]
+            if feats["crop"] > feats["resize"]:  # torchvision's CenterCrop pads what it cannot cut
+                raise HarnessError(f"datasets.{d}.features.crop: {feats['crop']} is larger than resize "
+                                   f"{feats['resize']} (the shorter image side after resizing), so the centre crop "
+                                   f"would pad the images with black; set crop <= resize")
+            region = ds["features"].get("region")
+            if region is not None and region["backbone"] not in backbones:
+                raise HarnessError(f"datasets.{d}.features.region.backbone: no backbone '{region['backbone']}' is "
+                                   f"configured (backbones: {', '.join(sorted(backbones))})")
+            stand_in = ds.get("stands_in_for")
+            for protocol in stand_in_protocols(ds):
+                if protocol not in datasets[stand_in["dataset"]]["protocols"]:
+                    raise HarnessError(f"datasets.{d}.stands_in_for.protocol: {protocol} is not a protocol of "
+                                       f"{stand_in['dataset']} (datasets.{stand_in['dataset']}.protocols: "
+                                       f"{', '.join(datasets[stand_in['dataset']]['protocols'])})")
+
+    def method_file(self, path: Path) -> dict:
+        """A method file, loaded and validated once per plan."""
+        if path not in self._method_files:
+            raw = load_method_file(path)
+            check_method_file(raw, path, list(self.cfg["datasets"]))
+            self._method_files[path] = raw
+        return self._method_files[path]
+
+    def resolve_experiment(self, method_file: Path, dataset: str, overrides: dict,
+                           variants: list[str] | None = None) -> Experiment:
+        cfg = resolve_method_config(method_file, dataset, overrides, variants, self.cfg["backbones"],
+                                    self.method_file(method_file))
+        cfg = numerics.experiment_config(cfg, self.cfg["datasets"][dataset])
+        exp = Experiment(f"{cfg['method']}-{config_hash(cfg)}", dataset, cfg["method"], cfg)
+        self.experiments.setdefault((dataset, exp.id), exp)
+        return exp
+
+    def _add_paper(self, path: Path) -> dict:
+        paper = validate(load_yaml(path), "paper", str(path))
+        if paper["key"] in self.papers:
+            raise HarnessError(f"{path}: key '{paper['key']}' is the key of another paper file in config papers")
+        self.papers[paper["key"]] = paper["paper"]
+        self.paper_notes[paper["key"]] = paper.get("notes", "")
+        self.paper_tables[paper["key"]] = list(paper["tables"])
+        for table_name, table in paper["tables"].items():
+            if table_name in ("runtime", "summary"):
+                raise HarnessError(f"{path}: table name '{table_name}' is taken by the {table_name} tables "
+                                   f"(tables/{table_name}_<dataset>)")
+            if table_name == "claims" or table_name.startswith("claims_"):
+                raise HarnessError(f"{path}: table name '{table_name}': 'claims' and names starting 'claims_' are taken "
+                                   f"by the claim tables (tables/claims_<paper>_<dataset>)")
+            for dataset in table["datasets"]:
+                if dataset not in self.cfg["datasets"]:
+                    raise HarnessError(f"{path}: tables.{table_name}.datasets: no dataset '{dataset}' is configured "
+                                       f"(datasets: {', '.join(sorted(self.cfg['datasets']))})")
+            for row in table["rows"]:
+                self._check_row(path, table_name, table["datasets"], row, paper)
+            self.declared_tables.update((table_name, dataset) for dataset in table["datasets"])
+            for dataset in self._built_on(table_name, table["datasets"]):
+                ds_cfg = self.cfg["datasets"][dataset]
+                reported_key = reported_dataset(dataset, ds_cfg)
+                key = (table_name, dataset)
+                known = self.tables.get(key)   # a table two paper files declare: one table, both files' rows
+                rows = list(known.rows) if known else []
+                for row in table["rows"]:
+                    if any(r.id == row["id"] for r in rows):
+                        raise HarnessError(f"{path}: row id '{row['id']}' appears twice in table {table_name}")
+                    reported = reported_shown(row.get("reported", {}).get(reported_key, {}), ds_cfg)
+                    if "reported_only" in row:   # the paper's numbers beside ours: nothing to run
+                        rows.append(Row(table_name, row["id"], row["label"], paper["key"], seeds=[], members=[],
+                                        reported=reported, not_reported=row.get("not_reported"),
+                                        reported_only=row["reported_only"]))
+                        continue
+                    members = row.get("ensemble") or [{"method": row["method"], "overrides": row.get("overrides", {}),
+                                                       "variants": row.get("variants", [])}]
+                    exp_ids, ledgers, ran = [], [], []
+                    for m in members:
+                        if m["method"] not in paper["methods"]:
+                            raise HarnessError(f"{path}: row '{row['id']}' names unknown method '{m['method']}' "
+                                               f"(declared: {', '.join(sorted(paper['methods']))})")
+                        method_file = file_root(path) / paper["methods"][m["method"]]
+                        exp = self.resolve_experiment(method_file, dataset, m.get("overrides", {}), m.get("variants", []))
+                        exp_ids.append(exp.id)
+                        ran.append(describe_run(exp.config, DescribeContext(ds_cfg, self.cfg["backbones"])))
+                        source = source_ledger(self.method_file(method_file), m.get("variants", []), reported_key)
+                        stand_in = (() if "stands_in_for" not in ds_cfg else
+                                    (stand_in_deviation(dataset, ds_cfg, exp.image_input.name, exp.config["model"]),))
+                        ledgers.append(row_ledger(exp.config, source, f"{path}: row '{row['id']}'",
+                                                  (*tokenizer_deviation(dataset, ds_cfg, source), *stand_in)))
+                    view = self._row_view(path, table_name, row, dataset, exp_ids)
+                    seeds = ds_cfg.get("table_seeds", {}).get(table_name, ds_cfg.get("seeds", row["seeds"]))
+                    rows.append(Row(table_name, row["id"], row["label"], paper["key"], seeds=seeds, members=exp_ids,
+                                    reported=reported, not_reported=row.get("not_reported"),
+                                    ledger=merge_ledgers(ledgers), compare_to=row.get("compare_to"),
+                                    ran=" + ".join(dict.fromkeys(ran)), view=view,
+                                    overrides=dict(row.get("overrides") or {})))
+                    self._check_distinct_runs(path, rows[-1], dataset)
+                self.tables[key] = Table(table_name, dataset,
+                                         titles=[*(known.titles if known else []), f"{paper['paper']}: {table['title']}"],
+                                         rows=rows, statistics=bool(known and known.statistics)
+                                         or table.get("embedding_statistics", False))
+                self._check_comparisons(path, self.tables[key])
+        for fig_name, fig in (paper.get("figures") or {}).items():
+            if fig_name == "claims" or fig_name.startswith("claims_"):
+                raise HarnessError(f"{path}: figure name '{fig_name}': 'claims' and names starting 'claims_' are taken "
+                                   f"by the claim figures (figures/claims_<paper>_<dataset>.png)")
+            if fig["table"] not in paper["tables"]:
+                raise HarnessError(f"{path}: figure '{fig_name}' names table '{fig['table']}', which this paper "
+                                   f"file does not declare")
+            for dataset in paper["tables"][fig["table"]]["datasets"]:
+                if (fig["table"], dataset) in self.tables:
+                    if (fig_name, dataset) in self.figures:
+                        raise HarnessError(f"{path}: figure '{fig_name}' is declared by two paper files")
+                    table_rows = {r["id"]: r for r in paper["tables"][fig["table"]]["rows"]}
+                    for name in ([fig["row"]] if fig.get("row") else []) + (fig.get("rows") or []):
+                        if name not in table_rows:
+                            raise HarnessError(f"{path}: figure '{fig_name}' names row '{name}', which table "
+                                               f"'{fig['table']}' does not have")
+                        if "reported_only" in table_rows[name]:
+                            raise HarnessError(f"{path}: figure '{fig_name}' names row '{name}', which is reported "
+                                               f"only: it has no trained model to show")
+                    self.figures[(fig_name, dataset)] = Figure(fig_name, dataset, fig["kind"], fig["table"],
+                                                               fig["title"], row=fig.get("row"), rows=fig.get("rows"),
+                                                               paper=paper["key"])
+        return paper
+
+    def _built_on(self, table_name: str, datasets: list[str]) -> list[str]:
+        """The datasets of a paper file's table that build it: all but those whose ``skip_tables``
+        names it (the synthetic data's default job, for its time budget)."""
+        return [d for d in datasets if table_name not in self.cfg["datasets"][d].get("skip_tables", [])]
+
+    def skipped(self, table: str, dataset: str) -> bool:
+        """A table a paper file declares for ``dataset`` that its ``skip_tables`` leaves out."""
+        return (table, dataset) in self.declared_tables and (table, dataset) not in self.tables
+
+    def _add_claims(self, path: Path, paper: dict) -> None:
+        """Each claim of a paper file, checked on every dataset of its table: rows the table has and
+        runs, a metric that is a mean over test queries, a protocol of the dataset that reports it."""
+        for claim_id, claim in (paper.get("claims") or {}).items():
+            where = f"{path}: claims.{claim_id}"
+            if claim["table"] not in paper["tables"]:
+                raise HarnessError(f"{where}.table: '{claim['table']}' is not a table of this paper file "
+                                   f"(tables: {', '.join(paper['tables'])})")
+            comparison = parse_comparison(claim["compare"], f"{where}.compare")
+            check_claimable(comparison.metric, f"{where}.compare")
+            for dataset in self._built_on(claim["table"], paper["tables"][claim["table"]]["datasets"]):
+                rows = {r.id: r for r in self.tables[(claim["table"], dataset)].rows}
+                for row_id in comparison.rows:
+                    if row_id not in rows:
+                        raise HarnessError(f"{where}.compare: table {claim['table']} has no row '{row_id}' on "
+                                           f"{dataset} (rows: {', '.join(rows)})")
+                    if not rows[row_id].runs_models:
+                        raise HarnessError(f"{where}.compare: row '{row_id}' is reported only: there are no runs "
+                                           f"to test the claim on")
+                protocols = [p for p in self.cfg["datasets"][dataset]["protocols"]
+                             if set(base_metrics(comparison.metric)) <= set(get_protocol(p).metrics)]
+                if not protocols:
+                    raise HarnessError(f"{where}.compare: no protocol of datasets.{dataset}.protocols "
+                                       f"({', '.join(self.cfg['datasets'][dataset]['protocols'])}) reports "
+                                       f"{comparison.metric}")
+                self.claims.setdefault((paper["key"], dataset), []).append(Claim(
+                    claim_id, paper["key"], claim["words"], claim.get("paraphrased", False), claim["where"],
+                    claim["table"], comparison, float(claim.get("margin", 0.0)), protocols))
+
+    def _check_row(self, path: Path, table_name: str, table_datasets: list[str], row: dict, paper: dict) -> None:
+        """What a row names that no resolved config shows: its overrides (each key one of the method
+        schema's, before a merge could drop it) and its reported numbers (a dataset the table is
+        built for, a protocol that dataset evaluates, metrics that protocol reports)."""
+        where = f"{path}: table {table_name} row '{row['id']}'"
+        for i, m in enumerate(row.get("ensemble") or [row]):
+            if m.get("overrides") and m["method"] in paper["methods"]:
+                raw = self.method_file(file_root(path) / paper["methods"][m["method"]])
+                label = "overrides" if "ensemble" not in row else f"ensemble.{i}.overrides"
+                validate_layer(dotted_to_nested(m["overrides"]), f"{where}: {label}", model_kind(raw))
+        for dataset, by_protocol in (row.get("reported") or {}).items():
+            if dataset not in table_datasets:
+                raise HarnessError(f"{where}: reported numbers under dataset '{dataset}', which the table is not "
+                                   f"built for (tables.{table_name}.datasets: {', '.join(table_datasets)})")
+            evaluated = self.cfg["datasets"][dataset]["protocols"] + (
+                [STATISTICS_PROTOCOL] if paper["tables"][table_name].get("embedding_statistics") else [])
+            for protocol in by_protocol:
+                if protocol not in evaluated:
+                    raise HarnessError(f"{where}: reported numbers under protocol '{protocol}' for {dataset}, which "
+                                       f"datasets.{dataset}.protocols does not evaluate ({', '.join(evaluated)})")
+            check_reported(by_protocol, where)
+
+    def _row_view(self, path: Path, table_name: str, row: dict, dataset: str, exp_ids: list[str]) -> str | None:
+        """The evaluation view a row declares (``evaluation``), checked against its model's sets."""
+        evaluation = row.get("evaluation")
+        if not evaluation:
+            return None
+        where = f"{path}: table {table_name} row '{row['id']}'"
+        if "ensemble" in row:
+            raise HarnessError(f"{where}: an evaluation view selects elements of one model's sets, not of an ensemble")
+        model = self.experiments[(dataset, exp_ids[0])].config["model"]
+        sizes = MODEL_KINDS.get(model["kind"]).set_sizes(model)
+        if sizes is None:
+            raise HarnessError(f"{where}: evaluation views need a model that embeds items as sets; "
+                               f"'{model['kind']}' does not")
+        check_elements(evaluation, sizes, where)
+        return view_name(evaluation)
+
+    def _check_distinct_runs(self, path: Path, row: Row, dataset: str) -> None:
+        """Each seed of a row is its own run (for each member): a run counted twice makes a mean
+        of copies and a spread of 0. Seeds are unique (schemas); an ensemble's repeated member
+        trains at seed + 1000 per earlier repeat, which another seed of the row may equal."""
+        runs = row.run_dirs(self.layout, dataset)
+        repeated = sorted({run for run in runs if runs.count(run) > 1})
+        if repeated:
+            raise HarnessError(f"{path}: table {row.table} row '{row.id}' on {dataset}: seeds {row.seeds} give the "
+                               f"run {repeated[0]} more than once (a repeated ensemble member trains at seed + "
+                               f"{ENSEMBLE_SEED_STRIDE} per earlier repeat); choose seeds that give distinct runs")
+
+    @staticmethod
+    def _check_comparisons(path: Path, tbl: Table) -> None:
+        rows = {r.id: r for r in tbl.rows}
+        for row in tbl.rows:
+            if row.compare_to is None:
+                continue
+            base = rows.get(row.compare_to)
+            if base is None or base is row:
+                raise HarnessError(f"{path}: row '{row.id}' of table {tbl.name} compares to '{row.compare_to}', "
+                                   f"which is not another row of that table")
+            if not base.runs_models:
+                raise HarnessError(f"{path}: row '{row.id}' of table {tbl.name} compares to '{row.compare_to}', "
+                                   f"which is reported only: there are no runs to pair with")
+            if base.seeds != row.seeds:
+                raise HarnessError(f"{path}: row '{row.id}' and the row it compares to ('{base.id}') need the same "
+                                   f"seeds for paired differences ({row.seeds} vs {base.seeds})")
