@@ -10,7 +10,7 @@ from pathlib import Path
 
 from methods.cli import run_command
 from methods.data.datasets import load_dataset_payload
-from methods.io import read_json, write_json
+from methods.job_records import EnsembleEvaluation, RunEvaluation
 from methods.metrics.evaluation import evaluate_split, split_relevances
 from methods.metrics.protocols import get_protocol
 from methods.paths import eval_file, sims_file
@@ -23,17 +23,17 @@ def _ensemble(args) -> None:
     relevances = split_relevances(payload, args.split)
     runs = [Path(m) for m in args.members]
     sims = average_similarities([Path(sims_file(r, args.split)) for r in runs])
-    members = [read_json(eval_file(r, args.split)) for r in runs]
+    members = [RunEvaluation.read(eval_file(r, args.split)) for r in runs]
     # an ensemble has a score matrix and no label predictions: label-prediction protocols are its members' own
     protocols = [p for p in payload["dataset"]["protocols"] if get_protocol(p).relevance != "label_predictions"]
     results = evaluate_split(sims, protocols, args.split, relevances)
-    write_json(args.out, {
-        "kind": "ensemble", "ensemble_size": len(runs), "dataset": payload["name"], "split": args.split,
-        "members": [{"run_dir": str(r), "config_hash": m["config_hash"], "seed": m["seed"],
-                     "training_checks": {res["protocol"]: res.get("training_check") for res in m["results"]}}
-                    for r, m in zip(runs, members)],
-        "seed": members[0]["seed"], "results": results, "provenance": members[0]["provenance"],
-        "wall_seconds": {"total": time.time() - t0}})
+    EnsembleEvaluation(
+        kind="ensemble", ensemble_size=len(runs), dataset=payload["name"], split=args.split,
+        members=[{"run_dir": str(r), "config_hash": m.config_hash, "seed": m.seed,
+                  "training_checks": {res["protocol"]: res.get("training_check") for res in m.results}}
+                 for r, m in zip(runs, members)],
+        seed=members[0].seed, results=results, provenance=members[0].provenance,
+        wall_seconds={"total": time.time() - t0}).write(args.out)
 
 
 def _arguments(parser) -> None:

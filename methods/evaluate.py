@@ -23,7 +23,8 @@ from methods.data.text import Vocabulary
 from methods.errors import HarnessError
 from methods.features.backbone import eval_transform
 from methods.features.images import ImageFiles
-from methods.io import save_npy, write_json
+from methods.io import save_npy
+from methods.job_records import RunEvaluation
 from methods.metrics.evaluation import evaluate_split, label_prediction_relevance, split_relevances
 from methods.metrics.protocols import get_protocol, statistics_result
 from methods.model_kinds import MODEL_KINDS, image_input_of
@@ -99,13 +100,11 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
         if statistics:
             results.append(statistics_result(statistics, split, len(data.captions) // data.texts_per_image))
         save_npy(sims_file(run_dir, split, view), scores.numpy())
-        write_json(eval_file(run_dir, split, view), {
-            "kind": "single", "ensemble_size": 1, "dataset": payload["name"], "split": split, "view": view,
-            "config": cfg, "config_hash": ckpt["config_hash"], "seed": ckpt["seed"],
-            "best_epoch": ckpt["best"], "results": results,
-            "provenance": {**provenance(device), **block_provenance(model)},
-            "wall_seconds": {"encode_and_score": (t_encoded - t_enc) + (t_score - t_view),
-                             "total": time.time() - t0}})
+        RunEvaluation(kind="single", ensemble_size=1, dataset=payload["name"], split=split, view=view, config=cfg,
+                      config_hash=ckpt["config_hash"], seed=ckpt["seed"], best_epoch=ckpt["best"], results=results,
+                      provenance={**provenance(device), **block_provenance(model)},
+                      wall_seconds={"encode_and_score": (t_encoded - t_enc) + (t_score - t_view),
+                                    "total": time.time() - t0}).write(eval_file(run_dir, split, view))
         for r in results:
             print(f"{split}{'' if view is None else '@' + view} {r['protocol']}: "
                   + ", ".join(f"{k} {v:.4g}" for k, v in r["metrics"].items()))

@@ -17,7 +17,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "methods"
 # above a base of helpers every layer may use.
 LAYERS = [
     ("base", ("methods", "methods.errors", "methods.io", "methods.paths", "methods.config", "methods.registry",
-              "methods.runtime", "methods.cli", "methods.retries", "methods.placement", "methods.plugins")),
+              "methods.runtime", "methods.cli", "methods.retries", "methods.placement", "methods.plugins",
+              "methods.job_records")),
     ("data", ("methods.data",)),
     ("features", ("methods.features",)),
     ("model kinds", ("methods.model_kinds",)),   # what the plan knows of a model, torch-free

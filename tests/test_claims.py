@@ -13,7 +13,8 @@ import yaml
 from methods.config import REPO_ROOT, load_harness_config
 from methods.errors import HarnessError
 from methods.data.datasets import dataset_payload
-from methods.io import save_npy, write_json
+from methods.io import save_npy
+from methods.job_records import EVALUATION_KINDS, ClaimsSpec, ReportSpec
 from methods.metrics.evaluation import evaluate_protocol
 from methods.metrics.protocols import get_protocol
 from methods.metrics.retrieval import chance_recalls, retrieval_metrics
@@ -25,6 +26,7 @@ from methods.report.claim_form import parse_comparison
 from methods.report.claims_figure import plot_claims
 from methods.report.reproduction import build_report
 from tests.conftest import config_with_every_table
+from tests.records import ensemble_evaluation, run_evaluation, table_spec
 
 CONFIG = REPO_ROOT / "config" / "config.yaml"
 TPI = 5
@@ -119,13 +121,13 @@ def test_paper_keys_are_unique_and_claim_table_names_are_taken(harness, tmp_path
 
 
 def test_the_claims_spec_names_each_rows_score_files_per_seed(plan):
-    spec = plan.claims_spec("sgraf", "coco")
+    spec = plan.claims_spec("sgraf", "coco").to_json()
     ensemble = spec["rows"]["sgraf_t1/sgraf"]
     assert ensemble["ensemble_size"] == 2 and ensemble["seeds"] == [0, 1, 2]
     files = ensemble["scores"]["coco_5k"]
     assert len(files) == 3 and all(len(members) == 2 and all(f.endswith("/sims_testall.npy") for f in members)
                                    for members in files)
-    sets = plan.claims_spec("set_embeddings", "flickr")["rows"]["set_embeddings_t5/image_only_1"]
+    sets = plan.claims_spec("set_embeddings", "flickr").to_json()["rows"]["set_embeddings_t5/image_only_1"]
     assert all(f.endswith("/sims_test@i0_tall.npy") for per_seed in sets["scores"]["f30k_1k"] for f in per_seed)
     assert spec["bootstrap"] == {"n_resamples": 2000, "confidence": 0.95, "method": "BCa", "seed": 0}
     # the rows' aggregates (their training checks), as rule aggregate_row writes them, with the thresholds
@@ -147,14 +149,14 @@ def write_aggregate(path, seeds: list[int], files: list[list[str]]) -> str:
     for seed, members in zip(seeds, files):
         matrices = [np.load(f) for f in members]
         result = evaluate_protocol(np.mean(matrices, axis=0), protocol)
-        ev = {"seed": seed, "ensemble_size": len(members), "config_hash": "cfg", "results": [result]}
+        ev = run_evaluation(seed, [result])
         if len(members) > 1:
-            ev.update(kind="ensemble", members=[
+            ev = ensemble_evaluation(seed, [result], [
                 {"run_dir": f"runs/{Path(f).stem}/seed{seed}", "config_hash": "cfg", "seed": seed,
                  "training_checks": {protocol.name: evaluate_protocol(m, protocol)["training_check"]}}
                 for f, m in zip(members, matrices)])
-        evals.append(ev)
-    write_json(path, aggregate(evals))
+        evals.append(EVALUATION_KINDS[ev["kind"]].from_json(ev, "test"))
+    aggregate(evals).write(path)
     return str(path)
 
 
@@ -200,7 +202,7 @@ def planted(tmp_path_factory, harness):
     (root / "spec.json").write_text(json.dumps(spec))
     payload = dataset_payload(harness, "synthetic")   # its synthetic_test relevance: captions of image, 5 each
     (root / "dataset.json").write_text(json.dumps(payload))
-    return root, sims, spec, payload
+    return root, sims, ClaimsSpec.from_json(spec, "test"), payload
 
 
 def test_claims_are_the_seed_mean_differences_of_the_runs_metrics(planted):
@@ -246,11 +248,13 @@ def test_the_report_counts_cells_by_verdict_and_says_what_did_not_reproduce(tmp_
     cells.to_csv(tmp_path / "t_flickr.csv", index=False)
     rows = [{"id": r, "label": r.upper(), "paper": "p", "seeds": [0, 1], "ensemble_size": 1, "ran": "x", "ledger": [],
              "reported_only": None, "not_reported": "not found" if r == "d" else None} for r in "abcd"]
-    (tmp_path / "t.spec.json").write_text(json.dumps({"table": "t", "titles": ["P: Table 1"], "rows": rows}))
+    (tmp_path / "t.spec.json").write_text(json.dumps(table_spec(rows, titles=["P: Table 1"]).to_json()))
     spec = {"paper": "p", "paper_name": "Paper P", "notes": "", "dataset": "flickr", "dataset_kind": "karpathy",
             "reported_dataset": "flickr", "bootstrap": {"n_resamples": 2000, "confidence": 0.95, "method": "BCa", "seed": 0},
-            "tolerance": {"recall": 2.0, "rsum": 6.0}, "training_check": TRAINING_CHECK}
-    text = build_report(spec, [str(tmp_path / "t_flickr.csv")], [str(tmp_path / "t.spec.json")], None)
+            "tolerance": {"recall": 2.0, "rsum": 6.0}, "training_check": TRAINING_CHECK, "tables": ["t"],
+            "has_claims": False, "skipped_tables": [], "all_tables_config": "config/synthetic_all_tables.yaml"}
+    text = build_report(ReportSpec.from_json(spec, "test"), [str(tmp_path / "t_flickr.csv")],
+                        [str(tmp_path / "t.spec.json")], None)
     assert "| `tables/t_flickr.md` | 2 | 1 | 1 | 1 | 0 |" in text      # the other paper's row is not counted
     assert "states no claim checked on flickr" in text
     assert "Cells outside tolerance (1)" in text and "| t | b | f30k_1k | rsum | 500 | 470 | -30 |" in text
@@ -260,7 +264,8 @@ def test_the_report_counts_cells_by_verdict_and_says_what_did_not_reproduce(tmp_
     assert "skip_tables" not in text
     # a table of the paper its dataset's config leaves out is named, with how to build it
     spec.update(skipped_tables=["t3", "t4"], all_tables_config="config/synthetic_all_tables.yaml")
-    text = build_report(spec, [str(tmp_path / "t_flickr.csv")], [str(tmp_path / "t.spec.json")], None)
+    text = build_report(ReportSpec.from_json(spec, "test"), [str(tmp_path / "t_flickr.csv")],
+                        [str(tmp_path / "t.spec.json")], None)
     assert ("Not built on flickr by this configuration (`datasets.flickr.skip_tables`), so neither their cells nor "
             "the claims on them are here: `t3`, `t4`. `--configfile config/synthetic_all_tables.yaml` builds them."
             in text)
@@ -268,9 +273,9 @@ def test_the_report_counts_cells_by_verdict_and_says_what_did_not_reproduce(tmp_
 
 def test_the_report_spec_names_the_tables_the_dataset_skips(plan):
     default = Plan(load_harness_config(CONFIG))
-    assert default.report_spec("sgraf", "synthetic")["skipped_tables"] == ["sgraf_t3", "sgraf_t4", "sgraf_t5", "sgraf_t7"]
-    assert default.report_spec("sgraf", "flickr")["skipped_tables"] == []
-    assert plan.report_spec("sgraf", "synthetic")["skipped_tables"] == []   # every table built
+    assert default.report_spec("sgraf", "synthetic").skipped_tables == ["sgraf_t3", "sgraf_t4", "sgraf_t5", "sgraf_t7"]
+    assert default.report_spec("sgraf", "flickr").skipped_tables == []
+    assert plan.report_spec("sgraf", "synthetic").skipped_tables == []   # every table built
 
 
 def test_the_figure_draws_intervals_that_leave_out_the_estimate_and_undefined_ones(planted, tmp_path):
@@ -319,11 +324,12 @@ def judged(tmp_path_factory, harness):
               ("perfect_r10", "perfect_a", "perfect_b", "i2t_r10"),
               ("perfect_rsum_vs_strong", "perfect_a", "strong", "rsum"),
               ("strong_beats_old", "strong", "old", "rsum")]
-    spec = {"paper": "toy", "paper_name": "Toy paper", "dataset": "toy", "dataset_kind": "karpathy",
-            "reported_dataset": "toy", "rows": rows, "training_check": TRAINING_CHECK,
-            "bootstrap": {"n_resamples": 500, "confidence": 0.95, "method": "BCa", "seed": 0},
-            "claims": [{**claim, "id": cid, "form": f"{a}.{m} > {b}.{m}", "left": [a], "right": [b], "metric": m}
-                       for cid, a, b, m in claims]}
+    spec = ClaimsSpec.from_json({
+        "paper": "toy", "paper_name": "Toy paper", "dataset": "toy", "dataset_kind": "karpathy",
+        "reported_dataset": "toy", "rows": rows, "training_check": TRAINING_CHECK,
+        "bootstrap": {"n_resamples": 500, "confidence": 0.95, "method": "BCa", "seed": 0},
+        "claims": [{**claim, "id": cid, "form": f"{a}.{m} > {b}.{m}", "left": [a], "right": [b], "metric": m}
+                   for cid, a, b, m in claims]}, "test")
     payload = dataset_payload(harness, "synthetic")
     return spec, claims_job.claims_frame(spec, payload).set_index("claim"), matrices
 

@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from methods.job_records import RunEvaluation
 from methods.metrics.protocols import get_protocol
 from methods.model_kinds import MODEL_KINDS, DescribeContext, describe_run
 from methods.model_kinds.description import backbone_text
@@ -12,6 +13,7 @@ from methods.plan import Plan
 from methods.report import table
 from methods.report.aggregate import aggregate
 from tests.conftest import config_with_every_table
+from tests.records import run_evaluation, table_spec
 
 BACKBONES = {
     "r18_toy": {"arch": "resnet18", "weights": "results/toy/backbones/r18_toy.pt",
@@ -148,7 +150,7 @@ def test_backbone_weights_are_named():
 def test_plan_rows_carry_the_description_of_their_runs():
     plan = Plan(config_with_every_table())
     ctx = DescribeContext(plan.cfg["datasets"]["synthetic"], plan.cfg["backbones"])
-    spec = plan.table_spec("table1", "synthetic")
+    spec = plan.table_spec("table1", "synthetic").to_json()
     for row in spec["rows"]:
         described = [describe_run(plan.experiment("synthetic", e).config, ctx) for e in row["members"]]
         assert row["ran"] == " + ".join(dict.fromkeys(described))
@@ -162,14 +164,15 @@ def test_plan_rows_carry_the_description_of_their_runs():
 
 def test_table_shows_what_ran_beside_the_label():
     metrics = {m: 10.0 for m in get_protocol("f30k_1k").metrics}
-    evals = [{"seed": seed, "ensemble_size": 1, "config_hash": "cfg",
-              "results": [{"protocol": "f30k_1k", "metrics": metrics}]} for seed in (0, 1)]
+    evals = [RunEvaluation.from_json(run_evaluation(seed, [{"protocol": "f30k_1k", "metrics": metrics}]), "test")
+             for seed in (0, 1)]
     spec = {"table": "t", "dataset": "toy", "dataset_kind": "synthetic", "titles": ["a paper"],
             "protocols": ["f30k_1k"], "tolerance": {"recall": 2.0, "rsum": 6.0, "rank": 1.0},
             "training_check": {"min_gain_share": 0.05, "min_score_spread": 1e-4, "saturated_share": 0.99},
             "rows": [{"id": "a", "label": "A (ResNet-152)", "ran": "ResNet-18 (toy pre-trained), CNN frozen",
                       "paper": "p", "not_reported": None, "ensemble_size": 1, "reported": {}, "compare_to": None,
                       "ledger": [{"code": "org/repo", "switches": [], "deviations": []}]}]}
+    spec = table_spec(spec.pop("rows"), **spec)
     rows = table.build_rows(spec, {"a": aggregate(evals)})
     assert list(rows.columns[:5]) == ["table", "dataset", "row", "label", "ran"]
     assert set(rows["ran"]) == {"ResNet-18 (toy pre-trained), CNN frozen"}

@@ -149,7 +149,7 @@ def test_the_ledger_lists_every_switch_a_row_runs_off_source(plan):
     assert "MauritsBleeker/ecir-2022-reproducibility-bleeker" in ledger["code"]
     assert "cnn_mode_and_crops" in {d["name"] for d in ledger["deviations"]}
     # a table's spec carries the ledger to the table command
-    spec = plan.table_spec("deviations", "synthetic")
+    spec = plan.table_spec("deviations", "synthetic").to_json()
     assert all(r["ledger"] and r["ledger"][0]["code"] for r in spec["rows"])
 
 

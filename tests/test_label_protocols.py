@@ -20,6 +20,7 @@ from methods.metrics.relevance import SharedLabels
 from methods.plan import data_kind, reported_shown, stand_in_protocols
 from methods.report import aggregate, table
 from methods.report.label_figures import ndcg_against_weight, training_curves
+from tests.records import run_evaluation, table_row
 
 
 def labelled_payload(tmp_path, labels, texts_per_image):
@@ -183,9 +184,9 @@ def test_micro_f1_of_a_two_fold_protocol_is_the_mean_of_sklearn_per_fold(tmp_pat
 def _label_eval(tmp_path, seed, image_f1, ndcg):
     path = tmp_path / "evals" / f"eval_{seed}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"seed": seed, "ensemble_size": 1, "config_hash": f"cfg{seed}", "results": [
+    path.write_text(json.dumps(run_evaluation(seed, [
         {"protocol": "label_prediction", "metrics": {"image_micro_f1": image_f1, "text_micro_f1": 0.5}},
-        {"protocol": "labelwise_test", "metrics": {m: ndcg for m in LABEL_RANKING_METRICS}}]}))
+        {"protocol": "labelwise_test", "metrics": {m: ndcg for m in LABEL_RANKING_METRICS}}], f"cfg{seed}")))
     return str(path)
 
 
@@ -199,8 +200,8 @@ def test_micro_f1_cells_keep_three_decimals_and_the_tolerance_line_names_each_fa
         "protocols": ["labelwise_test", "label_prediction"],
         "tolerance": {"recall": 2.0, "rsum": 6.0, "rank": 1.0, "ranking": 2.0, "f1": 0.02},
         "training_check": {"min_gain_share": 0.05, "min_score_spread": 1e-4, "saturated_share": 0.99},
-        "rows": [{"id": "ours", "label": "OURS", "paper": "p", "not_reported": None, "ensemble_size": 1,
-                  "reported": reported, "ledger": [{"code": "c", "switches": [], "deviations": []}], "compare_to": None}]}))
+        "rows": [table_row(id="ours", label="OURS", paper="p", not_reported=None, ensemble_size=1, reported=reported,
+                           ledger=[{"code": "c", "switches": [], "deviations": []}], compare_to=None)]}))
     out_csv, out_md = tmp_path / "t.csv", tmp_path / "t.md"
     table.main(["--spec", str(spec), "--out-csv", str(out_csv), "--out-md", str(out_md), str(rows)])
     with open(out_csv) as f:

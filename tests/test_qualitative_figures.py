@@ -23,7 +23,9 @@ from methods.report.paper_figures import extended_positives  # noqa: E402
 from methods.report.retrieval_examples import image_retrieval_figure, text_retrieval_figure  # noqa: E402
 from methods.report.saf_weights import (pick_pairs, rank_of, run_check, saf_weights_figure,  # noqa: E402
                                         score_digits)
+from methods.job_records import RunEvaluation  # noqa: E402
 from tests.conftest import REPO, copy_workflow, snakemake  # noqa: E402
+from tests.records import run_evaluation  # noqa: E402
 
 SPEC = {"figure": "fig", "title": "T", "dataset": "synthetic", "dataset_kind": "synthetic", "row": "r",
         "run": "results/synthetic/runs/x/seed0", "split": "test", "rows": [{"id": "r"}]}
@@ -149,7 +151,8 @@ def saf_model() -> SGRAF:
 
 
 def draw_saf(sims, ev, positives=None):
-    check = run_check(ev, sims, 2, THRESHOLDS)
+    """The SAF figure of a run whose evaluation has ``ev``'s results and whose test scores are ``sims``."""
+    check = run_check(RunEvaluation.from_json(run_evaluation(0, ev["results"]), "test"), sims, 2, THRESHOLDS)
     fig = saf_weights_figure(SPEC, saf_model(), Regions(N), SAF_CAPTIONS, 2, Vocabulary([*SPECIALS, *WORDS], Tokenizer("nltk_line")), sims,
                              check, positives=positives)
     return check, fig

@@ -4,11 +4,13 @@ import pytest
 import torch
 
 from methods.scoring import average_similarities
+from methods.job_records import RunEvaluation
 from methods.report.aggregate import aggregate
 from methods.report.table import verdict
 from methods.data.inputs import CachedImageFeatures
 from methods.training.data import PairCollator, make_train_dataset
 from methods.training.schedule import lr_at
+from tests.records import run_evaluation
 
 
 def test_verdicts():
@@ -23,12 +25,11 @@ def _eval(seed, r1):
     metrics = {k: 0.0 for k in ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum",
                                 "i2t_medr", "i2t_meanr", "t2i_medr", "t2i_meanr")}
     metrics["i2t_r1"] = r1
-    return {"seed": seed, "ensemble_size": 1, "config_hash": "abc",
-            "results": [{"protocol": "f30k_1k", "metrics": metrics}]}
+    return RunEvaluation.from_json(run_evaluation(seed, [{"protocol": "f30k_1k", "metrics": metrics}], "abc"), "test")
 
 
 def test_aggregate_mean_and_population_std():
-    agg = aggregate([_eval(0, 40.0), _eval(1, 44.0), _eval(2, 48.0)])
+    agg = aggregate([_eval(0, 40.0), _eval(1, 44.0), _eval(2, 48.0)]).to_json()
     cell = agg["protocols"]["f30k_1k"]["i2t_r1"]
     assert cell["mean"] == 44.0 and cell["std"] == pytest.approx(np.sqrt(32 / 3))
     assert agg["seeds"] == [0, 1, 2] and agg["config_hashes"] == ["abc"]

@@ -251,11 +251,11 @@ def test_view_rows_share_the_trained_run_and_statistics_are_a_column_of_table_3(
     assert {r.members[0] for r in rows.values()} == {rows["image_all"].members[0]}
     assert rows["image_all"].view is None and rows["image_only_2"].view == "i1_tall"
     assert rows["image_without_2"].view == "i0-2-3_tall" and rows["text_only_4"].view == "iall_t3"
-    spec = plan.table_spec("set_embeddings_t3", "flickr")
+    spec = plan.table_spec("set_embeddings_t3", "flickr").to_json()
     assert spec["protocols"] == ["f30k_1k", "set_statistics"]
     by_id = {r["id"]: r for r in spec["rows"]}
     assert by_id["pie_net"]["reported"]["set_statistics"]["metrics"] == {"log_circular_variance": -7.35}
-    assert "set_statistics" not in plan.table_spec("set_embeddings_t4", "flickr")["protocols"]
+    assert "set_statistics" not in plan.table_spec("set_embeddings_t4", "flickr").protocols
     # Table 4's rows vary one setting each; the default row is shared by the three blocks
     t4 = {r.id: r for r in plan.table("set_embeddings_t4", "flickr").rows}
     assert t4["k_4"].members == t4["t_4"].members == t4["alpha_16"].members == rows["image_all"].members
@@ -383,7 +383,7 @@ def test_rows_the_harness_does_not_run_are_reported_only(plan):
     assert not caan.runs_models and caan.members == [] and caan.seeds == [] and plan.row_runs(caan, "coco") == []
     assert caan.reported["coco_5k"]["metrics"]["rsum"] == 421.1 and "not built" in caan.reported_only
     assert rows["pcme_resnet152"].reported["coco_1k_5fold"]["metrics"] == {"i2t_r1": 68.8, "t2i_r1": 54.6}
-    spec = plan.table_spec("set_embeddings_t1", "coco")
+    spec = plan.table_spec("set_embeddings_t1", "coco").to_json()
     assert next(r for r in spec["rows"] if r["id"] == "caan")["reported_only"] == caan.reported_only
     assert rows["ours"].runs_models and rows["ours"].reported_only is None
 

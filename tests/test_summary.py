@@ -22,7 +22,8 @@ def check(value: float, spread: float = 0.3) -> dict:
 
 
 def aggregate(values: list[float]) -> dict:
-    return {"training_checks": [{"seed": s, "split": "test", "protocol": "synthetic_test", "check": check(v)}
+    return {"seeds": list(range(len(values))), "ensemble_size": 1, "config_hashes": ["cfg"], "protocols": {},
+            "training_checks": [{"seed": s, "split": "test", "protocol": "synthetic_test", "check": check(v)}
                                 for s, v in enumerate(values)]}
 
 
@@ -70,12 +71,12 @@ def test_rows_against_chance_and_the_claims_verdicts(tmp_path):
 
 def test_the_plan_summarises_every_run_row_and_the_claims_tables():
     plan = Plan(load_harness_config(REPO_ROOT / "config" / "config.yaml"))
-    s = plan.summary_spec("synthetic")
+    s = plan.summary_spec("synthetic").to_json()
     assert s["protocol"] == "synthetic_test"
     expected = {(t, r.id) for (t, d), tbl in plan.tables.items() if d == "synthetic" for r in tbl.rows if r.runs_models}
     assert {(t["table"], r["id"]) for p in s["papers"] for t in p["tables"] for r in t["rows"]} == expected
     assert {p["paper"] for p in s["papers"] if p["claims"]} == {p for p, d in plan.claims if d == "synthetic"}
     assert "tables/summary_synthetic.md" in plan.default_targets()
-    assert plan.summary_spec("synthtags")["protocol"] == "labelwise_test"
+    assert plan.summary_spec("synthtags").protocol == "labelwise_test"
     with pytest.raises(HarnessError, match="tables/summary_nowhere.md"):
         plan.summary_spec("nowhere")

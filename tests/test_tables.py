@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 
 from methods.errors import HarnessError
+from methods.job_records import RowAggregate
 from methods.metrics.protocols import get_protocol
 from methods.metrics.declarations import METRICS
 from methods.report import aggregate, figure, table
+from tests.records import run_evaluation, table_row, table_spec
 
 TOLERANCE = {"recall": 2.0, "rsum": 6.0, "rank": 1.0}
 TRAINING_CHECK = {"min_gain_share": 0.05, "min_score_spread": 1e-4, "saturated_share": 0.99}
@@ -24,8 +26,8 @@ def _metrics(**overrides):
 def _eval(tmp_path, name, seed, ensemble_size=1, **overrides):
     path = tmp_path / "evals" / name / f"eval_{seed}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"seed": seed, "ensemble_size": ensemble_size, "config_hash": f"cfg{seed}",
-                                "results": [{"protocol": "f30k_1k", "metrics": _metrics(**overrides)}]}))
+    path.write_text(json.dumps(run_evaluation(seed, [{"protocol": "f30k_1k", "metrics": _metrics(**overrides)}],
+                                              f"cfg{seed}", ensemble_size=ensemble_size)))
     return str(path)
 
 
@@ -39,7 +41,7 @@ def _table(tmp_path, rows, row_files, kind="real"):
     spec = tmp_path / "t.spec.json"
     spec.write_text(json.dumps({"table": "t", "dataset": "f30k", "dataset_kind": kind, "titles": ["a paper"],
                                 "protocols": ["f30k_1k"], "tolerance": TOLERANCE, "training_check": TRAINING_CHECK,
-                                "rows": rows}))
+                                "rows": [table_row(**r) for r in rows]}))
     out_csv, out_md = tmp_path / "t.csv", tmp_path / "t.md"
     table.main(["--spec", str(spec), "--out-csv", str(out_csv), "--out-md", str(out_md), *row_files])
     with open(out_csv) as f:
@@ -137,10 +139,9 @@ def test_paired_difference_and_t_test_worked_by_hand(tmp_path):
 def test_compared_rows_need_the_same_seeds(tmp_path):
     base = _row(tmp_path, "base", [_eval(tmp_path, "base", s) for s in (0, 1)])
     alt = _row(tmp_path, "alt", [_eval(tmp_path, "alt", s) for s in (0, 2)])
-    spec = {"table": "t", "dataset": "f30k", "dataset_kind": "real", "titles": ["a paper"], "protocols": ["f30k_1k"],
-            "tolerance": TOLERANCE, "training_check": TRAINING_CHECK,
-            "rows": [_spec_row("base"), _spec_row("alt", compare_to="base")]}
-    aggregates = {"base": json.loads(Path(base).read_text()), "alt": json.loads(Path(alt).read_text())}
+    spec = table_spec([_spec_row("base"), _spec_row("alt", compare_to="base")], dataset="f30k", titles=["a paper"],
+                      protocols=["f30k_1k"], tolerance=TOLERANCE, training_check=TRAINING_CHECK)
+    aggregates = {"base": RowAggregate.read(base), "alt": RowAggregate.read(alt)}
     with pytest.raises(HarnessError, match=r"their seeds differ \(\[0, 2\] vs \[0, 1\]\)"):
         table.build_rows(spec, aggregates)
 

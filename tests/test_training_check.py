@@ -14,6 +14,7 @@ from methods import ensemble
 from methods.config import REPO_ROOT, load_harness_config
 from methods.data.datasets import dataset_payload
 from methods.io import read_json, save_npy, write_json
+from methods.job_records import EnsembleEvaluation, ReportSpec, RunEvaluation
 from methods.metrics.declarations import ECCV_METRICS, LABEL_RANKING_METRICS, METRICS
 from methods.metrics.eccv import chance_map_at_r
 from methods.metrics.evaluation import MAIN_METRIC_CHANCE, evaluate_protocol
@@ -26,6 +27,7 @@ from methods.metrics.training_check import (NOT_TRAINED, TRAINED, UNKNOWN, Train
 from methods.report import table
 from methods.report.aggregate import aggregate
 from methods.report.reproduction import build_report
+from tests.records import run_evaluation, table_spec
 
 TPI = 5
 CONFIG = {"min_gain_share": 0.05, "min_score_spread": 1e-4, "saturated_share": 0.99}
@@ -231,8 +233,8 @@ def test_an_ensemble_carries_its_members_checks_and_is_flagged_for_a_member_that
         run = tmp_path / "runs" / name / "seed0"
         run.mkdir(parents=True)
         save_npy(run / "sims_test.npy", sims.astype(np.float32))
-        write_json(run / "eval_test.json", {"seed": 0, "config_hash": name, "provenance": {},
-                                            "results": [evaluate_protocol(sims.astype(np.float32), SYNTHETIC)]})
+        write_json(run / "eval_test.json", run_evaluation(0, [evaluate_protocol(sims.astype(np.float32), SYNTHETIC)],
+                                                          config_hash=name))
         members.append(str(run))
     out = tmp_path / "ensemble.json"
     ensemble._ensemble(argparse.Namespace(dataset_config=str(tmp_path / "dataset.json"), split="test",
@@ -244,17 +246,18 @@ def test_an_ensemble_carries_its_members_checks_and_is_flagged_for_a_member_that
         chance_recalls(20)["rsum"])
     assert [m["training_checks"]["synthetic_test"]["value"] for m in ev["members"]] == pytest.approx(
         [retrieval_metrics(m.astype(np.float32))["rsum"] for m in matrices.values()])
-    state = row_training(aggregate([ev])["training_checks"], CHECKED_PROTOCOLS, THRESHOLDS)
+    state = row_training(aggregate([EnsembleEvaluation.from_json(ev, "test")]).training_checks, CHECKED_PROTOCOLS,
+                         THRESHOLDS)
     assert state.status == NOT_TRAINED and "member flat-1 (seed 0)" in state.reason and "good-0" not in state.reason
 
 
 # -- tables and the reproduction report ---------------------------------------------------------
-def evaluation(seed: int, check: dict | None, **metrics) -> dict:
+def evaluation(seed: int, check: dict | None, **metrics) -> RunEvaluation:
     values = {m: 50.0 for m in PROTOCOLS.get("f30k_1k").metrics} | {"i2t_r10": 99.5} | metrics
     result = {"protocol": "f30k_1k", "metrics": values}
     if check is not None:
         result["training_check"] = check
-    return {"seed": seed, "ensemble_size": 1, "config_hash": "cfg", "results": [result]}
+    return RunEvaluation.from_json(run_evaluation(seed, [result]), "test")
 
 
 @pytest.fixture
@@ -268,8 +271,8 @@ def planted_table():
              "reported": {"f30k_1k": {"ensemble_size": 1, "metrics": {"i2t_r1": 50.5}, "source": "paper, Table 1"}},
              "ledger": [], "compare_to": None, "seeds": [0, 1], "ran": "", "reported_only": None}
             for r in aggregates]
-    spec = {"table": "t", "dataset": "flickr", "dataset_kind": "real", "titles": ["P: Table 1"], "protocols": ["f30k_1k"],
-            "tolerance": {"recall": 2.0, "rsum": 6.0, "rank": 1.0}, "training_check": CONFIG, "rows": rows}
+    spec = table_spec(rows, dataset="flickr", dataset_kind="real", titles=["P: Table 1"], protocols=["f30k_1k"],
+                      tolerance={"recall": 2.0, "rsum": 6.0, "rank": 1.0}, training_check=CONFIG)
     return spec, table.build_rows(spec, aggregates)
 
 
@@ -294,7 +297,7 @@ def test_the_cells_of_a_row_that_did_not_train_say_so_and_saturated_columns_are_
 def test_the_report_lists_rows_that_did_not_train_and_the_claims_they_leave_undetermined(planted_table, tmp_path):
     spec, rows = planted_table
     (tmp_path / "t_flickr.csv").write_text(table.to_csv(rows))
-    write_json(tmp_path / "t.spec.json", spec)
+    write_json(tmp_path / "t.spec.json", spec.to_json())
     claims = pd.DataFrame([
         {"claim": "flat_beats_good", "words": "w", "paraphrased": False, "where": "T1", "table": "t",
          "compare": "flat.rsum > good.rsum", "margin": 0.0, "protocol": "f30k_1k", "metric": "rsum",
@@ -309,9 +312,11 @@ def test_the_report_lists_rows_that_did_not_train_and_the_claims_they_leave_unde
          "reported_difference": None, "untrained_rows": None, "saturated": True, "training_check": "",
          "verdict": "undetermined: saturated"}])
     claims.to_csv(tmp_path / "claims.csv", index=False)
-    report_spec = {"paper": "p", "paper_name": "Paper P", "notes": "", "dataset": "flickr", "dataset_kind": "karpathy",
-                   "reported_dataset": "flickr", "tolerance": spec["tolerance"], "training_check": CONFIG,
-                   "bootstrap": {"n_resamples": 2000, "confidence": 0.95, "method": "BCa", "seed": 0}}
+    report_spec = ReportSpec.from_json({
+        "paper": "p", "paper_name": "Paper P", "notes": "", "dataset": "flickr", "dataset_kind": "karpathy",
+        "reported_dataset": "flickr", "tolerance": spec.tolerance, "training_check": CONFIG,
+        "bootstrap": {"n_resamples": 2000, "confidence": 0.95, "method": "BCa", "seed": 0}, "tables": ["t"],
+        "has_claims": True, "skipped_tables": [], "all_tables_config": "config/synthetic_all_tables.yaml"}, "test")
     text = build_report(report_spec, [str(tmp_path / "t_flickr.csv")], [str(tmp_path / "t.spec.json")],
                         str(tmp_path / "claims.csv"))
     # section 3: 2 claims undetermined; the flat row's 9 cells counted as did not train, 1 within per other row

@@ -12,6 +12,6 @@ from methods.plan.papers import ALL_TABLES_CONFIG, PaperCatalogue
 from methods.plan.plan import Plan
 from methods.plan.records import ENSEMBLE_SEED_STRIDE, Claim, Experiment, Figure, Row, Table
 
-__all__ = ["ALL_TABLES_CONFIG", "ENSEMBLE_SEED_STRIDE", "Claim", "Experiment", "Figure", "PaperCatalogue", "Plan", "Row",
-           "Table", "apply_layer", "check_method_file", "data_kind", "reported_dataset", "reported_shown", "resolve_method_config",
-           "stand_in_protocols", "test_splits"]
+__all__ = ["ALL_TABLES_CONFIG", "ENSEMBLE_SEED_STRIDE", "Claim", "Experiment", "Figure", "PaperCatalogue", "Plan",
+           "Row", "Table", "apply_layer", "check_method_file", "data_kind", "reported_dataset", "reported_shown",
+           "resolve_method_config", "stand_in_protocols", "test_splits"]

@@ -7,6 +7,8 @@ config>`` so a changed hyper-parameter gives a new run directory, never a stale 
 from __future__ import annotations
 
 from methods.errors import HarnessError
+from methods.job_records import (ClaimSpec, ClaimsRowSpec, ClaimsSpec, ReportSpec, SummaryPaperSpec, SummaryRowSpec,
+                                  SummarySpec, SummaryTableSpec, TableRowSpec, TableSpec)
 from methods.losses.term_kinds import term_configs
 from methods.metrics.protocols import CHECKED_PROTOCOLS, STATISTICS_PROTOCOL, get_protocol
 from methods.paths import ResultsLayout, sims_file
@@ -113,7 +115,7 @@ class Plan:
         """The aggregate of a run row's seeds (rule aggregate_row): its metrics and training checks."""
         return self.layout.row_aggregate(dataset, table, row_id)
 
-    def claims_spec(self, paper: str, dataset: str) -> dict:
+    def claims_spec(self, paper: str, dataset: str) -> ClaimsSpec:
         """What the claims job of a paper on a dataset reads: each claim, and each compared row's
         seeds, score files per protocol, reported numbers and aggregate (its training checks)."""
         claims = self.paper_claims(paper, dataset)
@@ -122,40 +124,39 @@ class Plan:
         for (table, row_id), row in self._claim_rows(paper, dataset).items():
             protocols = sorted({p for c in claims if c.table == table and row_id in c.comparison.rows
                                 for p in c.protocols})
-            rows[f"{table}/{row_id}"] = {
-                "table": table, "id": row_id, "label": row.label, "seeds": row.seeds,
-                "ensemble_size": row.ensemble_size, "view": row.view, "reported": row.reported,
-                "scores": {p: self.score_files(row, dataset, get_protocol(p).split) for p in protocols},
-                "aggregate": self.row_aggregate(dataset, table, row_id)}
-        return {"paper": paper, "paper_name": self.papers[paper], "dataset": dataset, "dataset_kind": data_kind(ds_cfg),
-                "reported_dataset": reported_dataset(dataset, ds_cfg), "bootstrap": self.cfg["claims"],
-                "training_check": self.cfg["training_check"], "rows": rows,
-                "claims": [{"id": c.id, "words": c.words, "paraphrased": c.paraphrased, "where": c.where,
-                            "table": c.table, "form": c.form, "left": list(c.comparison.left),
-                            "right": list(c.comparison.right), "metric": c.comparison.metric, "margin": c.margin,
-                            "protocols": c.protocols} for c in claims]}
+            rows[f"{table}/{row_id}"] = ClaimsRowSpec(
+                table=table, id=row_id, label=row.label, seeds=row.seeds, ensemble_size=row.ensemble_size,
+                view=row.view, reported=row.reported,
+                scores={p: self.score_files(row, dataset, get_protocol(p).split) for p in protocols},
+                aggregate=self.row_aggregate(dataset, table, row_id))
+        return ClaimsSpec(paper=paper, paper_name=self.papers[paper], dataset=dataset, dataset_kind=data_kind(ds_cfg),
+                          reported_dataset=reported_dataset(dataset, ds_cfg), bootstrap=self.cfg["claims"],
+                          training_check=self.cfg["training_check"], rows=rows,
+                          claims=[ClaimSpec(id=c.id, words=c.words, paraphrased=c.paraphrased, where=c.where,
+                                            table=c.table, form=c.form, left=list(c.comparison.left),
+                                            right=list(c.comparison.right), metric=c.comparison.metric,
+                                            margin=c.margin, protocols=c.protocols) for c in claims])
 
     def claims_score_files(self, paper: str, dataset: str) -> list[str]:
         spec = self.claims_spec(paper, dataset)
-        return sorted({f for row in spec["rows"].values() for per_seed in row["scores"].values()
+        return sorted({f for row in spec.rows.values() for per_seed in row.scores.values()
                        for files in per_seed for f in files})
 
     def claims_row_aggregates(self, paper: str, dataset: str) -> list[str]:
         """The aggregates of the rows the claims compare (their training checks; built for the tables anyway)."""
-        return sorted(row["aggregate"] for row in self.claims_spec(paper, dataset)["rows"].values())
+        return sorted(row.aggregate for row in self.claims_spec(paper, dataset).rows.values())
 
-    def report_spec(self, paper: str, dataset: str) -> dict:
+    def report_spec(self, paper: str, dataset: str) -> ReportSpec:
         """What a paper's reproduction report on a dataset shows beyond its tables and claims."""
         ds_cfg = self.cfg["datasets"][dataset]
-        return {"paper": paper, "paper_name": self.papers[paper], "notes": self.paper_notes[paper], "dataset": dataset,
-                "dataset_kind": data_kind(ds_cfg), "reported_dataset": reported_dataset(dataset, ds_cfg),
-                "tables": self.report_tables(paper, dataset), "has_claims": bool(self.paper_claims(paper, dataset)),
-                "skipped_tables": [t for t in self.paper_tables[paper] if self.skipped(t, dataset)],
-                "all_tables_config": ALL_TABLES_CONFIG,
-                "bootstrap": self.cfg["claims"], "tolerance": self.cfg["tolerance"],
-                "training_check": self.cfg["training_check"]}
+        return ReportSpec(paper=paper, paper_name=self.papers[paper], notes=self.paper_notes[paper], dataset=dataset,
+                          dataset_kind=data_kind(ds_cfg), reported_dataset=reported_dataset(dataset, ds_cfg),
+                          tables=self.report_tables(paper, dataset), has_claims=bool(self.paper_claims(paper, dataset)),
+                          skipped_tables=[t for t in self.paper_tables[paper] if self.skipped(t, dataset)],
+                          all_tables_config=ALL_TABLES_CONFIG, bootstrap=self.cfg["claims"],
+                          tolerance=self.cfg["tolerance"], training_check=self.cfg["training_check"])
 
-    def summary_spec(self, dataset: str) -> dict:
+    def summary_spec(self, dataset: str) -> SummarySpec:
         """What the summary of a dataset reads (``methods.report.summary``): per paper with a table
         on it, each table's run rows with their aggregates, and its claims table where it states
         claims; the dataset's first protocol with a training check gives the main metric."""
@@ -165,25 +166,27 @@ class Plan:
         for paper in self.papers:
             if dataset not in self.paper_datasets(paper):
                 continue
-            tables = [{"table": t, "rows": [{"id": r.id, "label": r.label, "seeds": r.seeds,
-                                             "ensemble_size": r.ensemble_size,
-                                             "aggregate": self.row_aggregate(dataset, t, r.id)}
-                                            for r in self.table(t, dataset).rows if r.runs_models]}
+            tables = [SummaryTableSpec(table=t, rows=[SummaryRowSpec(id=r.id, label=r.label, seeds=r.seeds,
+                                                                     ensemble_size=r.ensemble_size,
+                                                                     aggregate=self.row_aggregate(dataset, t, r.id))
+                                                      for r in self.table(t, dataset).rows if r.runs_models])
                       for t in self.report_tables(paper, dataset)]
-            papers.append({"paper": paper, "paper_name": self.papers[paper], "tables": tables,
-                           "claims": f"tables/claims_{paper}_{dataset}.csv" if (paper, dataset) in self.claims else None})
+            papers.append(SummaryPaperSpec(paper=paper, paper_name=self.papers[paper], tables=tables,
+                                           claims=(f"tables/claims_{paper}_{dataset}.csv" if (paper, dataset) in self.claims
+                                                   else None)))
         checked = [p for p in ds_cfg["protocols"] if get_protocol(p).main_metric is not None]
         if not checked:
             raise HarnessError(f"tables/summary_{dataset}.md: no protocol of datasets.{dataset}.protocols has a main "
                                f"metric to summarise ({', '.join(ds_cfg['protocols'])})")
-        return {"dataset": dataset, "dataset_kind": data_kind(ds_cfg), "reported_dataset": reported_dataset(dataset, ds_cfg),
-                "protocol": checked[0], "checked_protocols": sorted(CHECKED_PROTOCOLS),
-                "training_check": self.cfg["training_check"], "papers": papers}
+        return SummarySpec(dataset=dataset, dataset_kind=data_kind(ds_cfg),
+                           reported_dataset=reported_dataset(dataset, ds_cfg), protocol=checked[0],
+                           checked_protocols=sorted(CHECKED_PROTOCOLS), training_check=self.cfg["training_check"],
+                           papers=papers)
 
     def summary_inputs(self, dataset: str) -> list[str]:
         spec = self.summary_spec(dataset)
-        return sorted({row["aggregate"] for p in spec["papers"] for t in p["tables"] for row in t["rows"]}
-                      | {p["claims"] for p in spec["papers"] if p["claims"]})
+        return sorted({row.aggregate for p in spec.papers for t in p.tables for row in t.rows}
+                      | {p.claims for p in spec.papers if p.claims})
 
     def report_tables(self, paper: str, dataset: str) -> list[str]:
         """The paper file's tables built for ``dataset``, in its order."""
@@ -265,16 +268,16 @@ class Plan:
                 return row
         raise HarnessError(f"table {table}_{dataset} has no row '{row_id}'")
 
-    def table_spec(self, table: str, dataset: str) -> dict:
+    def table_spec(self, table: str, dataset: str) -> TableSpec:
         tbl = self.table(table, dataset)
-        return {"table": table, "dataset": dataset, "dataset_kind": data_kind(self.cfg["datasets"][dataset]),
-                "titles": tbl.titles, "tolerance": self.cfg["tolerance"], "training_check": self.cfg["training_check"],
-                "protocols": self.cfg["datasets"][dataset]["protocols"] + ([STATISTICS_PROTOCOL] if tbl.statistics else []),
-                "rows": [{"id": r.id, "label": r.label, "paper": r.paper, "seeds": r.seeds,
-                          "ensemble_size": r.ensemble_size, "members": r.members, "reported": r.reported,
-                          "not_reported": r.not_reported, "ledger": r.ledger, "compare_to": r.compare_to,
-                          "ran": r.ran, "view": r.view, "reported_only": r.reported_only}
-                         for r in tbl.rows]}
+        return TableSpec(
+            table=table, dataset=dataset, dataset_kind=data_kind(self.cfg["datasets"][dataset]), titles=tbl.titles,
+            tolerance=self.cfg["tolerance"], training_check=self.cfg["training_check"],
+            protocols=self.cfg["datasets"][dataset]["protocols"] + ([STATISTICS_PROTOCOL] if tbl.statistics else []),
+            rows=[TableRowSpec(id=r.id, label=r.label, paper=r.paper, seeds=r.seeds, ensemble_size=r.ensemble_size,
+                               members=r.members, reported=r.reported, not_reported=r.not_reported, ledger=r.ledger,
+                               compare_to=r.compare_to, ran=r.ran, view=r.view, reported_only=r.reported_only)
+                  for r in tbl.rows])
 
     def weights_input(self, backbone: str) -> list[str]:
         """The weights file a job needs as input: a DAG output, a configured file, or nothing ('none')."""

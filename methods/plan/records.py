@@ -76,7 +76,8 @@ class Row:
 
     def run_dirs(self, layout: ResultsLayout, dataset: str) -> list[str]:
         """Run directories behind the row: every seed of every ensemble member."""
-        return [layout.run_dir(dataset, exp, self.member_seed(s, i)) for s in self.seeds for i, exp in enumerate(self.members)]
+        return [layout.run_dir(dataset, exp, self.member_seed(s, i))
+                for s in self.seeds for i, exp in enumerate(self.members)]
 
 
 @dataclass(frozen=True)

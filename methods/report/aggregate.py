@@ -8,7 +8,7 @@ import pandas as pd
 
 from methods.cli import run_command
 from methods.errors import HarnessError
-from methods.io import read_json, write_json
+from methods.job_records import Evaluation, RowAggregate, read_evaluation
 
 
 def _mean(values: pd.Series) -> float:
@@ -21,42 +21,41 @@ def _std(values: pd.Series) -> float:
     return float(np.std(values.tolist()))
 
 
-def seed_values(evals: list[dict]) -> pd.DataFrame:
+def seed_values(evals: list[Evaluation]) -> pd.DataFrame:
     """One line per run, protocol and metric its evaluation reports (the protocol's metrics, as the
     evaluation wrote them): ``protocol, metric, seed, value``, in the order of ``evals`` (values
     keep their JSON type). Every run must report the same metrics under the same protocols."""
     reported = {}
     for ev in evals:
-        got = {res["protocol"]: tuple(res["metrics"]) for res in ev["results"]}
+        got = {res["protocol"]: tuple(res["metrics"]) for res in ev.results}
         first = reported.setdefault("runs", got)
         if got != first:
             raise HarnessError(f"the runs of one row report different protocols or metrics ({first} vs {got}, "
-                               f"seed {ev['seed']}): evaluations of different harness versions? re-run them")
-    records = [(res["protocol"], metric, ev["seed"], value)
-               for ev in evals for res in ev["results"] for metric, value in res["metrics"].items()]
+                               f"seed {ev.seed}): evaluations of different harness versions? re-run them")
+    records = [(res["protocol"], metric, ev.seed, value)
+               for ev in evals for res in ev.results for metric, value in res["metrics"].items()]
     return pd.DataFrame(records, columns=["protocol", "metric", "seed", "value"], dtype=object)
 
 
-def training_checks(evals: list[dict]) -> list[dict]:
+def training_checks(evals: list[Evaluation]) -> list[dict]:
     """One entry per run and protocol: ``seed``, ``split``, ``protocol`` and ``check`` (the result's
     ``training_check``; None where the evaluation has none: a protocol without a main metric, or an
     evaluation written before the check); an ensemble's entry adds ``members``, each member's
     ``run_dir``, ``seed`` and ``check`` of that protocol (None: written before the check)."""
     out = []
     for ev in evals:
-        for res in ev["results"]:
-            entry = {"seed": ev["seed"], "split": ev.get("split"), "protocol": res["protocol"],
+        for res in ev.results:
+            entry = {"seed": ev.seed, "split": ev.split, "protocol": res["protocol"],
                      "check": res.get("training_check")}
-            if ev.get("kind") == "ensemble":
-                entry["members"] = [{"run_dir": m["run_dir"], "seed": m["seed"],
-                                     "check": (m.get("training_checks") or {}).get(res["protocol"])}
-                                    for m in ev["members"]]
+            members = ev.member_checks(res["protocol"])
+            if members is not None:
+                entry["members"] = members
             out.append(entry)
     return out
 
 
-def aggregate(evals: list[dict]) -> dict:
-    sizes = {ev["ensemble_size"] for ev in evals}
+def aggregate(evals: list[Evaluation]) -> RowAggregate:
+    sizes = {ev.ensemble_size for ev in evals}
     if len(sizes) != 1:
         raise HarnessError(f"runs of one row mix ensemble sizes {sorted(sizes)}")
     values = seed_values(evals)
@@ -66,10 +65,9 @@ def aggregate(evals: list[dict]) -> dict:
     for (protocol, metric), cell in stats.to_dict(orient="index").items():
         cell["seeds"] = seeds[(protocol, metric)]  # the seed of each value, for paired comparisons
         protocols.setdefault(protocol, {})[metric] = cell
-    return {"seeds": sorted(ev["seed"] for ev in evals), "ensemble_size": sizes.pop(),
-            "config_hashes": sorted({ev.get("config_hash") or m["config_hash"] for ev in evals
-                                     for m in ev.get("members", [{"config_hash": ev.get("config_hash")}])}),
-            "protocols": protocols, "training_checks": training_checks(evals)}
+    return RowAggregate(seeds=sorted(ev.seed for ev in evals), ensemble_size=sizes.pop(),
+                        config_hashes=sorted({h for ev in evals for h in ev.config_hashes}),
+                        protocols=protocols, training_checks=training_checks(evals))
 
 
 def _arguments(parser) -> None:
@@ -78,7 +76,7 @@ def _arguments(parser) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_command(__doc__, _arguments, lambda args: write_json(args.out, aggregate([read_json(p) for p in args.evals])),
+    run_command(__doc__, _arguments, lambda args: aggregate([read_evaluation(p) for p in args.evals]).write(args.out),
                 argv, dataset_config=False)
 
 

@@ -34,7 +34,8 @@ import pandas as pd
 from methods.cli import run_command
 from methods.data.datasets import load_dataset_payload
 from methods.errors import HarnessError
-from methods.io import load_npy, read_json, write_text
+from methods.io import load_npy, write_text
+from methods.job_records import ClaimSpec, ClaimsRowSpec, ClaimsSpec, RowAggregate
 from methods.metrics.declarations import METRICS, base_metrics, value_from
 from methods.metrics.evaluation import split_relevances
 from methods.metrics.protocols import CHECKED_PROTOCOLS, get_protocol
@@ -57,19 +58,19 @@ DIGITS = 4
 class RowScores:
     """The per-image units of the compared rows, per protocol and seed (each score matrix loaded once)."""
 
-    def __init__(self, spec: dict, payload: dict):
+    def __init__(self, spec: ClaimsSpec, payload: dict):
         self.spec, self.payload = spec, payload
         self._relevances: dict[tuple[str, str], object] = {}   # (split, relevance key) -> relevance
         self.units: dict[tuple[str, str], list[QueryUnits]] = {}   # (row key, protocol) -> one per seed
-        for key, row in spec["rows"].items():
-            metrics = sorted({c["metric"] for c in spec["claims"] if c["table"] == row["table"]
-                              and row["id"] in c["left"] + c["right"]})
+        for key, row in spec.rows.items():
+            metrics = sorted({c.metric for c in spec.claims if c.table == row.table
+                              and row.id in c.left + c.right})
             by_split: dict[str, list[str]] = {}
-            for protocol in row["scores"]:
+            for protocol in row.scores:
                 by_split.setdefault(get_protocol(protocol).split, []).append(protocol)
             for split, protocols in by_split.items():
-                for seed_index in range(len(row["seeds"])):
-                    scores = self._scores(row["scores"][protocols[0]][seed_index])
+                for seed_index in range(len(row.seeds)):
+                    scores = self._scores(row.scores[protocols[0]][seed_index])
                     for protocol in protocols:
                         wanted = [m for m in metrics if set(base_metrics(m)) <= set(get_protocol(protocol).metrics)]
                         self.units.setdefault((key, protocol), []).append(protocol_units(
@@ -89,9 +90,9 @@ class RowScores:
         return np.array(load_npy(files[0])) if len(files) == 1 else average_similarities([Path(f) for f in files])
 
 
-def reported_value(row: dict, protocol: str, metric: str) -> tuple[float | None, str | None]:
+def reported_value(row: ClaimsRowSpec, protocol: str, metric: str) -> tuple[float | None, str | None]:
     """A row's reported metric under a protocol (a sum such as RSUM from its parts), and its source."""
-    reported = (row["reported"] or {}).get(protocol)
+    reported = row.reported.get(protocol)
     if not reported:
         return None, None
     metrics = reported["metrics"]
@@ -103,77 +104,78 @@ def reported_value(row: dict, protocol: str, metric: str) -> tuple[float | None,
         return None, reported["source"]
 
 
-def rows_training(spec: dict) -> dict[str, RowTraining]:
+def rows_training(spec: ClaimsSpec) -> dict[str, RowTraining]:
     """Whether each compared row trained, from its aggregate's training checks (``methods.report.aggregate``)."""
-    thresholds = TrainingThresholds.from_config(spec["training_check"])
-    return {key: row_training(read_json(row["aggregate"]).get("training_checks"), CHECKED_PROTOCOLS, thresholds)
-            for key, row in spec["rows"].items()}
+    thresholds = TrainingThresholds.from_config(spec.training_check)
+    return {key: row_training(RowAggregate.read(row.aggregate).training_checks, CHECKED_PROTOCOLS, thresholds)
+            for key, row in spec.rows.items()}
 
 
-def check_claim(claim: dict, protocol: str, spec: dict, scores: RowScores, training: dict[str, RowTraining]) -> dict:
-    rows = spec["rows"]
-    sides = {side: [f"{claim['table']}/{r}" for r in claim[side]] for side in ("left", "right")}
+def check_claim(claim: ClaimSpec, protocol: str, spec: ClaimsSpec, scores: RowScores,
+                training: dict[str, RowTraining]) -> dict:
+    rows = spec.rows
+    sides = {"left": [f"{claim.table}/{r}" for r in claim.left], "right": [f"{claim.table}/{r}" for r in claim.right]}
     per_seed = {key: scores.units[(key, protocol)] for keys in sides.values() for key in keys}
-    picked = {key: units[0].rows(claim["metric"]) for key, units in per_seed.items()}
+    picked = {key: units[0].rows(claim.metric) for key, units in per_seed.items()}
     counts = {key: units[0].counts[picked[key]] for key, units in per_seed.items()}
     reference = next(iter(counts.values()))
     for key, c in counts.items():
         if c.shape != reference.shape or not np.array_equal(c, reference):
-            raise HarnessError(f"claim {claim['id']}: rows {list(counts)} are not scored on the same test queries "
+            raise HarnessError(f"claim {claim.id}: rows {list(counts)} are not scored on the same test queries "
                                f"under {protocol}")
     seed_mean = {key: mean_over_seeds([u.sums[picked[key]] for u in units]) for key, units in per_seed.items()}
-    b = spec["bootstrap"]
+    b = spec.bootstrap
     interval = paired_difference_interval(np.stack([seed_mean[k] for k in sides["left"]]),
                                           np.stack([seed_mean[k] for k in sides["right"]]), reference,
                                           n_resamples=b["n_resamples"], seed=b["seed"], confidence=b["confidence"],
                                           method=b["method"])
-    seed_values = {key: [u.value(claim["metric"]) for u in units] for key, units in per_seed.items()}
+    seed_values = {key: [u.value(claim.metric) for u in units] for key, units in per_seed.items()}
     side_means = {side: float(np.mean([np.mean(seed_values[k]) for k in keys])) for side, keys in sides.items()}
-    seed_lists = {tuple(rows[k]["seeds"]) for k in per_seed}
+    seed_lists = {tuple(rows[k].seeds) for k in per_seed}
     seed_std, above = None, None
     if len(seed_lists) == 1 and len(next(iter(seed_lists))) > 1:   # shared seeds: the spread of the per-seed differences
         differences = (np.mean([seed_values[k] for k in sides["left"]], axis=0)
                        - np.mean([seed_values[k] for k in sides["right"]], axis=0))
-        seed_std, above = float(np.std(differences)), int(np.sum(differences > claim["margin"]))
-    reported = {side: [reported_value(rows[k], protocol, claim["metric"]) for k in keys] for side, keys in sides.items()}
+        seed_std, above = float(np.std(differences)), int(np.sum(differences > claim.margin))
+    reported = {side: [reported_value(rows[k], protocol, claim.metric) for k in keys] for side, keys in sides.items()}
     reported_means = {side: (float(np.mean([v for v, _ in values])) if all(v is not None for v, _ in values) else None)
                       for side, values in reported.items()}
     reported_difference = (None if None in reported_means.values()
                            else reported_means["left"] - reported_means["right"])
     compared = [k for keys in sides.values() for k in keys]
-    untrained = [rows[k]["id"] for k in compared if training[k].status == NOT_TRAINED]
-    metric = METRICS.get(claim["metric"])
+    untrained = [rows[k].id for k in compared if training[k].status == NOT_TRAINED]
+    metric = METRICS.get(claim.metric)
     at_best = all(saturated(float(np.mean(seed_values[k])), metric.best, metric.direction,
-                            spec["training_check"]["saturated_share"]) for k in compared)
-    said = claim_verdict(interval["low"], interval["high"], claim["margin"], untrained, at_best)
-    if spec["dataset_kind"] == "synthetic":
+                            spec.training_check["saturated_share"]) for k in compared)
+    said = claim_verdict(interval["low"], interval["high"], claim.margin, untrained, at_best)
+    if spec.dataset_kind == "synthetic":
         said += " (synthetic data)"
     return {
-        "paper": spec["paper"], "dataset": spec["dataset"], "data": spec["dataset_kind"], "claim": claim["id"],
-        "words": claim["words"], "paraphrased": claim["paraphrased"], "where": claim["where"], "table": claim["table"],
-        "compare": claim["form"], "margin": claim["margin"], "protocol": protocol, "metric": claim["metric"],
-        "left_rows": "; ".join(claim["left"]), "right_rows": "; ".join(claim["right"]),
+        "paper": spec.paper, "dataset": spec.dataset, "data": spec.dataset_kind, "claim": claim.id,
+        "words": claim.words, "paraphrased": claim.paraphrased, "where": claim.where, "table": claim.table,
+        "compare": claim.form, "margin": claim.margin, "protocol": protocol, "metric": claim.metric,
+        "left_rows": "; ".join(claim.left), "right_rows": "; ".join(claim.right),
         "left_reproduced": side_means["left"], "right_reproduced": side_means["right"],
         "reproduced_difference": interval["estimate"], "difference_seed_std": seed_std, "seeds_above_margin": above,
-        "n_seeds": len(rows[sides["left"][0]]["seeds"]) if len(seed_lists) == 1 else None,
+        "n_seeds": len(rows[sides["left"][0]].seeds) if len(seed_lists) == 1 else None,
         "seeds": " ".join(map(str, sorted(seed_lists)[0])) if len(seed_lists) == 1 else "per row",
         "ci_low": interval["low"], "ci_high": interval["high"], "confidence": interval["confidence"],
         "interval_method": interval["method"], "n_resamples": interval["n_resamples"],
         "bootstrap_seed": interval["seed"], "n_images": interval["n_images"],
-        "reported_dataset": spec["reported_dataset"], "left_reported": reported_means["left"],
+        "reported_dataset": spec.reported_dataset, "left_reported": reported_means["left"],
         "right_reported": reported_means["right"], "reported_difference": reported_difference,
         "reported_sources": "; ".join(dict.fromkeys(s for values in reported.values() for _, s in values if s)),
         "untrained_rows": "; ".join(untrained), "saturated": at_best,
-        "training_check": "; ".join(f"{rows[k]['id']} {training[k].status}: {training[k].reason}" for k in compared
+        "training_check": "; ".join(f"{rows[k].id} {training[k].status}: {training[k].reason}" for k in compared
                                     if training[k].status in (NOT_TRAINED, UNKNOWN)),
         "verdict": said}
 
 
-def claims_frame(spec: dict, payload: dict) -> pd.DataFrame:
+def claims_frame(spec: ClaimsSpec, payload: dict) -> pd.DataFrame:
     scores = RowScores(spec, payload)
     training = rows_training(spec)
     records = [check_claim(claim, protocol, spec, scores, training)
-               for claim in spec["claims"] for protocol in claim["protocols"]]
+               for claim in spec.claims for protocol in claim.protocols]
     frame = pd.DataFrame(records, columns=list(COLUMNS))
     floats = [c for c in COLUMNS if c.endswith(("_reproduced", "_reported", "_difference", "_std", "ci_low", "ci_high"))]
     frame[floats] = frame[floats].astype(float).round(DIGITS)
@@ -181,19 +183,19 @@ def claims_frame(spec: dict, payload: dict) -> pd.DataFrame:
     return frame
 
 
-def markdown(frame: pd.DataFrame, spec: dict) -> str:
-    kind = "" if spec["dataset_kind"] != "synthetic" else (
-        f" The data is synthetic (standing in for {spec['reported_dataset']}): the verdicts test the harness's "
+def markdown(frame: pd.DataFrame, spec: ClaimsSpec) -> str:
+    kind = "" if spec.dataset_kind != "synthetic" else (
+        f" The data is synthetic (standing in for {spec.reported_dataset}): the verdicts test the harness's "
         f"runs of each method on it, not the paper's claim on its data; the paper's differences are its "
-        f"{spec['reported_dataset']} numbers.")
-    b = spec["bootstrap"]
-    lines = [f"# Claims of {spec['paper_name']} on {spec['dataset']}", "",
+        f"{spec.reported_dataset} numbers.")
+    b = spec.bootstrap
+    lines = [f"# Claims of {spec.paper_name} on {spec.dataset}", "",
              f"Ours: the difference of the seed-mean metric (left − right) over the test split, its spread over "
              f"seeds, and its {b['confidence']:.0%} {b['method']} interval from {b['n_resamples']} paired resamples of "
              f"the test images, each with all its texts (bootstrap seed {b['seed']}). Supported: the interval lies "
              f"above the claimed margin; contradicted: below it; undetermined whatever the interval when a compared "
              f"row did not train (its main metric near chance, or near-constant scores) or when every compared "
-             f"value is saturated (within {1 - spec['training_check']['saturated_share']:.0%} of the metric's "
+             f"value is saturated (within {1 - spec.training_check['saturated_share']:.0%} of the metric's "
              f"best).{kind}", "",
              "| claim | paper's words | where | compared | protocol | paper Δ | ours Δ (± seeds) | interval | verdict |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -211,9 +213,9 @@ def markdown(frame: pd.DataFrame, spec: dict) -> str:
 
 
 def _claims(args) -> None:
-    spec = read_json(args.spec)
-    if not spec["claims"]:
-        raise HarnessError(f"{args.spec}: paper {spec['paper']} states no claim on {spec['dataset']}")
+    spec = ClaimsSpec.read(args.spec)
+    if not spec.claims:
+        raise HarnessError(f"{args.spec}: paper {spec.paper} states no claim on {spec.dataset}")
     frame = claims_frame(spec, load_dataset_payload(args.dataset_config))
     write_text(args.out_csv, frame.to_csv(index=False))
     write_text(args.out_md, markdown(frame, spec))

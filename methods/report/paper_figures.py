@@ -48,6 +48,7 @@ from methods.data.positives import split_positives  # noqa: E402
 from methods.data.text import Vocabulary  # noqa: E402
 from methods.errors import HarnessError  # noqa: E402
 from methods.io import atomic_path, load_npy, read_json  # noqa: E402
+from methods.job_records import RowAggregate, RunEvaluation  # noqa: E402
 from methods.metrics.protocols import get_protocol  # noqa: E402
 from methods.metrics.training_check import TrainingThresholds  # noqa: E402
 from methods.model_kinds import MODEL_KINDS, image_input_of  # noqa: E402
@@ -113,7 +114,7 @@ def _ran_footnote(fig, spec: dict, width: int) -> None:
 
 
 @register_figure("rsum_by_loss")
-def rsum_by_loss(spec: dict, aggregates: dict[str, dict], args=None):
+def rsum_by_loss(spec: dict, aggregates: dict[str, RowAggregate], args=None):
     losses = _ordered(r["loss"] for r in spec["rows"])
     models = list(dict.fromkeys(r["model"] for r in spec["rows"]))
     protocols = [p for p in spec["protocols"] if "rsum" in get_protocol(p).metrics]  # RSUM protocols only
@@ -123,7 +124,7 @@ def rsum_by_loss(spec: dict, aggregates: dict[str, dict], args=None):
     for ax, protocol in zip(axes[0], protocols):
         for m_idx, model in enumerate(models):
             for i, row in enumerate(r for r in spec["rows"] if r["model"] == model):
-                stats = aggregates[row["id"]]["protocols"][protocol]["rsum"]
+                stats = aggregates[row["id"]].protocols[protocol]["rsum"]
                 x = losses.index(row["loss"]) + (m_idx - (len(models) - 1) / 2) * width
                 ax.bar(x, stats["mean"], width * 0.9, color=colours[m_idx % len(colours)], alpha=0.75,
                        yerr=stats["std"] if len(stats["values"]) > 1 else None, capsize=3,
@@ -184,7 +185,7 @@ def saf_weights(spec: dict, aggregates: dict, args):
     FIGURE_KINDS.get("saf_weights").check_model(model_cfg, f"figure {spec['figure']}, row '{spec['row']}' ({run})")
     data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
     sims = load_npy(sims_file(run, spec["split"]))
-    ev = read_json(eval_file(run, spec["split"]), "an evaluation of the figure's run")
+    ev = RunEvaluation.read(eval_file(run, spec["split"]))
     check = run_check(ev, sims, data.texts_per_image, TrainingThresholds.from_config(spec["training_check"]))
     return saf_weights_figure(spec, model, data.features, data.captions, data.texts_per_image,
                               Vocabulary.load(args.vocab), sims, check, positives=extended_positives(payload, spec, sims))
@@ -219,7 +220,7 @@ def _test_run(spec: dict, args):
     matrix) of a figure's row."""
     payload = load_dataset_payload(args.dataset_config)
     run = Path(spec["run"])
-    model_cfg = read_json(eval_file(run, spec["split"]), "an evaluation of the figure's run")["config"]["model"]
+    model_cfg = RunEvaluation.read(eval_file(run, spec["split"])).config["model"]
     data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
     sims = load_npy(sims_file(run, spec["split"]))
     if sims.shape[1] != len(data.captions):
@@ -299,7 +300,7 @@ SETTING_LABELS = {"model.set_size": "set size K", "model.set_module.iterations":
 
 
 @register_figure("rsum_by_setting")
-def rsum_by_setting(spec: dict, aggregates: dict, args=None):
+def rsum_by_setting(spec: dict, aggregates: dict[str, RowAggregate], args=None):
     keys = list(dict.fromkeys(k for r in spec["rows"] for k in r["overrides"]))
     if not keys:
         raise HarnessError(f"figure {spec['figure']}: no row of table {spec['table']} overrides a setting to plot")
@@ -359,11 +360,11 @@ def label_training_curves(spec: dict, aggregates: dict | None = None, args=None)
 
 
 @register_figure("ndcg_by_loss_weight")
-def ndcg_by_loss_weight(spec: dict, aggregates: dict, args=None, term: str = "masked_prediction"):
+def ndcg_by_loss_weight(spec: dict, aggregates: dict[str, RowAggregate], args=None, term: str = "masked_prediction"):
     protocol = next((p for p in spec["protocols"] if "t2i_ndcg500" in get_protocol(p).metrics), None)
     if protocol is None:
         raise HarnessError(f"figure {spec['figure']}: dataset {spec['dataset']} has no protocol with NDCG@500")
-    points = [(row["loss_weights"].get(term, 0.0), aggregates[row["id"]]["protocols"][protocol]) for row in spec["rows"]]
+    points = [(row["loss_weights"].get(term, 0.0), aggregates[row["id"]].protocols[protocol]) for row in spec["rows"]]
     fig = ndcg_against_weight(points, term, protocol)
     fig.suptitle(_title(spec, int(10 * fig.get_figwidth())), fontsize=10)
     _ran_footnote(fig, spec, int(15 * fig.get_figwidth()))
@@ -373,7 +374,7 @@ def ndcg_by_loss_weight(spec: dict, aggregates: dict, args=None, term: str = "ma
 def draw_figure(args) -> None:
     spec = read_json(args.spec)
     draw = DRAWINGS.get(spec["kind"])
-    fig = draw(spec, {Path(p).stem: read_json(p) for p in args.rows}, args)
+    fig = draw(spec, {Path(p).stem: RowAggregate.read(p) for p in args.rows}, args)
     fig.tight_layout()
     with atomic_path(args.out, suffix=".png") as tmp:
         fig.savefig(tmp, dpi=120, format="png")

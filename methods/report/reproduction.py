@@ -15,7 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from methods.cli import run_command
-from methods.io import read_json, write_text
+from methods.io import write_text
+from methods.job_records import ReportSpec, TableRowSpec, TableSpec
 from methods.report.bootstrap import VERDICTS, verdict_kind
 from methods.report.cells import escape_cell, number, ours_difference
 
@@ -28,20 +29,20 @@ def _cell_kind(verdict: str) -> str:
     return next(kind for kind in CELL_KINDS if verdict.startswith(kind))
 
 
-def scope(spec: dict, claims: pd.DataFrame | None) -> list[str]:
+def scope(spec: ReportSpec, claims: pd.DataFrame | None) -> list[str]:
     """Section 1: the claims tested, in the paper's words, where it states them, and their machine form;
     the paper's tables the dataset's config leaves out (``skip_tables``), whose claims are not tested."""
     lines = ["## 1. Scope of reproducibility", ""]
-    if spec.get("skipped_tables"):
-        lines += [f"Not built on {spec['dataset']} by this configuration (`datasets.{spec['dataset']}.skip_tables`), "
+    if spec.skipped_tables:
+        lines += [f"Not built on {spec.dataset} by this configuration (`datasets.{spec.dataset}.skip_tables`), "
                   f"so neither their cells nor the claims on them are here: "
-                  f"{', '.join(f'`{t}`' for t in spec['skipped_tables'])}. "
-                  f"`--configfile {spec['all_tables_config']}` builds them.", ""]
+                  f"{', '.join(f'`{t}`' for t in spec.skipped_tables)}. "
+                  f"`--configfile {spec.all_tables_config}` builds them.", ""]
     if claims is None:
-        return lines + [f"The paper file states no claim checked on {spec['dataset']}: this report compares its "
+        return lines + [f"The paper file states no claim checked on {spec.dataset}: this report compares its "
                         f"tables cell by cell only.", ""]
     first = claims.drop_duplicates("claim")
-    lines += [f"The claims of {spec['paper_name']} tested here ({len(first)}), each as an ordering between rows of "
+    lines += [f"The claims of {spec.paper_name} tested here ({len(first)}), each as an ordering between rows of "
               f"one table on one metric (`left > right`):", "",
               "| claim | the paper's words | where | tested as |", "|---|---|---|---|"]
     for r in first.itertuples():
@@ -55,18 +56,18 @@ def _rows_named(ids: list[str], every: list[str]) -> str:
     return "every row" if ids == list(dict.fromkeys(every)) else ", ".join(ids)
 
 
-def ledger_lines(rows: list[dict]) -> list[str]:
+def ledger_lines(rows: list[TableRowSpec]) -> list[str]:
     """The deviation ledger of the rows run (each entry once, with the rows it applies to)."""
-    every = [row["id"] for row in rows]
+    every = [row.id for row in rows]
     switches: dict[tuple, list[str]] = {}
     deviations: dict[tuple, list[str]] = {}
     for row in rows:
-        for member in row["ledger"]:
+        for member in row.ledger:
             for s in member.get("switches", []):
-                switches.setdefault((s["key"], str(s["runs"]), str(s["source"]), s.get("behaviour", "")), []).append(row["id"])
+                switches.setdefault((s["key"], str(s["runs"]), str(s["source"]), s.get("behaviour", "")), []).append(row.id)
             for d in member.get("deviations", []):
-                deviations.setdefault((d["name"], d["ours"], d["source"], d["why"]), []).append(row["id"])
-    codes = sorted({member["code"] for row in rows for member in row["ledger"] if member.get("code")})
+                deviations.setdefault((d["name"], d["ours"], d["source"], d["why"]), []).append(row.id)
+    codes = sorted({member["code"] for row in rows for member in row.ledger if member.get("code")})
     lines = ["### Deviation ledger", ""]
     if codes:
         lines += ["Source code the rows follow: " + "; ".join(codes) + ".", ""]
@@ -101,37 +102,37 @@ def training_text(thresholds: dict) -> str:
             f"saturated within {1 - thresholds['saturated_share']:.0%} of its best value.")
 
 
-def what_was_run(spec: dict, table_specs: list[dict], compared: set[tuple[str, str]]) -> list[str]:
+def what_was_run(spec: ReportSpec, table_specs: list[TableSpec], compared: set[tuple[str, str]]) -> list[str]:
     """Section 2: the data, the statistics, each table's rows (seeds, ensemble, what ran), the ledger."""
-    b = spec["bootstrap"]
+    b = spec.bootstrap
     lines = ["## 2. What was run", "",
-             f"Dataset `{spec['dataset']}` ({spec['dataset_kind']} data"
-             + (f", standing in for {spec['reported_dataset']}" if spec["reported_dataset"] != spec["dataset"] else "")
-             + f"). Paper notes: {escape_cell(spec['notes']) or 'none'}", "",
+             f"Dataset `{spec.dataset}` ({spec.dataset_kind} data"
+             + (f", standing in for {spec.reported_dataset}" if spec.reported_dataset != spec.dataset else "")
+             + f"). Paper notes: {escape_cell(spec.notes) or 'none'}", "",
              f"Statistics: each row's metric is the mean (± population std) over its seeds; a claim's interval is "
              f"a {b['confidence']:.0%} {b['method']} interval from {b['n_resamples']} paired bootstrap resamples of "
              f"the test images, each with all its texts, on the seed-mean difference (bootstrap seed {b['seed']}). "
-             f"Cell tolerances: " + ", ".join(f"{k} {v:g}" for k, v in spec["tolerance"].items()) + ". "
-             + training_text(spec["training_check"]), ""]
+             f"Cell tolerances: " + ", ".join(f"{k} {v:g}" for k, v in spec.tolerance.items()) + ". "
+             + training_text(spec.training_check), ""]
     run = {}   # each row run once, whatever tables show it
     for table in table_specs:
         # this paper's rows, and the rows of other paper files (merged tables) that its claims compare
-        rows = [r for r in table["rows"] if r["paper"] == spec["paper"] or (table["table"], r["id"]) in compared]
-        lines += [f"### Table `{table['table']}`", "", *[f"- {escape_cell(t)}" for t in table["titles"]], "",
+        rows = [r for r in table.rows if r.paper == spec.paper or (table.table, r.id) in compared]
+        lines += [f"### Table `{table.table}`", "", *[f"- {escape_cell(t)}" for t in table.titles], "",
                   "| row | label | seeds | ensemble | ran |", "|---|---|---|---|---|"]
         for r in rows:
-            label = escape_cell(r["label"]) + ("" if r["paper"] == spec["paper"] else f" (paper file `{r['paper']}`)")
-            if r["reported_only"]:
-                lines.append(f"| {r['id']} | {label} | – | – | not run: {escape_cell(r['reported_only'])} |")
+            label = escape_cell(r.label) + ("" if r.paper == spec.paper else f" (paper file `{r.paper}`)")
+            if r.reported_only:
+                lines.append(f"| {r.id} | {label} | – | – | not run: {escape_cell(r.reported_only)} |")
             else:
-                lines.append(f"| {r['id']} | {label} | {' '.join(map(str, r['seeds']))} | "
-                             f"{r['ensemble_size']} | {escape_cell(r['ran'])} |")
-                run[r["id"]] = r
+                lines.append(f"| {r.id} | {label} | {' '.join(map(str, r.seeds))} | "
+                             f"{r.ensemble_size} | {escape_cell(r.ran)} |")
+                run[r.id] = r
         lines.append("")
     return lines + ledger_lines(list(run.values()))
 
 
-def results(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.DataFrame]) -> list[str]:
+def results(spec: ReportSpec, claims: pd.DataFrame | None, cells: dict[str, pd.DataFrame]) -> list[str]:
     """Section 3: each claim checked (paper vs ours, interval, verdict), and each table's cells by verdict."""
     lines = ["## 3. Results", "", "### Claims", ""]
     if claims is None:
@@ -141,21 +142,21 @@ def results(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.DataFra
         tally = ", ".join(f"{verdicts[v]} {v}" for v in VERDICTS if verdicts[v] or v != "undetermined")
         lines += [f"{len(claims)} check{'s' if len(claims) > 1 else ''} (claim × protocol): {tally}"
                   + (" — on synthetic data, which tests the harness's runs, not the paper's claims."
-                     if spec["dataset_kind"] == "synthetic" else "."), "",
-                  f"| claim | protocol | metric | paper Δ ({spec['reported_dataset']}) | ours Δ ± seeds | interval | verdict |",
+                     if spec.dataset_kind == "synthetic" else "."), "",
+                  f"| claim | protocol | metric | paper Δ ({spec.reported_dataset}) | ours Δ ± seeds | interval | verdict |",
                   "|---|---|---|---|---|---|---|"]
         for r in claims.itertuples():
             lines.append(f"| {r.claim} | {r.protocol} | {r.metric} | {number(r.reported_difference, signed=True)} | "
                          f"{ours_difference(r)} | [{number(r.ci_low, signed=True)}, "
                          f"{number(r.ci_high, signed=True)}] | {r.verdict} |")
-        name = f"{spec['paper']}_{spec['dataset']}"
+        name = f"{spec.paper}_{spec.dataset}"
         lines += ["", f"Per claim: `tables/claims_{name}.md` (and `.csv`, with the rows' values and the reported "
                       f"sources); as a figure: `figures/claims_{name}.png`.", ""]
     lines += ["### Tables", "", "Cells of this paper's rows (row × protocol × metric):", "",
               "| table | " + " | ".join(CELL_KINDS) + " |", "|---|" + "---|" * len(CELL_KINDS)]
     for name, frame in cells.items():
         counts = Counter(frame["verdict"].map(_cell_kind))
-        lines.append(f"| `tables/{name}_{spec['dataset']}.md` | " + " | ".join(str(counts[k]) for k in CELL_KINDS) + " |")
+        lines.append(f"| `tables/{name}_{spec.dataset}.md` | " + " | ".join(str(counts[k]) for k in CELL_KINDS) + " |")
     return lines + [""]
 
 
@@ -171,17 +172,17 @@ def training_findings(training: pd.DataFrame) -> list[str]:
     return lines
 
 
-def not_reproduced(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.DataFrame],
-                   table_specs: list[dict], training: pd.DataFrame) -> list[str]:
+def not_reproduced(spec: ReportSpec, claims: pd.DataFrame | None, cells: dict[str, pd.DataFrame],
+                   table_specs: list[TableSpec], training: pd.DataFrame) -> list[str]:
     """Section 4: the claims not supported, rows that did not train, cells outside tolerance or not
     comparable, rows not run or not reported, each with its reason. ``training``: ``table, row,
     trained, training_check`` of this paper's rows and the rows its claims compare."""
     lines = ["## 4. What could not be reproduced, and why", ""]
-    synthetic = spec["dataset_kind"] == "synthetic"
+    synthetic = spec.dataset_kind == "synthetic"
     if synthetic:
         lines += [f"Nothing here says whether the paper reproduces: the data is synthetic, standing in for "
-                  f"{spec['reported_dataset']}, so no cell is compared with a reported number and the claims are "
-                  f"tested on the harness's stand-in runs. Run the same targets with {spec['reported_dataset']} "
+                  f"{spec.reported_dataset}, so no cell is compared with a reported number and the claims are "
+                  f"tested on the harness's stand-in runs. Run the same targets with {spec.reported_dataset} "
                   f"configured for the reproduction itself.", ""]
     findings = []
     for r in claims.itertuples() if claims is not None else []:
@@ -192,7 +193,7 @@ def not_reproduced(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.
                             f"{interval} lies below the claimed margin ({r.margin:g}).")
         elif r.verdict.startswith("undetermined: saturated"):
             findings.append(f"- Claim `{r.claim}` ({r.protocol}) is undetermined: {r.metric} is saturated on every "
-                            f"compared row (within {1 - spec['training_check']['saturated_share']:.0%} of its best), "
+                            f"compared row (within {1 - spec.training_check['saturated_share']:.0%} of its best), "
                             f"so it cannot tell them apart.")
         elif r.verdict.startswith("undetermined:"):   # "undetermined: <rows> did not train"
             why = r.verdict.removeprefix("undetermined: ").removesuffix(" (synthetic data)")
@@ -211,10 +212,10 @@ def not_reproduced(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.
         for (row, why), group in incomparable.groupby(["row", "verdict"]):
             findings.append(f"- Row `{row}`: {len(group)} cells {why}.")
     for row_id, reason in dict.fromkeys(
-            (r["id"], f"is not run: {r['reported_only']}" if r["reported_only"]
-             else f"has cells the sources give no number for: {r['not_reported']}")
-            for table in table_specs for r in table["rows"]
-            if r["paper"] == spec["paper"] and (r["reported_only"] or r["not_reported"])):
+            (r.id, f"is not run: {r.reported_only}" if r.reported_only
+             else f"has cells the sources give no number for: {r.not_reported}")
+            for table in table_specs for r in table.rows
+            if r.paper == spec.paper and (r.reported_only or r.not_reported)):
         findings.append(f"- Row `{row_id}` {reason.rstrip('.')}.")
     lines += findings
     outside = pd.concat([f[f["verdict"] == "outside"] for f in cells.values()]) if cells else pd.DataFrame()
@@ -231,22 +232,22 @@ def not_reproduced(spec: dict, claims: pd.DataFrame | None, cells: dict[str, pd.
     return lines + [""]
 
 
-def build_report(spec: dict, table_csvs: list[str], table_spec_paths: list[str], claims_csv: str | None) -> str:
-    table_specs = [read_json(p) for p in table_spec_paths]
+def build_report(spec: ReportSpec, table_csvs: list[str], table_spec_paths: list[str], claims_csv: str | None) -> str:
+    table_specs = [TableSpec.read(p) for p in table_spec_paths]
     claims = pd.read_csv(claims_csv, keep_default_na=True) if claims_csv else None
     compared = compared_rows(claims)
     cells, training = {}, []
     for path, table in zip(table_csvs, table_specs):
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-        cells[table["table"]] = frame[frame["paper"] == spec["paper"]]
+        cells[table.table] = frame[frame["paper"] == spec.paper]
         if "trained" in frame:   # tables written before the training check have no column
-            ours = (frame["paper"] == spec["paper"]) | frame["row"].map(lambda r: (table["table"], r) in compared)
+            ours = (frame["paper"] == spec.paper) | frame["row"].map(lambda r: (table.table, r) in compared)
             training.append(frame.loc[ours, ["table", "row", "trained", "training_check"]].drop_duplicates())
     training = pd.concat(training) if training else pd.DataFrame(columns=["table", "row", "trained", "training_check"])
-    title = [f"# Reproduction report: {spec['paper_name']} on {spec['dataset']}", "",
+    title = [f"# Reproduction report: {spec.paper_name} on {spec.dataset}", "",
              "Generated by the harness from the runs behind the tables and claims below; no number in it is written "
-             "by hand." + (f" **Synthetic data** (standing in for {spec['reported_dataset']}): the verdicts describe "
-                           f"the harness's runs on it, not the paper." if spec["dataset_kind"] == "synthetic" else ""), ""]
+             "by hand." + (f" **Synthetic data** (standing in for {spec.reported_dataset}): the verdicts describe "
+                           f"the harness's runs on it, not the paper." if spec.dataset_kind == "synthetic" else ""), ""]
     return "\n".join(title + scope(spec, claims) + what_was_run(spec, table_specs, compared)
                      + results(spec, claims, cells)
                      + not_reproduced(spec, claims, cells, table_specs, training))
@@ -255,7 +256,7 @@ def build_report(spec: dict, table_csvs: list[str], table_spec_paths: list[str],
 def _report(args) -> None:
     if len(args.tables) != len(args.table_specs):
         raise ValueError("one table spec per table")
-    text = build_report(read_json(args.spec), args.tables, args.table_specs, args.claims[0] if args.claims else None)
+    text = build_report(ReportSpec.read(args.spec), args.tables, args.table_specs, args.claims[0] if args.claims else None)
     write_text(args.out, text)
     print(f"{Path(args.out)}: {len(text.splitlines())} lines")
 

@@ -25,6 +25,7 @@ import torch
 
 from methods.data.batches import feature_tensors, pad_tokens
 from methods.data.text import Vocabulary
+from methods.job_records import RunEvaluation
 from methods.metrics.retrieval import chance_recalls, retrieval_metrics
 from methods.metrics.training_check import TrainingThresholds, failures, measure
 
@@ -39,13 +40,13 @@ class RunCheck:
     reason: str
 
 
-def run_check(ev: dict, sims: np.ndarray, texts_per_image: int, thresholds: TrainingThresholds) -> RunCheck:
+def run_check(ev: RunEvaluation, sims: np.ndarray, texts_per_image: int, thresholds: TrainingThresholds) -> RunCheck:
     """The run's verdict from its evaluation ``ev`` (``eval_<split>.json``): each protocol's
     ``training_check``, its ``trained`` and ``reason`` where the evaluation wrote them, else judged
     with ``thresholds`` (``methods.metrics.training_check.failures``); an evaluation written before
     the check is judged on the RSUM of its score matrix ``sims`` against chance (``chance_recalls``).
     The run did not train when any protocol's check says so."""
-    checks = [(r["protocol"], r["training_check"]) for r in ev["results"] if r.get("training_check")]
+    checks = [(r["protocol"], r["training_check"]) for r in ev.results if r.get("training_check")]
     if not checks:   # written before the check: the Karpathy RSUM of the saved scores
         rsum = retrieval_metrics(sims, texts_per_image)["rsum"]
         chance = chance_recalls(sims.shape[0], texts_per_image)["rsum"]

@@ -14,8 +14,10 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
+from methods.job_records import RowAggregate
 
-def setting_panels(keys: list[str], rows: list[dict], aggregates: dict, protocol: str, labels: dict[str, str]):
+
+def setting_panels(keys: list[str], rows: list[dict], aggregates: dict[str, RowAggregate], protocol: str, labels: dict[str, str]):
     """One panel per key; a row is drawn in the panel of the key it overrides (a row without
     overrides, the default, in every panel) at its value of that key."""
     fig, axes = plt.subplots(1, len(keys), figsize=(4.4 * len(keys) + 0.6, 3.8), squeeze=False)
@@ -23,7 +25,7 @@ def setting_panels(keys: list[str], rows: list[dict], aggregates: dict, protocol
         points = sorted(((float(r["setting"][key]), r) for r in rows if set(r["overrides"]) <= {key}),
                         key=lambda p: p[0])
         xs = [x for x, _ in points]
-        stats = [aggregates[r["id"]]["protocols"][protocol]["rsum"] for _, r in points]
+        stats = [aggregates[r["id"]].protocols[protocol]["rsum"] for _, r in points]
         ax.errorbar(xs, [s["mean"] for s in stats], yerr=[s["std"] for s in stats], marker="o", capsize=3,
                     label="reproduced (mean ± std)")
         for x, s in zip(xs, stats):

@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from methods.cli import run_command
-from methods.io import read_json, write_text
+from methods.io import write_text
+from methods.job_records import RowAggregate, SummarySpec
 from methods.metrics.training_check import NOT_TRAINED, TRAINED, UNKNOWN, TrainingThresholds, row_training
 from methods.report.bootstrap import verdict_kind
 from methods.report.cells import escape_cell, number
@@ -23,10 +24,10 @@ COLUMNS = ("dataset", "paper", "table", "row", "label", "seeds", "ensemble_size"
            "value_std", "chance", "times_chance", "gain_share", "trained", "training_check")
 
 
-def row_main_metric(aggregate: dict, protocol: str) -> tuple[str, list[float], list[float], list[float]] | None:
+def row_main_metric(aggregate: RowAggregate, protocol: str) -> tuple[str, list[float], list[float], list[float]] | None:
     """(main metric, its value, chance and gain share per seed) of a row under ``protocol``, from the
     training checks its aggregate carries (None: the aggregate carries none for that protocol)."""
-    checks = [e["check"] for e in aggregate.get("training_checks") or []
+    checks = [e["check"] for e in aggregate.training_checks or []
               if e["protocol"] == protocol and e["check"] is not None]
     if not checks:
         return None
@@ -34,24 +35,24 @@ def row_main_metric(aggregate: dict, protocol: str) -> tuple[str, list[float], l
             [c["gain_share"] for c in checks])
 
 
-def summary_rows(spec: dict, aggregates: dict[str, dict]) -> pd.DataFrame:
+def summary_rows(spec: SummarySpec, aggregates: dict[str, RowAggregate]) -> pd.DataFrame:
     """One line per run row of every table of every paper (``aggregates``: aggregate path -> content)."""
-    thresholds = TrainingThresholds.from_config(spec["training_check"])
-    protocol = spec["protocol"]
+    thresholds = TrainingThresholds.from_config(spec.training_check)
+    protocol = spec.protocol
     records = []
-    for paper in spec["papers"]:
-        for table in paper["tables"]:
-            for row in table["rows"]:
-                aggregate = aggregates[row["aggregate"]]
+    for paper in spec.papers:
+        for table in paper.tables:
+            for row in table.rows:
+                aggregate = aggregates[row.aggregate]
                 main = row_main_metric(aggregate, protocol)
-                state = row_training(aggregate.get("training_checks"), set(spec["checked_protocols"]), thresholds)
+                state = row_training(aggregate.training_checks, set(spec.checked_protocols), thresholds)
                 metric, values, chances, shares = main if main else ("", [], [], [])
                 value = float(np.mean(values)) if values else float("nan")
                 chance = float(np.mean(chances)) if chances else float("nan")
                 records.append({
-                    "dataset": spec["dataset"], "paper": paper["paper"], "table": table["table"], "row": row["id"],
-                    "label": row["label"], "seeds": " ".join(str(s) for s in row["seeds"]),
-                    "ensemble_size": row["ensemble_size"], "protocol": protocol, "main_metric": metric,
+                    "dataset": spec.dataset, "paper": paper.paper, "table": table.table, "row": row.id,
+                    "label": row.label, "seeds": " ".join(str(s) for s in row.seeds),
+                    "ensemble_size": row.ensemble_size, "protocol": protocol, "main_metric": metric,
                     "value": round(value, 2), "value_std": round(float(np.std(values)), 2) if len(values) > 1 else "",
                     "chance": round(chance, 2), "times_chance": round(value / chance, 1) if chance > 0 else "",
                     # what the training check judges: where chance is a large part of the maximum (NDCG
@@ -75,8 +76,8 @@ def _value_text(row) -> str:
     return f"{row.value:.1f}" + (f" ± {row.value_std:.1f}" if row.value_std != "" else "")
 
 
-def to_markdown(spec: dict, rows: pd.DataFrame, claims: dict[str, pd.DataFrame]) -> str:
-    dataset, protocol = spec["dataset"], spec["protocol"]
+def to_markdown(spec: SummarySpec, rows: pd.DataFrame, claims: dict[str, pd.DataFrame]) -> str:
+    dataset, protocol = spec.dataset, spec.protocol
     trained = rows[rows["trained"] == TRAINED]
     lowest = trained.loc[pd.to_numeric(trained["gain_share"]).idxmin()] if len(trained) else None
     kinds = Counter(verdict_kind(v) for c in claims.values() for v in c["verdict"])
@@ -89,7 +90,7 @@ def to_markdown(spec: dict, rows: pd.DataFrame, claims: dict[str, pd.DataFrame])
     counts = Counter(rows["trained"])
     lines.append(f"- Rows: {counts[TRAINED]} trained, {counts[NOT_TRAINED]} did not train, {counts[UNKNOWN]} unknown "
                  f"(a row did not train when a run's main metric gained less than "
-                 f"{spec['training_check']['min_gain_share']:.0%} of the way from chance to its maximum, or its scores "
+                 f"{spec.training_check['min_gain_share']:.0%} of the way from chance to its maximum, or its scores "
                  f"are near-constant).")
     if lowest is not None:
         lines.append(f"- Lowest trained row: {lowest['paper']} / {lowest['table']} / {lowest['row']} at "
@@ -97,13 +98,13 @@ def to_markdown(spec: dict, rows: pd.DataFrame, claims: dict[str, pd.DataFrame])
                      f"{lowest['value']:.1f}, chance {lowest['chance']:.1f}, {lowest['times_chance']} × chance).")
     if kinds:
         lines.append("- Claims: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + ".")
-    if spec["dataset_kind"] == "synthetic":
-        lines.append(f"- The data is synthetic (standing in for {spec['reported_dataset']}): these numbers test the "
+    if spec.dataset_kind == "synthetic":
+        lines.append(f"- The data is synthetic (standing in for {spec.reported_dataset}): these numbers test the "
                      f"harness's runs on the stand-in, not the papers' claims on their data.")
     lines.append("")
-    for paper in spec["papers"]:
-        of_paper = rows[rows["paper"] == paper["paper"]]
-        lines += [f"## {paper['paper_name']}", "",
+    for paper in spec.papers:
+        of_paper = rows[rows["paper"] == paper.paper]
+        lines += [f"## {paper.paper_name}", "",
                   "| table | row | seeds | main metric | × chance | % of the way from chance to the max | trained |",
                   "|---|---|---|---|---|---|---|"]
         for r in of_paper.itertuples():
@@ -112,17 +113,17 @@ def to_markdown(spec: dict, rows: pd.DataFrame, claims: dict[str, pd.DataFrame])
             lines.append(f"| {r.table} | {escape_cell(r.label)}{ens} | {r.seeds} | {r.main_metric} {_value_text(r)} | "
                          f"{r.times_chance} | {r.gain_share} | {status} |")
         lines.append("")
-        if paper["paper"] in claims:
-            lines += ["Claims (does the paper's ordering show?):", ""] + _claims_lines(claims[paper["paper"]]) + [""]
+        if paper.paper in claims:
+            lines += ["Claims (does the paper's ordering show?):", ""] + _claims_lines(claims[paper.paper]) + [""]
     return "\n".join(lines)
 
 
 def write_summary(args) -> None:
-    spec = read_json(args.spec)
-    paths = [row["aggregate"] for p in spec["papers"] for t in p["tables"] for row in t["rows"]]
-    aggregates = {path: read_json(path) for path in dict.fromkeys(paths)}
+    spec = SummarySpec.read(args.spec)
+    paths = [row.aggregate for p in spec.papers for t in p.tables for row in t.rows]
+    aggregates = {path: RowAggregate.read(path) for path in dict.fromkeys(paths)}
     rows = summary_rows(spec, aggregates)
-    claims = {p["paper"]: pd.read_csv(p["claims"]) for p in spec["papers"] if p["claims"]}
+    claims = {p.paper: pd.read_csv(p.claims) for p in spec.papers if p.claims}
     write_text(args.out_csv, rows.to_csv(index=False))
     write_text(args.out_md, to_markdown(spec, rows, claims))
 

@@ -36,7 +36,8 @@ from scipy import stats
 
 from methods.cli import run_command
 from methods.errors import HarnessError
-from methods.io import read_json, write_text
+from methods.io import write_text
+from methods.job_records import RowAggregate, TableRowSpec, TableSpec
 from methods.metrics.protocols import CHECKED_PROTOCOLS, STATISTICS_PROTOCOL, get_protocol
 from methods.metrics.declarations import METRICS, table_metrics
 from methods.metrics.training_check import NOT_TRAINED, TRAINED, UNKNOWN, TrainingThresholds, row_training, saturated
@@ -105,62 +106,62 @@ def _optional(values: pd.Series) -> list:
     return [None if pd.isna(v) else v for v in values]
 
 
-def cells(spec: dict) -> pd.DataFrame:
+def cells(spec: TableSpec) -> pd.DataFrame:
     """One line per row, protocol and table metric, in table order; a reported-only row has only
     the cells the sources give a number for."""
-    def shown(row: dict, protocol: str, metric: str) -> bool:
-        given = (row["reported"].get(protocol) or {}).get("metrics") or {}
-        return not row.get("reported_only") or given.get(metric) is not None
-    return _frame(((row["id"], protocol, metric) for row in spec["rows"] for protocol in spec["protocols"]
+    def shown(row: TableRowSpec, protocol: str, metric: str) -> bool:
+        given = (row.reported.get(protocol) or {}).get("metrics") or {}
+        return not row.reported_only or given.get(metric) is not None
+    return _frame(((row.id, protocol, metric) for row in spec.rows for protocol in spec.protocols
                    for metric in table_metrics(get_protocol(protocol).metrics) if shown(row, protocol, metric)), KEYS)
 
 
-def spec_rows(spec: dict) -> pd.DataFrame:
+def spec_rows(spec: TableSpec) -> pd.DataFrame:
     """Label, what its runs ran, paper and the reason no number is reported (if given) of every row."""
-    return _frame(((row["id"], row["label"], row.get("ran") or "", row["paper"], row.get("not_reported"),
-                    row.get("reported_only") or "")
-                   for row in spec["rows"]),
+    return _frame(((row.id, row.label, row.ran, row.paper, row.not_reported,
+                    row.reported_only or "")
+                   for row in spec.rows),
                   ["row", "label", "ran", "paper", "not_reported", "not_run"])
 
 
-def reported_protocols(spec: dict) -> pd.DataFrame:
+def reported_protocols(spec: TableSpec) -> pd.DataFrame:
     """The reported entry of each row and protocol the sources give: ensemble size and source."""
-    return _frame(((row["id"], protocol, True, rep["ensemble_size"], rep["source"])
-                   for row in spec["rows"] for protocol, rep in row["reported"].items() if rep),
+    return _frame(((row.id, protocol, True, rep["ensemble_size"], rep["source"])
+                   for row in spec.rows for protocol, rep in row.reported.items() if rep),
                   ["row", "protocol", "has_reported_entry", "reported_ensemble_size", "source"])
 
 
-def reported_values(spec: dict) -> pd.DataFrame:
+def reported_values(spec: TableSpec) -> pd.DataFrame:
     """The reported numbers (and their spread where given), one line per row, protocol and metric."""
-    return _frame(((row["id"], protocol, metric, value, (rep.get("metrics_std") or {}).get(metric))
-                   for row in spec["rows"] for protocol, rep in row["reported"].items() if rep
+    return _frame(((row.id, protocol, metric, value, (rep.get("metrics_std") or {}).get(metric))
+                   for row in spec.rows for protocol, rep in row.reported.items() if rep
                    for metric, value in rep["metrics"].items() if value is not None),
                   [*KEYS, "reported", "reported_std"])
 
 
-def reproduced_values(aggregates: dict[str, dict]) -> pd.DataFrame:
+def reproduced_values(aggregates: dict[str, RowAggregate]) -> pd.DataFrame:
     """Mean and std over seeds of every row, protocol and metric of the row aggregates."""
     return _frame(((row, protocol, metric, stats["mean"], stats["std"])
-                   for row, agg in aggregates.items() for protocol, metrics in agg["protocols"].items()
+                   for row, agg in aggregates.items() for protocol, metrics in agg.protocols.items()
                    for metric, stats in metrics.items()),
                   [*KEYS, "mean", "std"])
 
 
-def row_runs(aggregates: dict[str, dict]) -> pd.DataFrame:
+def row_runs(aggregates: dict[str, RowAggregate]) -> pd.DataFrame:
     """Seeds, ensemble size and run configs of every row aggregate."""
-    return _frame(((row, len(agg["seeds"]), " ".join(map(str, agg["seeds"])), agg["ensemble_size"],
-                    " ".join(agg["config_hashes"])) for row, agg in aggregates.items()),
+    return _frame(((row, len(agg.seeds), " ".join(map(str, agg.seeds)), agg.ensemble_size,
+                    " ".join(agg.config_hashes)) for row, agg in aggregates.items()),
                   ["row", "n_seeds", "seeds", "ensemble_size", "run_configs"])
 
 
 TRAINED_CELLS = {TRAINED: "yes", NOT_TRAINED: "no", UNKNOWN: "unknown"}   # the ``trained`` column
 
 
-def row_training_states(spec: dict, aggregates: dict[str, dict]) -> pd.DataFrame:
+def row_training_states(spec: TableSpec, aggregates: dict[str, RowAggregate]) -> pd.DataFrame:
     """Per run row: ``trained`` (yes / no / unknown) and ``training_check`` (why not, or why
     unknown), from its aggregate's training checks judged with the spec's thresholds."""
-    thresholds = TrainingThresholds.from_config(spec["training_check"])
-    states = {row: row_training(agg.get("training_checks"), CHECKED_PROTOCOLS, thresholds)
+    thresholds = TrainingThresholds.from_config(spec.training_check)
+    states = {row: row_training(agg.training_checks, CHECKED_PROTOCOLS, thresholds)
               for row, agg in aggregates.items()}
     return _frame(((row, TRAINED_CELLS[state.status], state.reason) for row, state in states.items()),
                   ["row", "trained", "training_check"])
@@ -170,37 +171,37 @@ def switch_text(switch: dict) -> str:
     return f"{switch['key']}={switch['runs']} (source: {switch['source']})"
 
 
-def row_ledgers(spec: dict) -> pd.DataFrame:
+def row_ledgers(spec: TableSpec) -> pd.DataFrame:
     """Per row, the switches run at non-source values and the names of the source behaviours not
     reproduced, over all its ensemble members (``; ``-separated)."""
     def joined(texts) -> str:
         return "; ".join(dict.fromkeys(texts))
-    return _frame(((row["id"],
-                    joined(switch_text(s) for ledger in row["ledger"] for s in ledger["switches"]),
-                    joined(d["name"] for ledger in row["ledger"] for d in ledger["deviations"]))
-                   for row in spec["rows"]),
+    return _frame(((row.id,
+                    joined(switch_text(s) for ledger in row.ledger for s in ledger["switches"]),
+                    joined(d["name"] for ledger in row.ledger for d in ledger["deviations"]))
+                   for row in spec.rows),
                   ["row", "non_source_switches", "source_deviations"])
 
 
-def paired_differences(spec: dict, aggregates: dict[str, dict]) -> pd.DataFrame:
+def paired_differences(spec: TableSpec, aggregates: dict[str, RowAggregate]) -> pd.DataFrame:
     """For every row with ``compare_to``: per protocol and metric, mean and population std over
     seeds of (row - compared row), and the two-sided paired t-test p (None when undefined: one
     seed, or the same difference for every seed)."""
     records = []
-    for row in spec["rows"]:
-        if not row.get("compare_to"):
+    for row in spec.rows:
+        if not row.compare_to:
             continue
-        base = aggregates[row["compare_to"]]
-        for protocol, metrics in aggregates[row["id"]]["protocols"].items():
+        base = aggregates[row.compare_to]
+        for protocol, metrics in aggregates[row.id].protocols.items():
             for metric, cell in metrics.items():
-                other = base["protocols"][protocol][metric]
+                other = base.protocols[protocol][metric]
                 if "seeds" not in cell or "seeds" not in other:
-                    raise HarnessError(f"the aggregates of rows '{row['id']}' and '{row['compare_to']}' do not say "
+                    raise HarnessError(f"the aggregates of rows '{row.id}' and '{row.compare_to}' do not say "
                                        f"which seed each value comes from (written by an older version): "
                                        f"re-aggregate them (delete results/<dataset>/rows/)")
                 mine, theirs = dict(zip(cell["seeds"], cell["values"])), dict(zip(other["seeds"], other["values"]))
                 if set(mine) != set(theirs):
-                    raise HarnessError(f"row '{row['id']}' compares to '{row['compare_to']}' but their seeds differ "
+                    raise HarnessError(f"row '{row.id}' compares to '{row.compare_to}' but their seeds differ "
                                        f"({sorted(mine)} vs {sorted(theirs)})")
                 seeds = sorted(mine)
                 a = np.array([mine[s] for s in seeds], dtype=float)
@@ -209,7 +210,7 @@ def paired_differences(spec: dict, aggregates: dict[str, dict]) -> pd.DataFrame:
                 p = None
                 if len(seeds) > 1 and np.ptp(diff) > 0:
                     p = float(stats.ttest_rel(a, b).pvalue)
-                records.append((row["id"], protocol, metric, row["compare_to"], float(np.mean(diff)),
+                records.append((row.id, protocol, metric, row.compare_to, float(np.mean(diff)),
                                 float(np.std(diff)), p))
     return _frame(records, [*KEYS, "compared_to", "paired_difference", "paired_difference_std", "paired_p"])
 
@@ -228,15 +229,15 @@ def _check_complete(frame: pd.DataFrame, column: str, what: str) -> None:
                            f"protocol '{first['protocol']}', metric '{first['metric']}'")
 
 
-def build_rows(spec: dict, aggregates: dict[str, dict]) -> pd.DataFrame:
+def build_rows(spec: TableSpec, aggregates: dict[str, RowAggregate]) -> pd.DataFrame:
     """The table, one line per row, protocol and table metric, with ``COLUMNS`` (empty cells are "")."""
-    synthetic = spec["dataset_kind"] == "synthetic"
+    synthetic = spec.dataset_kind == "synthetic"
     table = cells(spec)
     # a set model's embedding statistics describe its whole sets: an evaluation view or an ensemble has none
-    no_statistics = {r["id"] for r in spec["rows"] if r.get("view") or r["ensemble_size"] > 1}
+    no_statistics = {r.id for r in spec.rows if r.view or r.ensemble_size > 1}
     table = table[[not (p == STATISTICS_PROTOCOL and r in no_statistics)
                    for r, p in zip(table["row"], table["protocol"])]].reset_index(drop=True)
-    tolerances = _frame(((m, tolerance_for(m, spec["tolerance"])) for m in dict.fromkeys(table["metric"])),
+    tolerances = _frame(((m, tolerance_for(m, spec.tolerance)) for m in dict.fromkeys(table["metric"])),
                         ["metric", "tolerance"])
     df = (table
           .merge(spec_rows(spec), on="row", how="left", validate="many_to_one")
@@ -248,7 +249,7 @@ def build_rows(spec: dict, aggregates: dict[str, dict]) -> pd.DataFrame:
           .merge(tolerances, on="metric", how="left", validate="many_to_one")
           .merge(paired_differences(spec, aggregates), on=KEYS, how="left", validate="one_to_one")
           .merge(row_ledgers(spec), on="row", how="left", validate="many_to_one"))
-    df["reported_only"] = df["row"].isin([r["id"] for r in spec["rows"] if r.get("reported_only")])
+    df["reported_only"] = df["row"].isin([r.id for r in spec.rows if r.reported_only])
     _check_complete(df, "ensemble_size", "a row aggregate")
     _check_complete(df, "mean", "a reproduced value")
     has_reported = df["reported"].notna()
@@ -260,7 +261,7 @@ def build_rows(spec: dict, aggregates: dict[str, dict]) -> pd.DataFrame:
     df["verdict"] = df["verdict"].where(df["trained"] != TRAINED_CELLS[NOT_TRAINED], NOT_TRAINED)
     df["difference"] = _blank(_rounded(pd.to_numeric(df["mean"]) - pd.to_numeric(df["reported"]), df["metric"])
                               .where(has_reported & ~df["reported_only"]))
-    return df.assign(table=spec["table"], dataset=spec["dataset"],
+    return df.assign(table=spec.table, dataset=spec.dataset,
                      reproduced=_blank(_rounded(df["mean"], df["metric"]).where(~df["reported_only"])),
                      n_seeds=_blank(df["n_seeds"]), seeds=_blank(df["seeds"]),
                      ensemble_size=_blank(df["ensemble_size"]), run_configs=_blank(df["run_configs"]),
@@ -305,19 +306,19 @@ TOLERANCE_NAMES = {"recall": "R@K", "rsum": "RSUM", "rank": "medr", "ranking": "
                    "f1": "micro-F1"}
 
 
-def tolerance_text(spec: dict) -> str:
+def tolerance_text(spec: TableSpec) -> str:
     """The tolerances of the metric families the table's protocols show."""
-    families = dict.fromkeys(METRICS.get(m).tolerance for p in spec["protocols"]
+    families = dict.fromkeys(METRICS.get(m).tolerance for p in spec.protocols
                              for m in table_metrics(get_protocol(p).metrics))
-    return ", ".join(f"{TOLERANCE_NAMES.get(f, f)} ±{spec['tolerance'][f]}" for f in families if f is not None)
+    return ", ".join(f"{TOLERANCE_NAMES.get(f, f)} ±{spec.tolerance[f]}" for f in families if f is not None)
 
 
-def to_markdown(spec: dict, rows: pd.DataFrame | list[dict]) -> str:
+def to_markdown(spec: TableSpec, rows: pd.DataFrame | list[dict]) -> str:
     rows = pd.DataFrame(rows, columns=list(COLUMNS)).astype(object)
     rows = rows.assign(cell=_cell_text(rows))
     order = spec_rows(spec)
-    lines = [f"# {spec['table']} on {spec['dataset']}", ""]
-    lines += [f"- {t}" for t in spec["titles"]]
+    lines = [f"# {spec.table} on {spec.dataset}", ""]
+    lines += [f"- {t}" for t in spec.titles]
     lines += ["", "Cells: reproduced (± std over seeds) / reported — verdict; for a row compared with another, "
               "(Δ mean ± std over seeds of the paired differences); a row whose runs did not train says so in "
               "every cell. "
@@ -326,7 +327,7 @@ def to_markdown(spec: dict, rows: pd.DataFrame | list[dict]) -> str:
         lines += ["Rows: the paper's setting the row stands for, then (· ran:) what its runs really ran: backbone "
                   "or image input, dimensions, epochs per stage and batch, from the resolved run configs.", ""]
     reported = reported_protocols(spec)
-    for protocol in spec["protocols"]:
+    for protocol in spec.protocols:
         metrics = table_metrics(get_protocol(protocol).metrics)
         of_protocol = rows[rows["protocol"] == protocol]
         grid = (of_protocol.pivot(index="row", columns="metric", values="cell").reindex(columns=metrics)
@@ -359,9 +360,9 @@ def _label_text(rows: pd.DataFrame) -> pd.Series:
     return text.where(rows["not_run"] == "", rows["label"] + " · not run: " + rows["not_run"])
 
 
-def _training_lines(spec: dict, of_protocol: pd.DataFrame) -> list[str]:
+def _training_lines(spec: TableSpec, of_protocol: pd.DataFrame) -> list[str]:
     """The rows under a protocol's table that did not train, and those whose training is unknown, with why."""
-    t = spec["training_check"]
+    t = spec.training_check
     lines = []
     for state, intro in (
             (NOT_TRAINED, f"Rows that did not train (a run's main metric below {t['min_gain_share']:.0%} of the way "
@@ -374,9 +375,9 @@ def _training_lines(spec: dict, of_protocol: pd.DataFrame) -> list[str]:
     return lines
 
 
-def _saturated_lines(spec: dict, of_protocol: pd.DataFrame, metrics: list[str]) -> list[str]:
+def _saturated_lines(spec: TableSpec, of_protocol: pd.DataFrame, metrics: list[str]) -> list[str]:
     """The metric columns of a protocol's table whose every reproduced value is saturated."""
-    share = spec["training_check"]["saturated_share"]
+    share = spec.training_check["saturated_share"]
     lines = []
     for name in metrics:
         metric = METRICS.get(name)
@@ -388,12 +389,12 @@ def _saturated_lines(spec: dict, of_protocol: pd.DataFrame, metrics: list[str]) 
     return ["Saturated columns:", *lines, ""] if lines else []
 
 
-def _paired_lines(spec: dict, of_protocol: pd.DataFrame) -> list[str]:
+def _paired_lines(spec: TableSpec, of_protocol: pd.DataFrame) -> list[str]:
     """The paired t-test p of every metric (the Δ is in the cells), one line per compared row."""
     compared = of_protocol[of_protocol["compared_to"] != ""]
     if compared.empty:
         return []
-    labels = {r["id"]: r["label"] for r in spec["rows"]}
+    labels = {r.id: r.label for r in spec.rows}
     lines = ["Paired t-test p per metric (Δ in the cells: row − compared row, mean ± population std over seeds):"]
     for row_id, cells in compared.groupby("row", sort=False):
         first = cells.iloc[0]
@@ -402,16 +403,16 @@ def _paired_lines(spec: dict, of_protocol: pd.DataFrame) -> list[str]:
     return lines + [""]
 
 
-def ledger_lines(spec: dict) -> list[str]:
+def ledger_lines(spec: TableSpec) -> list[str]:
     """The deviation ledger under the tables, per source code: the switches each row runs at a
     value other than that code's, what the source values do, and the behaviours not reproduced."""
     groups: dict[str, dict] = {}
-    for row in spec["rows"]:
-        for ledger in row["ledger"]:
+    for row in spec.rows:
+        for ledger in row.ledger:
             group = groups.setdefault(ledger["code"] + repr(ledger["deviations"]),
                                       {"code": ledger["code"], "deviations": ledger["deviations"], "rows": [],
                                        "behaviour": {}})
-            group["rows"].append((row["label"], ledger["switches"]))
+            group["rows"].append((row.label, ledger["switches"]))
             for switch in ledger["switches"]:
                 group["behaviour"].setdefault((switch["key"], repr(switch["source"])),
                                               f"`{switch['key']}` = {switch['source']}: {switch['behaviour']}")
@@ -433,8 +434,8 @@ def ledger_lines(spec: dict) -> list[str]:
 
 
 def write_table(args) -> None:
-    spec = read_json(args.spec)
-    aggregates = {Path(p).stem: read_json(p) for p in args.rows}
+    spec = TableSpec.read(args.spec)
+    aggregates = {Path(p).stem: RowAggregate.read(p) for p in args.rows}
     rows = build_rows(spec, aggregates)
     write_text(args.out_csv, to_csv(rows))
     write_text(args.out_md, to_markdown(spec, rows))

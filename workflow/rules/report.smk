@@ -20,7 +20,7 @@ rule table_spec:
     output:
         LAYOUT.spec("{dataset}", "tables", "{table}"),
     params:
-        spec=lambda w: json.dumps(PLAN.table_spec(w.table, w.dataset)),
+        spec=lambda w: json.dumps(PLAN.table_spec(w.table, w.dataset).to_json()),
     localrule: True
     conda:
         CONDA_ENV
@@ -114,7 +114,7 @@ rule claims_spec:
     output:
         LAYOUT.spec("{dataset}", "claims", "{paper}"),
     params:
-        spec=lambda w: json.dumps(PLAN.claims_spec(w.paper, w.dataset)),
+        spec=lambda w: json.dumps(PLAN.claims_spec(w.paper, w.dataset).to_json()),
     localrule: True
     conda:
         CONDA_ENV
@@ -171,7 +171,7 @@ rule report_spec:
     output:
         LAYOUT.spec("{dataset}", "reports", "{paper}"),
     params:
-        spec=lambda w: json.dumps(PLAN.report_spec(w.paper, w.dataset)),
+        spec=lambda w: json.dumps(PLAN.report_spec(w.paper, w.dataset).to_json()),
     localrule: True
     conda:
         CONDA_ENV
@@ -206,7 +206,7 @@ rule summary_spec:
     output:
         LAYOUT.summary_spec("{dataset}"),
     params:
-        spec=lambda w: json.dumps(PLAN.summary_spec(w.dataset)),
+        spec=lambda w: json.dumps(PLAN.summary_spec(w.dataset).to_json()),
     localrule: True
     conda:
         CONDA_ENV
