@@ -301,3 +301,61 @@ class ClaimsSpec(JobRecord):
             raise HarnessError(f"{where}: rows: expected a JSON object, found {type(spec.rows).__name__}")
         return dataclasses.replace(spec, rows={key: ClaimsRowSpec.from_json(row, f"{where}: rows.{key}")
                                               for key, row in spec.rows.items()})
+
+
+@dataclass(frozen=True)
+class FigureRowSpec(JobRecord):
+    """A row of a figure's table that runs models; ``details``: what the figure's kind adds to it
+    (``methods.report.figure_kinds``: the setting the rows vary, the loss weights), written beside
+    the row's own keys."""
+    what: ClassVar[str] = "a figure row"
+    id: str
+    label: str
+    model: str
+    method: str
+    loss: str
+    seeds: list[int]
+    ensemble_size: int
+    runs: list[str]
+    ran: str
+    details: dict
+
+    def to_json(self) -> dict:
+        out = super().to_json()
+        details = out.pop("details")
+        return {**out, **details}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> "FigureRowSpec":
+        own = [f.name for f in dataclasses.fields(cls) if f.name != "details"]
+        if not isinstance(data, dict):
+            raise HarnessError(f"{where}: expected {cls.what} (a JSON object), found {type(data).__name__}")
+        details = {k: v for k, v in data.items() if k not in own}
+        return super().from_json({**{k: v for k, v in data.items() if k in own}, "details": details}, where)
+
+
+@dataclass(frozen=True)
+class FigureSpec(JobRecord):
+    """What the drawing job of a paper file's figure reads: the table's rows that run models; a
+    figure of several trained models adds each one's first run (``trained``) and the ``split`` it
+    is shown on; a figure of one trained model adds the ``row``, its first ``run``, the ``split``
+    and the thresholds that say whether it trained (``training_check``)."""
+    nested: ClassVar[dict[str, type[JobRecord]]] = {"rows": FigureRowSpec}
+    optional: ClassVar[frozenset[str]] = frozenset({"trained", "row", "run", "split", "training_check"})
+    what: ClassVar[str] = "a figure spec"
+    figure: str
+    kind: str
+    title: str
+    dataset: str
+    table: str
+    dataset_kind: str
+    protocols: list[str]
+    rows: list[FigureRowSpec]
+    trained: dict[str, str] | None = None   # row id -> its first run
+    row: str | None = None
+    run: str | None = None
+    split: str | None = None
+    training_check: dict | None = None
+
+    def row_spec(self, row_id: str) -> FigureRowSpec | None:
+        return next((r for r in self.rows if r.id == row_id), None)

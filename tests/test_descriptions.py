@@ -158,7 +158,7 @@ def test_plan_rows_carry_the_description_of_their_runs():
     assert "ResNet-152" in ft["label"] and ft["ran"].startswith("ResNet-18 (synthetic pre-trained), CNN fine-tuned")
     sgraf = next(r for r in spec["rows"] if r["id"] == "sgraf_sgraf")   # SGR + SAF: one description when alike
     assert " + " not in sgraf["ran"] and re.match(r"\d+×\d+ RoIAlign regions of ResNet-18", sgraf["ran"])
-    figure = plan.figure_spec("metric_learning", "synthetic")
+    figure = plan.figure_spec("metric_learning", "synthetic").to_json()
     assert all(r["ran"] for r in figure["rows"])
 
 

@@ -6,8 +6,8 @@ import pytest
 
 from methods.config import REPO_ROOT, load_harness_config
 from methods.errors import HarnessError
-from methods.job_records import (ClaimsSpec, EnsembleEvaluation, ReportSpec, RowAggregate, RunEvaluation, SummarySpec,
-                                 TableSpec, read_evaluation)
+from methods.job_records import (ClaimsSpec, EnsembleEvaluation, FigureSpec, ReportSpec, RowAggregate, RunEvaluation,
+                                 SummarySpec, TableSpec, read_evaluation)
 from methods.plan import Plan
 from tests.records import ensemble_evaluation, run_evaluation
 
@@ -20,13 +20,14 @@ def plan():
 def test_every_spec_the_plan_writes_reads_back_equal(plan, tmp_path):
     """Each spec as the rules write it (``json.dumps`` of ``to_json``), read by its job's reader."""
     specs = [(TableSpec, plan.table_spec(t, d)) for t, d in sorted(plan.tables)]
+    specs += [(FigureSpec, plan.figure_spec(f, d)) for f, d in sorted(plan.figures)]
     specs += [(SummarySpec, plan.summary_spec(d)) for d in plan.cfg["default_datasets"]]
     for paper in plan.papers:
         for dataset in plan.paper_datasets(paper):
             specs.append((ReportSpec, plan.report_spec(paper, dataset)))
             if (paper, dataset) in plan.claims:
                 specs.append((ClaimsSpec, plan.claims_spec(paper, dataset)))
-    assert {cls for cls, _ in specs} == {TableSpec, SummarySpec, ReportSpec, ClaimsSpec}
+    assert {cls for cls, _ in specs} == {TableSpec, FigureSpec, SummarySpec, ReportSpec, ClaimsSpec}
     for i, (cls, spec) in enumerate(specs):
         path = tmp_path / f"{i}.json"
         path.write_text(json.dumps(spec.to_json()))
@@ -45,6 +46,16 @@ def test_a_record_with_a_missing_or_unknown_key_is_refused_naming_the_file(tmp_p
     with pytest.raises(HarnessError, match=r"t\.spec\.json: rows\[0\]: not a table row of this harness version "
                                            r"\(unknown keys \['colour'\]; missing keys \['label', "):
         TableSpec.read(path)
+
+
+def test_a_figure_rows_kind_details_are_written_beside_its_own_keys():
+    """The settings a figure's kind adds to a row stay where the drawing reads them, and read back."""
+    row = {"id": "k_2", "label": "K = 2", "model": "set_embedding", "method": "m", "loss": "l", "seeds": [0],
+           "ensemble_size": 1, "runs": ["r"], "ran": "x", "overrides": ["model.set_size"], "setting": {"model.set_size": 2}}
+    spec = FigureSpec.from_json({"figure": "f", "kind": "rsum_by_setting", "title": "t", "dataset": "d", "table": "t",
+                                 "dataset_kind": "synthetic", "protocols": [], "rows": [row]}, "test")
+    assert spec.rows[0].details == {"overrides": ["model.set_size"], "setting": {"model.set_size": 2}}
+    assert spec.to_json()["rows"] == [row] and "split" not in spec.to_json()
 
 
 def test_an_aggregate_written_before_the_training_check_reads_as_none(tmp_path):

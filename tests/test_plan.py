@@ -95,7 +95,7 @@ def test_figures_are_default_targets_of_the_synthetic_dataset(plan):
     targets = plan.default_targets()
     assert "figures/metric_learning_synthetic.png" in targets
     assert "figures/metric_learning_gradients_synthetic.png" in targets
-    spec = plan.figure_spec("metric_learning_gradients", "synthetic")
+    spec = plan.figure_spec("metric_learning_gradients", "synthetic").to_json()
     assert {(r["model"], r["loss"]) for r in spec["rows"]} == {
         (m, lo) for m in ("vsepp", "vsrn") for lo in ("triplet_sum", "triplet_hardest", "nt_xent", "smooth_ap")}
 

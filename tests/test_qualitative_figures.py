@@ -1,6 +1,7 @@
 """Qualitative figures mark what is true: a retrieved caption or image is a match under the
 dataset's relevance (on synthetic data the generator's extended positives, on real caption data
 an image's own captions), and the SAF-weights figure draws a run only when it trained."""
+import dataclasses
 import json
 import re
 import shutil
@@ -23,12 +24,15 @@ from methods.report.paper_figures import extended_positives  # noqa: E402
 from methods.report.retrieval_examples import image_retrieval_figure, text_retrieval_figure  # noqa: E402
 from methods.report.saf_weights import (pick_pairs, rank_of, run_check, saf_weights_figure,  # noqa: E402
                                         score_digits)
-from methods.job_records import RunEvaluation  # noqa: E402
+from methods.job_records import FigureSpec, RunEvaluation  # noqa: E402
 from tests.conftest import REPO, copy_workflow, snakemake  # noqa: E402
 from tests.records import run_evaluation  # noqa: E402
 
-SPEC = {"figure": "fig", "title": "T", "dataset": "synthetic", "dataset_kind": "synthetic", "row": "r",
-        "run": "results/synthetic/runs/x/seed0", "split": "test", "rows": [{"id": "r"}]}
+SPEC = FigureSpec.from_json({
+    "figure": "fig", "kind": "saf_weights", "title": "T", "dataset": "synthetic", "table": "t", "dataset_kind": "synthetic",
+    "protocols": ["synthetic_test"], "row": "r", "run": "results/synthetic/runs/x/seed0", "split": "test",
+    "rows": [{"id": "r", "label": "R", "model": "sgraf", "method": "sgraf", "loss": "triplet_hardest", "seeds": [0],
+              "ensemble_size": 1, "runs": ["results/synthetic/runs/x/seed0"], "ran": ""}]}, "test")
 THRESHOLDS = TrainingThresholds(min_gain_share=0.05, min_score_spread=1e-4, saturated_share=0.99)
 GREEN, RED = matplotlib.colors.to_rgba("tab:green"), matplotlib.colors.to_rgba("tab:red")
 
@@ -64,7 +68,7 @@ def test_another_images_caption_that_describes_the_query_is_a_match():
 
 
 def test_on_real_caption_data_only_the_images_own_captions_are_matches():
-    fig = text_retrieval_figure({**SPEC, "dataset": "flickr", "dataset_kind": "karpathy"}, SIMS, CAPTIONS, 2, IMAGES)
+    fig = text_retrieval_figure(dataclasses.replace(SPEC, dataset="flickr", dataset_kind="karpathy"), SIMS, CAPTIONS, 2, IMAGES)
     expected = [c in (0, 1) for c in IMAGE0_ORDER]   # image 0's own captions: 0 and 1
     assert text_marks(fig, 0) == [("✓", GREEN) if e else ("✗", RED) for e in expected]
     assert "one of the image's own 2 captions" in fig._suptitle.get_text()

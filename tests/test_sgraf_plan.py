@@ -128,7 +128,7 @@ def test_synthetic_preset_is_small_and_trains_the_papers_loss(plan):
     cfg = plan.experiment("synthetic", plan.row("sgraf_t1", "synthetic", "sgr").members[0]).config
     assert cfg["loss"] == {"kind": "triplet_hardest", "margin": 0.2, "warmup_sum_epochs": 2} and cfg["model"]["sim_dim"] == 32
     assert "figures/sgraf_saf_weights_synthetic.png" in plan.default_targets()
-    spec = plan.figure_spec("sgraf_saf_weights", "synthetic")
+    spec = plan.figure_spec("sgraf_saf_weights", "synthetic").to_json()
     assert spec["row"] == "saf" and spec["split"] == "test" and spec["run"].endswith("/seed0")
 
 

@@ -7,8 +7,9 @@ config>`` so a changed hyper-parameter gives a new run directory, never a stale 
 from __future__ import annotations
 
 from methods.errors import HarnessError
-from methods.job_records import (ClaimSpec, ClaimsRowSpec, ClaimsSpec, ReportSpec, SummaryPaperSpec, SummaryRowSpec,
-                                  SummarySpec, SummaryTableSpec, TableRowSpec, TableSpec)
+from methods.job_records import (ClaimSpec, ClaimsRowSpec, ClaimsSpec, FigureRowSpec, FigureSpec, ReportSpec,
+                                  SummaryPaperSpec, SummaryRowSpec, SummarySpec, SummaryTableSpec, TableRowSpec,
+                                  TableSpec)
 from methods.losses.term_kinds import term_configs
 from methods.metrics.protocols import CHECKED_PROTOCOLS, STATISTICS_PROTOCOL, get_protocol
 from methods.paths import ResultsLayout, sims_file
@@ -227,35 +228,35 @@ class Plan:
             raise HarnessError(f"no figure '{name}' is declared for dataset '{dataset}'; declared: {', '.join(known)}")
         return self.figures[(name, dataset)]
 
-    def figure_spec(self, name: str, dataset: str) -> dict:
+    def figure_spec(self, name: str, dataset: str) -> FigureSpec:
         fig = self.figure(name, dataset)
-        rows = []
+        kind = FIGURE_KINDS.get(fig.kind)
         run_rows = [r for r in self.table(fig.table, dataset).rows if r.runs_models]   # reported-only rows have none
         configs = [self.experiment(dataset, row.members[0]).config for row in run_rows]
-        for row, cfg in zip(run_rows, configs):
-            rows.append({"id": row.id, "label": row.label, "model": cfg["model"]["kind"], "method": cfg["method"],
-                         "loss": "+".join(t["kind"] for t in term_configs(cfg["loss"])), "seeds": row.seeds, "ensemble_size": row.ensemble_size,
-                         "runs": self.row_runs(row, dataset), "ran": row.ran})
-        spec = {"figure": name, "kind": fig.kind, "title": fig.title, "dataset": dataset, "table": fig.table,
-                "dataset_kind": data_kind(self.cfg["datasets"][dataset]),
-                "protocols": self.cfg["datasets"][dataset]["protocols"], "rows": rows}
-        kind = FIGURE_KINDS.get(fig.kind)
-        if kind.row_details is not None:   # what the drawing compares across the rows
-            for out, details in zip(rows, kind.row_details(run_rows, configs, f"figure {name}"), strict=True):
-                out.update(details)
+        # what the drawing compares across the rows (the kind's), beside each row's own
+        details = (kind.row_details(run_rows, configs, f"figure {name}") if kind.row_details is not None
+                   else [{} for _ in run_rows])
+        rows = [FigureRowSpec(id=row.id, label=row.label, model=cfg["model"]["kind"], method=cfg["method"],
+                              loss="+".join(t["kind"] for t in term_configs(cfg["loss"])), seeds=row.seeds,
+                              ensemble_size=row.ensemble_size, runs=self.row_runs(row, dataset), ran=row.ran,
+                              details=extra)
+                for row, cfg, extra in zip(run_rows, configs, details, strict=True)]
+        extra = {}
         if fig.rows is not None and kind.ordered_rows:   # e.g. curves from the rows' training logs,
-            by_id = {r["id"]: r for r in rows}           # in the figure's order (first: solid)
-            spec["rows"] = [by_id[r] for r in fig.rows]
+            by_id = {r.id: r for r in rows}              # in the figure's order (first: solid)
+            rows = [by_id[r] for r in fig.rows]
         elif fig.rows is not None:  # several trained models: each row's first run
-            spec.update(trained={r: self.first_run(fig.table, dataset, r) for r in fig.rows},
-                        split=test_splits(self.cfg, dataset)[0])
+            extra.update(trained={r: self.first_run(fig.table, dataset, r) for r in fig.rows},
+                         split=test_splits(self.cfg, dataset)[0])
         if fig.row is not None:  # one trained model: the row's first member, first seed, first test split,
             # and the thresholds that say whether it trained (a figure of an untrained one says so)
             kind.check_model(self.experiment(dataset, self.row(fig.table, dataset, fig.row).members[0]).config["model"],
                              f"figure {name}, row '{fig.row}'")
-            spec.update(row=fig.row, run=self.first_run(fig.table, dataset, fig.row), split=test_splits(self.cfg, dataset)[0],
-                        training_check=self.cfg["training_check"])
-        return spec
+            extra.update(row=fig.row, run=self.first_run(fig.table, dataset, fig.row),
+                         split=test_splits(self.cfg, dataset)[0], training_check=self.cfg["training_check"])
+        return FigureSpec(figure=name, kind=fig.kind, title=fig.title, dataset=dataset, table=fig.table,
+                          dataset_kind=data_kind(self.cfg["datasets"][dataset]),
+                          protocols=self.cfg["datasets"][dataset]["protocols"], rows=rows, **extra)
 
     def first_run(self, table: str, dataset: str, row_id: str) -> str:
         """The run a figure inspects for a row: its first member's run of its first seed."""

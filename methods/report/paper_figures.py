@@ -48,7 +48,7 @@ from methods.data.positives import split_positives  # noqa: E402
 from methods.data.text import Vocabulary  # noqa: E402
 from methods.errors import HarnessError  # noqa: E402
 from methods.io import atomic_path, load_npy, read_json  # noqa: E402
-from methods.job_records import RowAggregate, RunEvaluation  # noqa: E402
+from methods.job_records import FigureSpec, RowAggregate, RunEvaluation  # noqa: E402
 from methods.metrics.protocols import get_protocol  # noqa: E402
 from methods.metrics.training_check import TrainingThresholds  # noqa: E402
 from methods.model_kinds import MODEL_KINDS, image_input_of  # noqa: E402
@@ -84,21 +84,21 @@ def _ordered(values) -> list:
     return sorted(seen, key=lambda v: (LOSS_ORDER.index(v) if v in LOSS_ORDER else len(LOSS_ORDER), v))
 
 
-def _title(spec: dict, width: int) -> str:
-    note = " — synthetic data, not comparable with the paper" if spec["dataset_kind"] == "synthetic" else ""
-    return textwrap.fill(f"{spec['title']} ({spec['dataset']}{note})", width)
+def _title(spec: FigureSpec, width: int) -> str:
+    note = " — synthetic data, not comparable with the paper" if spec.dataset_kind == "synthetic" else ""
+    return textwrap.fill(f"{spec.title} ({spec.dataset}{note})", width)
 
 
-def ran_note(spec: dict, width: int) -> str:
+def ran_note(spec: FigureSpec, width: int) -> str:
     """What the rows' runs really ran (the spec rows' ``ran``: model part; schedule), per model:
     its description once, then each schedule with the losses run with it where they differ, e.g.
     ``vsepp ran: ResNet-18 (...), embed 256, ...; 12 epochs, batch 64 (triplet_sum, nt_xent) /
     24 epochs, batch 32 images (smooth_ap)``. Empty for a spec written without ``ran``."""
     notes: dict[tuple[str, str], dict[str, list[str]]] = {}
-    for row in spec["rows"]:
-        if row.get("ran"):
-            described, _, schedule = row["ran"].rpartition("; ")
-            notes.setdefault((row["model"], described), {}).setdefault(schedule, []).append(row["loss"])
+    for row in spec.rows:
+        if row.ran:
+            described, _, schedule = row.ran.rpartition("; ")
+            notes.setdefault((row.model, described), {}).setdefault(schedule, []).append(row.loss)
     lines = []
     for (model, described), schedules in notes.items():
         runs = " / ".join(f"{s} ({', '.join(dict.fromkeys(losses))})" if len(schedules) > 1 else s
@@ -107,25 +107,25 @@ def ran_note(spec: dict, width: int) -> str:
     return "\n".join(lines)
 
 
-def _ran_footnote(fig, spec: dict, width: int) -> None:
+def _ran_footnote(fig, spec: FigureSpec, width: int) -> None:
     note = ran_note(spec, width)
     if note:
         fig.supxlabel(note, fontsize=7)
 
 
 @register_figure("rsum_by_loss")
-def rsum_by_loss(spec: dict, aggregates: dict[str, RowAggregate], args=None):
-    losses = _ordered(r["loss"] for r in spec["rows"])
-    models = list(dict.fromkeys(r["model"] for r in spec["rows"]))
-    protocols = [p for p in spec["protocols"] if "rsum" in get_protocol(p).metrics]  # RSUM protocols only
+def rsum_by_loss(spec: FigureSpec, aggregates: dict[str, RowAggregate], args=None):
+    losses = _ordered(r.loss for r in spec.rows)
+    models = list(dict.fromkeys(r.model for r in spec.rows))
+    protocols = [p for p in spec.protocols if "rsum" in get_protocol(p).metrics]  # RSUM protocols only
     fig, axes = plt.subplots(1, len(protocols), figsize=(4.8 * len(protocols) + 1, 4.2), squeeze=False)
     width = 0.8 / max(1, len(models))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, protocol in zip(axes[0], protocols):
         for m_idx, model in enumerate(models):
-            for i, row in enumerate(r for r in spec["rows"] if r["model"] == model):
-                stats = aggregates[row["id"]].protocols[protocol]["rsum"]
-                x = losses.index(row["loss"]) + (m_idx - (len(models) - 1) / 2) * width
+            for i, row in enumerate(r for r in spec.rows if r.model == model):
+                stats = aggregates[row.id].protocols[protocol]["rsum"]
+                x = losses.index(row.loss) + (m_idx - (len(models) - 1) / 2) * width
                 ax.bar(x, stats["mean"], width * 0.9, color=colours[m_idx % len(colours)], alpha=0.75,
                        yerr=stats["std"] if len(stats["values"]) > 1 else None, capsize=3,
                        label=model if i == 0 else None)  # one legend entry per model
@@ -140,17 +140,17 @@ def rsum_by_loss(spec: dict, aggregates: dict[str, RowAggregate], args=None):
 
 
 @register_figure("gradient_counts")
-def gradient_counts(spec: dict, aggregates: dict | None = None, args=None):
-    models = list(dict.fromkeys(r["model"] for r in spec["rows"]))
+def gradient_counts(spec: FigureSpec, aggregates: dict | None = None, args=None):
+    models = list(dict.fromkeys(r.model for r in spec.rows))
     fig, axes = plt.subplots(2, len(models), figsize=(5.2 * len(models), 7), squeeze=False, sharex="col")
     threshold = None
     for col, model in enumerate(models):
         for row_idx, direction in enumerate(DIRECTIONS):
             ax = axes[row_idx][col]
-            rows = {r["loss"]: r for r in spec["rows"] if r["model"] == model}
+            rows = {r.loss: r for r in spec.rows if r.model == model}
             for loss in _ordered(rows):
                 per_seed = []
-                for run in rows[loss]["runs"]:
+                for run in rows[loss].runs:
                     history = read_json(train_log(run))["history"]
                     counts = [h.get("gradient_counts", {}).get(direction) for h in history]
                     if any(c is None for c in counts):
@@ -177,16 +177,16 @@ def gradient_counts(spec: dict, aggregates: dict | None = None, args=None):
 
 
 @register_figure("saf_weights")
-def saf_weights(spec: dict, aggregates: dict, args):
-    run = Path(spec["run"])
+def saf_weights(spec: FigureSpec, aggregates: dict, args):
+    run = Path(spec.run)
     model, ckpt, _ = load_trained_model(Path(model_file(run)), {}, torch.device("cpu"))
     payload = load_dataset_payload(args.dataset_config)
     model_cfg = ckpt["config"]["model"]
-    FIGURE_KINDS.get("saf_weights").check_model(model_cfg, f"figure {spec['figure']}, row '{spec['row']}' ({run})")
-    data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
-    sims = load_npy(sims_file(run, spec["split"]))
-    ev = RunEvaluation.read(eval_file(run, spec["split"]))
-    check = run_check(ev, sims, data.texts_per_image, TrainingThresholds.from_config(spec["training_check"]))
+    FIGURE_KINDS.get("saf_weights").check_model(model_cfg, f"figure {spec.figure}, row '{spec.row}' ({run})")
+    data = image_input_of(model_cfg).load(payload, spec.split, args.features_dir, model_cfg)
+    sims = load_npy(sims_file(run, spec.split))
+    ev = RunEvaluation.read(eval_file(run, spec.split))
+    check = run_check(ev, sims, data.texts_per_image, TrainingThresholds.from_config(spec.training_check))
     return saf_weights_figure(spec, model, data.features, data.captions, data.texts_per_image,
                               Vocabulary.load(args.vocab), sims, check, positives=extended_positives(payload, spec, sims))
 
@@ -215,31 +215,31 @@ class ShownImages:
         return self.files[index]
 
 
-def _test_run(spec: dict, args):
+def _test_run(spec: FigureSpec, args):
     """(payload, the test split as the run scored it (captions in its order), the run's test score
     matrix) of a figure's row."""
     payload = load_dataset_payload(args.dataset_config)
-    run = Path(spec["run"])
-    model_cfg = RunEvaluation.read(eval_file(run, spec["split"])).config["model"]
-    data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
-    sims = load_npy(sims_file(run, spec["split"]))
+    run = Path(spec.run)
+    model_cfg = RunEvaluation.read(eval_file(run, spec.split)).config["model"]
+    data = image_input_of(model_cfg).load(payload, spec.split, args.features_dir, model_cfg)
+    sims = load_npy(sims_file(run, spec.split))
     if sims.shape[1] != len(data.captions):
-        raise HarnessError(f"{sims_file(run, spec['split'])} scores {sims.shape[1]} captions, the split has "
+        raise HarnessError(f"{sims_file(run, spec.split)} scores {sims.shape[1]} captions, the split has "
                            f"{len(data.captions)}")
     return payload, data, sims
 
 
-def extended_positives(payload: dict, spec: dict, sims: np.ndarray) -> np.ndarray | None:
+def extended_positives(payload: dict, spec: FigureSpec, sims: np.ndarray) -> np.ndarray | None:
     """The (images x captions) extended positives of the figure's split where the dataset has them
     (the synthetic generator writes every image each caption describes), else None."""
     path = payload["paths"].get("positives")
     if not path:
         return None
-    split = spec["split"]
+    split = spec.split
     positives = split_positives(path, payload_splits(payload, [split])[split], payload["paths"]["karpathy_json"])
     if positives.shape != sims.shape:
         raise HarnessError(f"{path}: split '{split}' has {positives.shape[0]} images x {positives.shape[1]} captions, "
-                           f"{sims_file(spec['run'], split)} scores {sims.shape[0]} x {sims.shape[1]}")
+                           f"{sims_file(spec.run, split)} scores {sims.shape[0]} x {sims.shape[1]}")
     return positives
 
 
@@ -251,7 +251,7 @@ def item_labels(payload: dict, data) -> ItemLabels | None:
     return ItemLabels(data.labels, data.text_labels(), names)
 
 
-def _relevance(payload: dict, spec: dict, data, sims: np.ndarray) -> dict:
+def _relevance(payload: dict, spec: FigureSpec, data, sims: np.ndarray) -> dict:
     """``labels`` or ``positives`` of the retrieval figures (``Matches``): shared labels on label-wise
     data, else the extended positives where the dataset has them (else neither: own captions)."""
     labels = item_labels(payload, data)
@@ -259,30 +259,30 @@ def _relevance(payload: dict, spec: dict, data, sims: np.ndarray) -> dict:
 
 
 @register_figure("text_retrieval_examples")
-def text_retrieval_examples(spec: dict, aggregates: dict, args):
+def text_retrieval_examples(spec: FigureSpec, aggregates: dict, args):
     payload, data, sims = _test_run(spec, args)
     return text_retrieval_figure(spec, sims, data.captions, data.texts_per_image,
-                                 ShownImages(payload, spec["split"], spec["figure"]), **_relevance(payload, spec, data, sims))
+                                 ShownImages(payload, spec.split, spec.figure), **_relevance(payload, spec, data, sims))
 
 
 @register_figure("image_retrieval_examples")
-def image_retrieval_examples(spec: dict, aggregates: dict, args):
+def image_retrieval_examples(spec: FigureSpec, aggregates: dict, args):
     payload, data, sims = _test_run(spec, args)
     relevance = _relevance(payload, spec, data, sims)
     # the label-wise supplement shows the top-3 images of a text query (Figure 2), the caption papers 5
     return image_retrieval_figure(spec, sims, data.captions, data.texts_per_image,
-                                  ShownImages(payload, spec["split"], spec["figure"]), **relevance,
+                                  ShownImages(payload, spec.split, spec.figure), **relevance,
                                   top=3 if relevance["labels"] is not None else TOP_K)
 
 
 @register_figure("asa_attention")
-def asa_attention(spec: dict, aggregates: dict, args, n_images: int = 3):
-    run = Path(spec["run"])
+def asa_attention(spec: FigureSpec, aggregates: dict, args, n_images: int = 3):
+    run = Path(spec.run)
     payload = load_dataset_payload(args.dataset_config)
     model, ckpt, finetuned = load_trained_model(Path(model_file(run)), payload["backbones"], torch.device("cpu"))
     model_cfg = ckpt["config"]["model"]
-    FIGURE_KINDS.get("asa_attention").check_model(model_cfg, f"figure {spec['figure']}, row '{spec['row']}' ({run})")
-    data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
+    FIGURE_KINDS.get("asa_attention").check_model(model_cfg, f"figure {spec.figure}, row '{spec.row}' ({run})")
+    data = image_input_of(model_cfg).load(payload, spec.split, args.features_dir, model_cfg)
     image_ids = spread_queries(len(data), n_images)
     if finetuned:  # the trained CNN computes the maps from the images
         feats = payload["dataset"]["features"]
@@ -292,7 +292,7 @@ def asa_attention(spec: dict, aggregates: dict, args, n_images: int = 3):
         batch = {"features": feature_tensors(data.features.take(np.array(image_ids)))}
     attention = {s: list(a) for s, a in model.asa_attention(batch).items()}
     grids = {s: tuple(g.shape[1:3]) for s, g in model.grids(batch).items()}
-    return asa_attention_figure(spec, attention, grids, ShownImages(payload, spec["split"], spec["figure"]), image_ids)
+    return asa_attention_figure(spec, attention, grids, ShownImages(payload, spec.split, spec.figure), image_ids)
 
 
 SETTING_LABELS = {"model.set_size": "set size K", "model.set_module.iterations": "iterations T",
@@ -300,30 +300,30 @@ SETTING_LABELS = {"model.set_size": "set size K", "model.set_module.iterations":
 
 
 @register_figure("rsum_by_setting")
-def rsum_by_setting(spec: dict, aggregates: dict[str, RowAggregate], args=None):
-    keys = list(dict.fromkeys(k for r in spec["rows"] for k in r["overrides"]))
+def rsum_by_setting(spec: FigureSpec, aggregates: dict[str, RowAggregate], args=None):
+    keys = list(dict.fromkeys(k for r in spec.rows for k in r.details["overrides"]))
     if not keys:
-        raise HarnessError(f"figure {spec['figure']}: no row of table {spec['table']} overrides a setting to plot")
-    protocol = next(p for p in spec["protocols"] if "rsum" in get_protocol(p).metrics)
-    fig = setting_panels(keys, spec["rows"], aggregates, protocol, SETTING_LABELS)
+        raise HarnessError(f"figure {spec.figure}: no row of table {spec.table} overrides a setting to plot")
+    protocol = next(p for p in spec.protocols if "rsum" in get_protocol(p).metrics)
+    fig = setting_panels(keys, spec.rows, aggregates, protocol, SETTING_LABELS)
     fig.suptitle(_title(spec, int(10 * fig.get_figwidth())), fontsize=10)
     _ran_footnote(fig, spec, int(15 * fig.get_figwidth()))
     return fig
 
 
 @register_figure("set_element_projection")
-def set_element_projection(spec: dict, aggregates: dict, args, n_images: int = 100):
+def set_element_projection(spec: FigureSpec, aggregates: dict, args, n_images: int = 100):
     """``n_images`` test images spread over the split and their captions, per row."""
     payload = load_dataset_payload(args.dataset_config)
     vocab = Vocabulary.load(args.vocab)
-    labels = {r["id"]: r["label"] for r in spec["rows"]}
+    labels = {r.id: r.label for r in spec.rows}
     models = {}
-    for row_id, run in spec["trained"].items():
+    for row_id, run in spec.trained.items():
         model, ckpt, _ = load_trained_model(Path(model_file(run)), payload["backbones"], torch.device("cpu"))
         model_cfg = ckpt["config"]["model"]
         if MODEL_KINDS.get(model_cfg["kind"]).set_sizes(model_cfg) is None:
-            raise HarnessError(f"figure {spec['figure']}: row '{row_id}' is not a set-embedding model")
-        data = image_input_of(model_cfg).load(payload, spec["split"], args.features_dir, model_cfg)
+            raise HarnessError(f"figure {spec.figure}: row '{row_id}' is not a set-embedding model")
+        data = image_input_of(model_cfg).load(payload, spec.split, args.features_dir, model_cfg)
         images = np.array(spread_queries(len(data), min(n_images, len(data))))
         tokens = [vocab.encode(data.captions[data.texts_per_image * i + j]) for i in images
                   for j in range(data.texts_per_image)]
@@ -339,20 +339,20 @@ def set_element_projection(spec: dict, aggregates: dict, args, n_images: int = 1
 
 
 @register_figure("label_training_curves")
-def label_training_curves(spec: dict, aggregates: dict | None = None, args=None):
+def label_training_curves(spec: FigureSpec, aggregates: dict | None = None, args=None):
     curves = {}
-    for row in spec["rows"]:
+    for row in spec.rows:
         seeds = []
-        for run in row["runs"]:
+        for run in row.runs:
             history = read_json(train_log(run))["history"]
             missing = [k for k in (*CLASSIFICATION, *RETRIEVAL) if k not in history[0]["val"]]
             if missing:
                 raise HarnessError(f"{train_log(run)}: validation logged no {', '.join(missing)} (row "
-                                   f"'{row['id']}' is not a label-wise model?)")
+                                   f"'{row.id}' is not a label-wise model?)")
             seeds.append([h["val"] for h in history])
-        curves[row["id"]] = seeds
+        curves[row.id] = seeds
     fig = training_curves(curves)
-    fig.text(0.5, 0.815, textwrap.fill("; ".join(f"{r['id']}: {r['label']}" for r in spec["rows"]), 210), fontsize=7,
+    fig.text(0.5, 0.815, textwrap.fill("; ".join(f"{r.id}: {r.label}" for r in spec.rows), 210), fontsize=7,
              ha="center", va="bottom")
     fig.suptitle(_title(spec, int(10 * fig.get_figwidth())), fontsize=10)
     _ran_footnote(fig, spec, int(15 * fig.get_figwidth()))
@@ -360,11 +360,11 @@ def label_training_curves(spec: dict, aggregates: dict | None = None, args=None)
 
 
 @register_figure("ndcg_by_loss_weight")
-def ndcg_by_loss_weight(spec: dict, aggregates: dict[str, RowAggregate], args=None, term: str = "masked_prediction"):
-    protocol = next((p for p in spec["protocols"] if "t2i_ndcg500" in get_protocol(p).metrics), None)
+def ndcg_by_loss_weight(spec: FigureSpec, aggregates: dict[str, RowAggregate], args=None, term: str = "masked_prediction"):
+    protocol = next((p for p in spec.protocols if "t2i_ndcg500" in get_protocol(p).metrics), None)
     if protocol is None:
-        raise HarnessError(f"figure {spec['figure']}: dataset {spec['dataset']} has no protocol with NDCG@500")
-    points = [(row["loss_weights"].get(term, 0.0), aggregates[row["id"]].protocols[protocol]) for row in spec["rows"]]
+        raise HarnessError(f"figure {spec.figure}: dataset {spec.dataset} has no protocol with NDCG@500")
+    points = [(row.details["loss_weights"].get(term, 0.0), aggregates[row.id].protocols[protocol]) for row in spec.rows]
     fig = ndcg_against_weight(points, term, protocol)
     fig.suptitle(_title(spec, int(10 * fig.get_figwidth())), fontsize=10)
     _ran_footnote(fig, spec, int(15 * fig.get_figwidth()))
@@ -372,8 +372,8 @@ def ndcg_by_loss_weight(spec: dict, aggregates: dict[str, RowAggregate], args=No
 
 
 def draw_figure(args) -> None:
-    spec = read_json(args.spec)
-    draw = DRAWINGS.get(spec["kind"])
+    spec = FigureSpec.read(args.spec)
+    draw = DRAWINGS.get(spec.kind)
     fig = draw(spec, {Path(p).stem: RowAggregate.read(p) for p in args.rows}, args)
     fig.tight_layout()
     with atomic_path(args.out, suffix=".png") as tmp:

@@ -28,6 +28,7 @@ import torch
 from matplotlib.patches import Rectangle
 
 from methods.errors import HarnessError
+from methods.job_records import FigureSpec
 
 TOP_K = 5
 
@@ -42,10 +43,10 @@ def top_k(scores: np.ndarray, k: int = TOP_K) -> np.ndarray:
     return np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")[:k]
 
 
-def _title(spec: dict, width: int, legend: str = "") -> str:
-    note = " — synthetic data, not comparable with the paper" if spec["dataset_kind"] == "synthetic" else ""
-    ran = next((r.get("ran") for r in spec["rows"] if r["id"] == spec["row"]), None)
-    text = textwrap.fill(f"{spec['title']} ({spec['dataset']}, row {spec['row']}, run {spec['run'].rsplit('/', 1)[-1]}{note})", width)
+def _title(spec: FigureSpec, width: int, legend: str = "") -> str:
+    note = " — synthetic data, not comparable with the paper" if spec.dataset_kind == "synthetic" else ""
+    ran = next((r.ran for r in spec.rows if r.id == spec.row), None)
+    text = textwrap.fill(f"{spec.title} ({spec.dataset}, row {spec.row}, run {spec.run.rsplit('/', 1)[-1]}{note})", width)
     return (text + ("\n" + textwrap.fill(f"ran: {ran}", width) if ran else "")
             + ("\n" + textwrap.fill(legend, width) if legend else ""))
 
@@ -109,7 +110,7 @@ class Matches:
         return f"✓: {what}; ✗: otherwise" if direction == "text" else f"green: {what}; red: otherwise"
 
 
-def text_retrieval_figure(spec: dict, sims: np.ndarray, captions: list[str], texts_per_image: int, images,
+def text_retrieval_figure(spec: FigureSpec, sims: np.ndarray, captions: list[str], texts_per_image: int, images,
                           n_queries: int = 4, labels: ItemLabels | None = None, positives: np.ndarray | None = None):
     """``images[i]``: image i of the split as an (H, W, 3) array; caption k is of image k // texts_per_image.
     With ``labels`` a text matches when it shares a label with the image, and its labels are shown;
@@ -139,7 +140,7 @@ def text_retrieval_figure(spec: dict, sims: np.ndarray, captions: list[str], tex
     return fig
 
 
-def image_retrieval_figure(spec: dict, sims: np.ndarray, captions: list[str], texts_per_image: int, images,
+def image_retrieval_figure(spec: FigureSpec, sims: np.ndarray, captions: list[str], texts_per_image: int, images,
                            n_queries: int = 4, labels: ItemLabels | None = None, top: int = TOP_K,
                            positives: np.ndarray | None = None):
     """The ``top`` images of a few text queries; the text's own image outlined green (with
@@ -175,11 +176,11 @@ def attended_candidates(attention: torch.Tensor, count: int) -> list[int]:
     return torch.argsort(received, descending=True, stable=True)[:count].tolist()
 
 
-def asa_attention_figure(spec: dict, attention: dict[str, list[torch.Tensor]], grid_shapes: dict[str, tuple[int, int]],
+def asa_attention_figure(spec: FigureSpec, attention: dict[str, list[torch.Tensor]], grid_shapes: dict[str, tuple[int, int]],
                          images, image_ids: list[int], candidates_per_scale: int = 2):
     """``attention[scale][k]``: the (N, N) attention of image ``image_ids[k]`` at that scale."""
     if not attention:
-        raise HarnessError(f"figure {spec['figure']}: row '{spec['row']}' has no adaptive self-attention (asa.blocks 0)")
+        raise HarnessError(f"figure {spec.figure}: row '{spec.row}' has no adaptive self-attention (asa.blocks 0)")
     scales = list(attention)
     columns = [(s, c) for s in scales for c in range(candidates_per_scale)]
     fig, axes = plt.subplots(len(image_ids), len(columns), figsize=(2.6 * len(columns), 2.7 * len(image_ids)),

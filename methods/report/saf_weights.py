@@ -25,7 +25,7 @@ import torch
 
 from methods.data.batches import feature_tensors, pad_tokens
 from methods.data.text import Vocabulary
-from methods.job_records import RunEvaluation
+from methods.job_records import FigureSpec, RunEvaluation
 from methods.metrics.retrieval import chance_recalls, retrieval_metrics
 from methods.metrics.training_check import TrainingThresholds, failures, measure
 
@@ -111,18 +111,18 @@ def pair_weights(model, features: torch.Tensor, token_lists: list[list[int]]) ->
     return beta, scores
 
 
-def _title(spec: dict, width: int) -> str:
-    note = " — synthetic data, not comparable with the paper" if spec["dataset_kind"] == "synthetic" else ""
-    ran = next((r.get("ran") for r in spec["rows"] if r["id"] == spec["row"]), None)
-    return (textwrap.fill(f"{spec['title']} ({spec['dataset']}, row {spec['row']}, {Path(spec['run']).name}{note})", width)
+def _title(spec: FigureSpec, width: int) -> str:
+    note = " — synthetic data, not comparable with the paper" if spec.dataset_kind == "synthetic" else ""
+    ran = next((r.ran for r in spec.rows if r.id == spec.row), None)
+    return (textwrap.fill(f"{spec.title} ({spec.dataset}, row {spec.row}, {Path(spec.run).name}{note})", width)
             + ("\n" + textwrap.fill(f"ran: {ran}", width) if ran else ""))
 
 
-def untrained_figure(spec: dict, check: RunCheck):
+def untrained_figure(spec: FigureSpec, check: RunCheck):
     """The figure of a run that did not train: the title and, in words, why no weights are drawn."""
     fig, ax = plt.subplots(figsize=(11, 2.8))
     ax.axis("off")
-    text = (f"Row {spec['row']} did not train (run {spec['run']}, {spec['split']} split): its SAF weights would be "
+    text = (f"Row {spec.row} did not train (run {spec.run}, {spec.split} split): its SAF weights would be "
             f"those of a model that did not learn, so none are drawn.\n\nWhy: {check.reason}.")
     ax.text(0.5, 0.5, "\n".join(textwrap.fill(line, 120) for line in text.split("\n")), ha="center", va="center",
             fontsize=10, transform=ax.transAxes)
@@ -130,7 +130,7 @@ def untrained_figure(spec: dict, check: RunCheck):
     return fig
 
 
-def saf_weights_figure(spec: dict, model, features, captions: list[str], texts_per_image: int, vocab: Vocabulary,
+def saf_weights_figure(spec: FigureSpec, model, features, captions: list[str], texts_per_image: int, vocab: Vocabulary,
                        sims: np.ndarray, check: RunCheck, n_queries: int = 3, positives: np.ndarray | None = None):
     """``sims``: the run's score matrix of the split; ``check``: its training check (``run_check``):
     a run that did not train gets ``untrained_figure``; ``positives``: the split's extended
@@ -161,10 +161,10 @@ def saf_weights_figure(spec: dict, model, features, captions: list[str], texts_p
             ax.set_ylabel("SAF weight β")
     true = ("caption that describes it (generator's predicates)" if positives is not None else "own caption")
     lines = [f"matched: the image's best-scored {true}; mismatched: its best-scored other caption; "
-             f"rank: of the pair's score in the run's {spec['split']} score matrix, among the image's {sims.shape[1]} captions"]
+             f"rank: of the pair's score in the run's {spec.split} score matrix, among the image's {sims.shape[1]} captions"]
     low, high = float(sims.min()), float(sims.max())
     digits = score_digits([low, high, low + (high - low) / 10])   # the range to a tenth of itself
-    lines.append(f"the run trained (training check: {check.summary}); all its {spec['split']} scores lie in "
+    lines.append(f"the run trained (training check: {check.summary}); all its {spec.split} scores lie in "
                  f"[{low:.{digits}f}, {high:.{digits}f}] (a range of {high - low:.1e})")
     fig.suptitle(_title(spec, 120) + "".join("\n" + textwrap.fill(line, 120) for line in lines), fontsize=10)
     return fig

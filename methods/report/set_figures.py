@@ -14,23 +14,23 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from methods.job_records import RowAggregate
+from methods.job_records import FigureRowSpec, RowAggregate
 
 
-def setting_panels(keys: list[str], rows: list[dict], aggregates: dict[str, RowAggregate], protocol: str, labels: dict[str, str]):
+def setting_panels(keys: list[str], rows: list[FigureRowSpec], aggregates: dict[str, RowAggregate], protocol: str, labels: dict[str, str]):
     """One panel per key; a row is drawn in the panel of the key it overrides (a row without
     overrides, the default, in every panel) at its value of that key."""
     fig, axes = plt.subplots(1, len(keys), figsize=(4.4 * len(keys) + 0.6, 3.8), squeeze=False)
     for ax, key in zip(axes[0], keys):
-        points = sorted(((float(r["setting"][key]), r) for r in rows if set(r["overrides"]) <= {key}),
+        points = sorted(((float(r.details["setting"][key]), r) for r in rows if set(r.details["overrides"]) <= {key}),
                         key=lambda p: p[0])
         xs = [x for x, _ in points]
-        stats = [aggregates[r["id"]].protocols[protocol]["rsum"] for _, r in points]
+        stats = [aggregates[r.id].protocols[protocol]["rsum"] for _, r in points]
         ax.errorbar(xs, [s["mean"] for s in stats], yerr=[s["std"] for s in stats], marker="o", capsize=3,
                     label="reproduced (mean ± std)")
         for x, s in zip(xs, stats):
             ax.scatter(np.full(len(s["values"]), x), s["values"], s=8, color="black", zorder=3)
-        reported = [(x, r["reported"].get(protocol, {}).get("metrics", {}).get("rsum")) for x, r in points]
+        reported = [(x, r.details["reported"].get(protocol, {}).get("metrics", {}).get("rsum")) for x, r in points]
         reported = [(x, v) for x, v in reported if v is not None]
         if reported:
             twin = ax.twinx()

@@ -380,22 +380,22 @@ def figure_inputs(w):
     needs = FIGURE_KINDS.get(fig.kind).needs
     inputs = {
         "spec": LAYOUT.spec(w.dataset, "figures", w.figure),
-        "rows": [LAYOUT.row_aggregate(w.dataset, fig.table, r["id"]) for r in spec["rows"]],
+        "rows": [LAYOUT.row_aggregate(w.dataset, fig.table, r.id) for r in spec.rows],
     }
     if "train_logs" in needs:
-        inputs["logs"] = [train_log(run) for r in spec["rows"] for run in r["runs"]]
+        inputs["logs"] = [train_log(run) for r in spec.rows for run in r.runs]
     if "trained_runs" in needs:  # the trained models of several rows and their test inputs
         inputs.update(cfg=dataset_json(w), vocab=LAYOUT.vocab(w.dataset),
-                      models=[model_file(run) for run in spec["trained"].values()],
+                      models=[model_file(run) for run in spec.trained.values()],
                       features=sorted({f for r in fig.rows
                                        for f in image_feature_files(w.dataset, PLAN.row(fig.table, w.dataset, r).members[0],
-                                                                    spec["split"])}))
+                                                                    spec.split)}))
     if "trained_run" in needs:  # one trained model, its test scores and its inputs
         exp = PLAN.row(fig.table, w.dataset, fig.row).members[0]
         inputs.update(cfg=dataset_json(w), vocab=LAYOUT.vocab(w.dataset),
-                      model=model_file(spec["run"]), sims=sims_file(spec["run"], spec["split"]),
-                      evaluation=eval_file(spec["run"], spec["split"]),   # its model config, its training check
-                      features=image_feature_files(w.dataset, exp, spec["split"]))
+                      model=model_file(spec.run), sims=sims_file(spec.run, spec.split),
+                      evaluation=eval_file(spec.run, spec.split),   # its model config, its training check
+                      features=image_feature_files(w.dataset, exp, spec.split))
     if "positives" in needs:  # what a true match is, where the dataset has extended positives
         inputs.update(positives_inputs_of(w.dataset))
     return inputs

@@ -76,7 +76,7 @@ rule figure_spec:
     output:
         LAYOUT.spec("{dataset}", "figures", "{figure}"),
     params:
-        spec=lambda w: json.dumps(PLAN.figure_spec(w.figure, w.dataset)),
+        spec=lambda w: json.dumps(PLAN.figure_spec(w.figure, w.dataset).to_json()),
     localrule: True
     conda:
         CONDA_ENV

@@ -90,7 +90,7 @@ def runtime_jobs(dataset):
             needs = FIGURE_KINDS.get(fig.kind).needs
             if "trained_run" in needs or "trained_runs" in needs:
                 for row_id in [fig.row] if fig.row else fig.rows:
-                    add_image_input(PLAN.row(fig.table, dataset, row_id).members[0], PLAN.figure_spec(name, dataset)["split"])
+                    add_image_input(PLAN.row(fig.table, dataset, row_id).members[0], PLAN.figure_spec(name, dataset).split)
     for paper in PLAN.papers:   # reproduction reports, and the claims of the papers that state some here
         if dataset in PLAN.paper_datasets(paper):
             add("reproduction_report", {paper}, paper=paper, dataset=dataset)
