@@ -1,13 +1,14 @@
 """What one job writes for another, as typed records: a run's or an ensemble's evaluation of a
 split (``eval_<split>.json``), a row's aggregate over its seeds, and the specs the plan writes for
-the table, summary, report and claims jobs.
+the table, figure, summary, report and claims jobs.
 
 Each is a frozen dataclass with one ``to_json`` and one ``from_json``, used by the job that writes
 the file and by every job that reads it. ``to_json`` writes the fields in their declared order (the
 files' key order, so a spec's bytes, and the rules' parameters, stay as they were); ``from_json``
 refuses a document with a missing or an unknown key, naming the file and the key: a file written
 by another version of the harness stops the reading job with one line instead of a KeyError deep
-in a report. Leaf data (metric values, reported numbers, ledgers, training checks) stay plain JSON.
+in a report. Leaf data (metric values, reported numbers, ledgers, training checks, an evaluation's
+per-protocol results) stay plain JSON.
 """
 from __future__ import annotations
 

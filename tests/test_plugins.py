@@ -40,6 +40,13 @@ def package_files() -> dict[str, tuple[int, int]]:
     return out
 
 
+def test_the_worked_example_is_five_files_at_their_paths_in_the_repository():
+    files = worked_example_files()
+    assert sorted(files) == ["config/methods/mean_regions.yaml", "methods/model_kinds/mean_regions.py",
+                             "methods/models/mean_regions.py", "methods/papers/mean_regions.yaml", SCHEMA]
+    assert files[SCHEMA].startswith("  mean_regions:\n")   # a block under $defs, as the text says
+
+
 def test_a_plugin_module_may_not_take_the_name_of_a_module_of_the_package(tmp_path, monkeypatch):
     (tmp_path / "methods" / "model_kinds").mkdir(parents=True)
     (tmp_path / "methods" / "model_kinds" / "sgraf.py").write_text("raise AssertionError('must not run')\n")
