@@ -1,8 +1,10 @@
 """Digests of what a DAG run computed on the built-in synthetic data: the generated images, the
 pre-trained backbone, the cached CNN features and RoIAlign regions, and every run's kept weights
-and test score matrix. ``tests/test_golden.py`` holds the tiny DAG's digests against the committed
-``tests/data/golden_portable.json``; after a change that is meant to move numbers, write that file
-anew from a tiny DAG's work folder:
+and test score matrix. ``tests/test_golden.py`` holds the tiny DAG's digests against the ones
+committed for the host's CPU vendor (``tests/data/golden_portable.json``: Intel;
+``golden_portable_amd.json``: AMD; the two differ from the backbone pre-training on). After a
+change that is meant to move numbers, write each vendor's file anew from a tiny DAG's work folder on
+a host of that vendor:
 
     python -m tests.golden <work folder of the tiny DAG> > tests/data/golden_portable.json
 """
