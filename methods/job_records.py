@@ -357,6 +357,3 @@ class FigureSpec(JobRecord):
     run: str | None = None
     split: str | None = None
     training_check: dict | None = None
-
-    def row_spec(self, row_id: str) -> FigureRowSpec | None:
-        return next((r for r in self.rows if r.id == row_id), None)
