@@ -279,3 +279,46 @@ def test_real_datasets_run_the_supplements_recipe(dataset, lam):
     assert weights == {"label_logistic": 1.0, "masked_prediction": lam}
     con = api.experiment_config("label_wise", dataset, variants=["consistency"])
     assert {t["kind"]: t.get("weight", 1.0) for t in con["loss"]["terms"]} == {**weights, "consistency": 0.1}
+
+
+def test_validation_runs_the_protocols_its_selection_and_label_head_need():
+    """Every epoch's validation: retrieval for every model, the shared-label ranking when the
+    selection metric ranks by shared labels or the model has a label head, micro-F1 with a label head."""
+    from methods.config import load_schema
+    from methods.metrics.declarations import RETRIEVAL_METRICS
+    from methods.metrics.protocols import validation_protocols
+
+    def names(selection, predicts_labels):
+        return [p.name for p in validation_protocols(selection, predicts_labels)]
+
+    assert names("rsum", False) == names("r1_r5_sum", False) == names("last", False) == ["validation_retrieval"]
+    assert names("ndcg500_sum", False) == ["validation_retrieval", "validation_label_ranking"]
+    assert names("rsum", True) == names("ndcg500_sum", True) == \
+        ["validation_retrieval", "validation_label_ranking", "validation_label_prediction"]
+    # what train_log.json records per epoch for a label-wise model, in this order
+    assert [m for p in validation_protocols("ndcg500_sum", True) for m in p.metrics] == \
+        [*RETRIEVAL_METRICS, *LABEL_RANKING_METRICS, "ndcg500_sum", *LABEL_PREDICTION_METRICS]
+    schema = load_schema("method")["properties"]["training"]["properties"]["selection_metric"]["enum"]
+    for selection in schema:              # each selection metric the schema accepts is computed
+        validation_protocols(selection, False)
+    with pytest.raises(HarnessError, match="training.selection_metric: no validation protocol computes map_r_ext_sum"):
+        validation_protocols("map_r_ext_sum", False)
+
+
+def test_validation_gives_each_caption_its_images_labels_and_joins_the_label_predictions():
+    from methods.metrics.evaluation import items_relevance
+    from methods.metrics.protocols import VALIDATION_PROTOCOLS
+
+    retrieval, ranking, prediction = (v.protocol for v in VALIDATION_PROTOCOLS)
+    labels = np.array([[1, 0, 1], [0, 0, 0], [0, 1, 0]], dtype=np.uint8)
+    assert items_relevance(retrieval, 5).captions_per_image == 5
+    shared = items_relevance(ranking, 2, labels)
+    np.testing.assert_array_equal(shared.text_labels, [[1, 0, 1], [1, 0, 1], [0, 0, 0], [0, 0, 0], [0, 1, 0], [0, 1, 0]])
+    assert (shared.tie_order, shared.ndcg_discount) == ("against_model", "rank")
+    image_scores, text_scores = np.full((3, 3), 0.9), np.full((6, 3), 0.1)
+    joined = items_relevance(prediction, 2, labels, (image_scores, text_scores))
+    assert joined.kind == "label_predictions"
+    with pytest.raises(HarnessError, match="protocol validation_label_ranking needs labels, but the images have none"):
+        items_relevance(ranking, 2, None)
+    with pytest.raises(HarnessError, match="needs the model's label predictions; it makes none"):
+        items_relevance(prediction, 2, labels)

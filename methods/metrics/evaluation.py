@@ -113,6 +113,29 @@ def split_labels(payload: dict, split: str, protocol: Protocol, loaded: Split | 
                         text_owners=columns // loaded.texts_per_image, image_texts=image_texts, **conventions)
 
 
+def items_relevance(protocol: Protocol, texts_per_image: int, image_labels: np.ndarray | None = None,
+                    predictions: tuple[np.ndarray, np.ndarray] | None = None):
+    """The relevance ``protocol`` needs for images in order, each with its ``texts_per_image`` texts
+    (validation's dev items, ``methods.training.loop.validate``): captions of their image, or shared
+    labels from ``image_labels`` (each text has its image's) with the protocol's conventions, joined to
+    the model's label ``predictions`` for label-prediction protocols."""
+    if protocol.relevance == "captions_of_image":
+        return CaptionsOfImage(texts_per_image)
+    if protocol.relevance not in ("shared_labels", "label_predictions") or protocol.unique_texts:
+        raise HarnessError(f"protocol {protocol.name} needs {protocol.relevance} relevance"
+                           f"{' of unique texts' if protocol.unique_texts else ''}, which images with their "
+                           f"texts in order do not give")
+    if image_labels is None:
+        raise HarnessError(f"protocol {protocol.name} needs labels, but the images have none")
+    labels = SharedLabels(image_labels, np.repeat(image_labels, texts_per_image, axis=0),
+                          tie_order=protocol.tie_order, ndcg_discount=protocol.ndcg_discount)
+    if protocol.relevance == "shared_labels":
+        return labels
+    if predictions is None:
+        raise HarnessError(f"protocol {protocol.name} needs the model's label predictions; it makes none")
+    return label_prediction_relevance(labels, predictions)
+
+
 def label_prediction_relevance(labels: SharedLabels, predictions: tuple[np.ndarray, np.ndarray]) -> LabelPredictions:
     """A model's per-item label probabilities (``RetrievalModel.label_predictions``) beside the split's labels."""
     image_scores, text_scores = predictions

@@ -134,6 +134,61 @@ STATISTICS_PROTOCOL = "set_statistics"
 CHECKED_PROTOCOLS = frozenset(name for name, p in PROTOCOLS.items() if p.main_metric is not None)
 
 
+@dataclass(frozen=True)
+class ValidationProtocol:
+    """A protocol validation runs every epoch (``methods.training.loop.validate``) on the first
+    ``val_max_images`` images of the dev split, all at once, and when: ``always``, for a
+    ``selection`` metric of its relevance, or for a model that makes ``label_predictions``."""
+    protocol: Protocol
+    when: frozenset[str]
+
+    WHEN = frozenset({"always", "selection", "label_predictions"})
+
+    def __post_init__(self) -> None:
+        if self.protocol.split != "dev" or self.protocol.n_folds != 1 or not self.when or self.when - self.WHEN:
+            raise ValueError(f"validation protocol {self.protocol.name}: the dev split in one fold, run when "
+                             f"{' / '.join(sorted(self.WHEN))}")
+
+    def runs_for(self, selection: str, predicts_labels: bool) -> bool:
+        """Whether it runs for a model selected on metric ``selection`` that does (not) predict labels."""
+        return ("always" in self.when
+                or ("selection" in self.when and METRICS.get(selection).relevance == self.protocol.relevance)
+                or ("label_predictions" in self.when and predicts_labels))
+
+
+# The validation logs (``train_log.json``): the six recalls, RSUM and the ranks for every model;
+# label-wise models (a label head, selected on NDCG@500) also the shared-label ranking metrics with
+# their selection sum and each side's micro-F1. Shared-label validation ranks every caption with the
+# default tie order and discount. In this order: the log's keys follow it.
+VALIDATION_PROTOCOLS: tuple[ValidationProtocol, ...] = (
+    ValidationProtocol(Protocol("validation_retrieval", "dev", 1, None,
+                                "the dev split's first val_max_images images and their captions: recalls, RSUM, ranks"),
+                       frozenset({"always"})),
+    ValidationProtocol(Protocol("validation_label_ranking", "dev", 1, None,
+                                "the dev split's first val_max_images images and their captions, relevant when they "
+                                "share a label: the label ranking metrics and NDCG@500's sum",
+                                relevance="shared_labels", metrics=(*LABEL_RANKING_METRICS, "ndcg500_sum")),
+                       frozenset({"selection", "label_predictions"})),
+    ValidationProtocol(Protocol("validation_label_prediction", "dev", 1, None,
+                                "micro-F1 of each modality's label prediction on the dev split's first val_max_images "
+                                "images and their captions", relevance="label_predictions",
+                                metrics=LABEL_PREDICTION_METRICS),
+                       frozenset({"label_predictions"})),
+)
+
+
+def validation_protocols(selection: str, predicts_labels: bool) -> list[Protocol]:
+    """The protocols validation runs for a model selected on metric ``selection`` (a registered
+    metric; ``last`` keeps the final epoch and logs RSUM) that does (not) predict labels; one of
+    them computes the selection metric, else an error naming it."""
+    selection = "rsum" if selection == "last" else selection
+    chosen = [v.protocol for v in VALIDATION_PROTOCOLS if v.runs_for(selection, predicts_labels)]
+    if not any(set(base_metrics(selection)) <= set(p.metrics) for p in chosen):
+        raise HarnessError(f"training.selection_metric: no validation protocol computes {selection} "
+                           f"(methods.metrics.protocols.VALIDATION_PROTOCOLS)")
+    return chosen
+
+
 def statistics_result(statistics: dict[str, float], split: str, n_images: int) -> dict:
     """The result entry of a model's embedding statistics on one split (``evaluate_run``)."""
     return {"protocol": STATISTICS_PROTOCOL, "split": split, "n_images": n_images, "n_folds": 1,

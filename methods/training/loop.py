@@ -38,10 +38,9 @@ from methods.io import torch_save
 from methods.losses.gradient_count import count_negatives_with_gradient
 from methods.losses.terms import OneDirection
 from methods.losses.weighted_sum import Loss
-from methods.metrics.declarations import (LABEL_PREDICTION_METRICS, LABEL_RANKING_METRICS, METRICS, RETRIEVAL_METRICS,
-                                          value_from)
-from methods.metrics.evaluation import evaluate, label_prediction_relevance
-from methods.metrics.relevance import CaptionsOfImage, SharedLabels
+from methods.metrics.declarations import METRICS, value_from
+from methods.metrics.evaluation import evaluate_protocol, items_relevance
+from methods.metrics.protocols import validation_protocols
 from methods.models.base import RetrievalModel
 from methods.paths import checkpoints_dir
 from methods.runtime import seed_worker, to_device
@@ -145,29 +144,24 @@ def selection_value(metrics: dict, name: str) -> float:
 
 
 def validate(model: RetrievalModel, inp: TrainInputs, amp: bool) -> dict:
+    """The metrics of every validation protocol that runs for the model and its selection metric
+    (``methods.metrics.protocols.validation_protocols``), on the dev split's first images."""
     n = min(inp.val_max_images, len(inp.dev))
     pairs = CaptionPairs(inp.dev.captions, inp.vocab, inp.dev.texts_per_image, max_images=n)
     images = (ImageFiles(inp.images_dir, inp.dev.filenames[:n], eval_transform(inp.resize, inp.crop))
               if model.finetune else None)
     img, cap = encode_split(model, pairs.tokens, n, inp.device, inp.config["training"]["eval_batch_size"],
                             features=inp.dev.features, images=images, amp=amp)
-    selection = selection_metric(inp.config["training"])
     scores = score_matrix(model, img, cap, amp=amp)
-    by_captions = selection.relevance == "captions_of_image"
-    computable = selection.name in RETRIEVAL_METRICS or set(selection.components) <= set(RETRIEVAL_METRICS)
-    names = RETRIEVAL_METRICS + (() if computable or not by_captions else (selection.name,))
-    metrics = evaluate(scores, CaptionsOfImage(inp.dev.texts_per_image), names)
     predictions = model.label_predictions(img, cap)
-    if by_captions and predictions is None:
-        return metrics
-    # label-wise models: the shared-label ranking metrics (and selection) and each side's micro-F1 per epoch
-    if inp.dev.labels is None:
-        raise HarnessError(f"validation: selection metric {selection.name} or the model's label prediction needs "
-                           f"labels, but the dev split has none")
-    labels = SharedLabels(inp.dev.labels[:n], inp.dev.text_labels()[:n * inp.dev.texts_per_image])
-    metrics.update(evaluate(scores, labels, LABEL_RANKING_METRICS + (() if by_captions else (selection.name,))))
-    if predictions is not None:
-        metrics.update(evaluate(scores, label_prediction_relevance(labels, predictions), LABEL_PREDICTION_METRICS))
+    image_labels = None if inp.dev.labels is None else inp.dev.labels[:n]
+    metrics = {}
+    for protocol in validation_protocols(inp.config["training"]["selection_metric"], predictions is not None):
+        try:
+            relevance = items_relevance(protocol, inp.dev.texts_per_image, image_labels, predictions)
+        except HarnessError as e:
+            raise HarnessError(f"validation on the dev split: {e}") from None
+        metrics.update(evaluate_protocol(scores, protocol, relevance)["metrics"])
     return metrics
 
 
