@@ -1,6 +1,6 @@
 """What one job writes for another, as typed records: a run's or an ensemble's evaluation of a
 split (``eval_<split>.json``), a row's aggregate over its seeds, and the specs the plan writes for
-the table, figure, summary, report and claims jobs.
+the table, figure, summary, report, claims and runtime jobs.
 
 Each is a frozen dataclass with one ``to_json`` and one ``from_json``, used by the job that writes
 the file and by every job that reads it. ``to_json`` writes the fields in their declared order (the
@@ -357,3 +357,25 @@ class FigureSpec(JobRecord):
     run: str | None = None
     split: str | None = None
     training_check: dict | None = None
+
+
+# -- the runtime table (workflow/rules/runtime_jobs.smk -> methods.report.runtime) ----------------
+
+@dataclass(frozen=True)
+class RuntimeJobSpec(JobRecord):
+    what: ClassVar[str] = "a job of the runtime table"
+    rule: str
+    file: str            # its Snakemake benchmark file
+    papers: list[str]    # keys of the papers whose rows, tables or figures need it; none: the dataset's own
+
+
+@dataclass(frozen=True)
+class RuntimeSpec(JobRecord):
+    """What the runtime table of a dataset reads: the jobs behind its default targets, the rules in
+    pipeline order and the papers as [key, name] pairs in the config's order."""
+    nested: ClassVar[dict[str, type[JobRecord]]] = {"jobs": RuntimeJobSpec}
+    what: ClassVar[str] = "a runtime spec"
+    dataset: str
+    rules: list[str]
+    papers: list[list[str]]
+    jobs: list[RuntimeJobSpec]

@@ -7,7 +7,7 @@ import pytest
 from methods.config import REPO_ROOT, load_harness_config
 from methods.errors import HarnessError
 from methods.job_records import (ClaimsSpec, EnsembleEvaluation, FigureSpec, ReportSpec, RowAggregate, RunEvaluation,
-                                 SummarySpec, TableSpec, read_evaluation)
+                                 RuntimeJobSpec, RuntimeSpec, SummarySpec, TableSpec, read_evaluation)
 from methods.plan import Plan
 from tests.records import ensemble_evaluation, run_evaluation
 
@@ -79,3 +79,18 @@ def test_an_evaluation_is_read_by_its_kind(tmp_path):
     single.write_text(json.dumps({**run_evaluation(3, []), "kind": "bagged"}))
     with pytest.raises(HarnessError, match=r"single\.json: not an evaluation of this harness version \(kind 'bagged'"):
         read_evaluation(single)
+
+
+def test_the_runtime_spec_reads_back_its_jobs_and_refuses_an_unknown_key(tmp_path):
+    written = {"dataset": "toy", "rules": ["train", "table"], "papers": [["pb", "Paper B"], ["pa", "Paper A"]],
+               "jobs": [{"rule": "train", "file": "b/train.tsv", "papers": ["pa"]},
+                        {"rule": "table", "file": "b/table.tsv", "papers": []}]}
+    path = tmp_path / "runtime.spec.json"
+    path.write_text(json.dumps(written))
+    spec = RuntimeSpec.read(path)
+    assert spec.jobs[0] == RuntimeJobSpec(rule="train", file="b/train.tsv", papers=["pa"])
+    assert json.dumps(spec.to_json()) == json.dumps(written)   # the same keys in the same order
+    path.write_text(json.dumps({**written, "jobs": [{"rule": "train", "file": "f", "papers": [], "host": "x"}]}))
+    with pytest.raises(HarnessError, match=r"runtime\.spec\.json: jobs\[0\]: not a job of the runtime table .*"
+                                           r"unknown keys \['host'\]"):
+        RuntimeSpec.read(path)

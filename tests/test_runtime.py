@@ -9,6 +9,7 @@ import pytest
 
 from methods.config import REPO_ROOT, load_harness_config
 from methods.errors import HarnessError
+from methods.job_records import RuntimeJobSpec, RuntimeSpec
 from methods.plan import Plan
 from methods.report import runtime
 from tests.conftest import REPO, copy_workflow, snakemake
@@ -43,9 +44,10 @@ def spec(tmp_path):
                          "7.0000\t0:00:07\t650.00\t1100.00\t600.00\t610.00\t1.00\t1.00\t93.00\t6.50"), ["pa"]),
         ("table", tsv(tmp_path, "table_ab", "0.4000\t0:00:00\tNA\tNA\tNA\tNA\tNA\tNA\tNA\tNA"), ["pa", "pb"]),
     ]
-    return {"dataset": "toy", "rules": ["generate_synthetic", "vocab", "train", "evaluate", "ensemble", "table"],
-            "papers": [["pb", "Paper B (2021)"], ["pa", "Paper A (2020)"]],   # config order, not sorted
-            "jobs": [{"rule": r, "file": f, "papers": p} for r, f, p in jobs]}
+    return RuntimeSpec.from_json(
+        {"dataset": "toy", "rules": ["generate_synthetic", "vocab", "train", "evaluate", "ensemble", "table"],
+         "papers": [["pb", "Paper B (2021)"], ["pa", "Paper A (2020)"]],   # config order, not sorted
+         "jobs": [{"rule": r, "file": f, "papers": p} for r, f, p in jobs]}, "runtime.spec.json")
 
 
 def lines_of(table, grouping):
@@ -90,7 +92,7 @@ def test_sums_per_paper_count_shared_jobs_once(spec):
 
 def test_command_writes_csv_and_markdown(tmp_path, spec):
     spec_path = tmp_path / "runtime.spec.json"
-    spec_path.write_text(json.dumps(spec))
+    spec_path.write_text(json.dumps(spec.to_json()))
     out_csv, out_md = tmp_path / "runtime_toy.csv", tmp_path / "runtime_toy.md"
     runtime.main(["--spec", str(spec_path), "--out-csv", str(out_csv), "--out-md", str(out_md)])
     with open(out_csv) as f:
@@ -115,10 +117,10 @@ def test_command_writes_csv_and_markdown(tmp_path, spec):
 def test_a_malformed_benchmark_is_a_clear_error(tmp_path, spec):
     bad = tmp_path / "benchmarks" / "bad.tsv"
     bad.write_text("wall\n1.0\n")
-    spec["jobs"].append({"rule": "train", "file": str(bad), "papers": ["pa"]})
+    spec.jobs.append(RuntimeJobSpec(rule="train", file=str(bad), papers=["pa"]))
     with pytest.raises(HarnessError, match=r"bad.tsv: expected a header with s, max_rss, cpu_time"):
         runtime.build(spec)
-    spec["jobs"][-1]["file"] = str(tmp_path / "missing.tsv")
+    spec.jobs[-1] = RuntimeJobSpec(rule="train", file=str(tmp_path / "missing.tsv"), papers=["pa"])
     with pytest.raises(HarnessError, match=r"missing.tsv: cannot read it"):
         runtime.build(spec)
 

@@ -23,7 +23,8 @@ import pandas as pd
 
 from methods.cli import run_command
 from methods.errors import HarnessError
-from methods.io import read_json, write_text
+from methods.io import write_text
+from methods.job_records import RuntimeSpec
 
 SHARED = "shared"
 ALL = "all jobs"
@@ -50,12 +51,12 @@ def _sum_or_missing(values: pd.Series) -> float:
     return values.sum(min_count=1)
 
 
-def job_times(spec: dict) -> pd.DataFrame:
+def job_times(spec: RuntimeSpec) -> pd.DataFrame:
     """One line per job: rule, file, its group (the one paper that needs it, or ``shared``),
     wall s, CPU s and max RSS MB (missing where Snakemake took no sample)."""
-    jobs = pd.DataFrame(spec["jobs"], columns=["rule", "file", "papers"])
+    jobs = pd.DataFrame([job.to_json() for job in spec.jobs], columns=["rule", "file", "papers"])
     if jobs["file"].duplicated().any():
-        raise HarnessError(f"runtime spec of {spec['dataset']}: a benchmark file is listed twice "
+        raise HarnessError(f"runtime spec of {spec.dataset}: a benchmark file is listed twice "
                            f"({jobs.loc[jobs['file'].duplicated(), 'file'].iloc[0]})")
     jobs["group"] = jobs["papers"].map(lambda papers: papers[0] if len(papers) == 1 else SHARED)
     lines = pd.concat([read_benchmark(path).assign(file=path) for path in jobs["file"]], ignore_index=True)
@@ -84,14 +85,14 @@ def jobs_by_rule(jobs: pd.DataFrame, rules: list[str]) -> pd.Series:
     return (counts["rule"] + " " + counts["n"].astype(str)).groupby(counts["group"], sort=False).agg(", ".join)
 
 
-def build(spec: dict) -> pd.DataFrame:
+def build(spec: RuntimeSpec) -> pd.DataFrame:
     """The runtime table: one line per rule, per paper (then ``shared``) and for all jobs, with ``COLUMNS``."""
-    papers = dict(spec["papers"])   # [key, name] pairs, in the order of the config's paper files
+    papers = dict(spec.papers)   # [key, name] pairs, in the order of the config's paper files
     jobs = job_times(spec)
-    unknown = sorted(set(jobs["rule"]) - set(spec["rules"]))
+    unknown = sorted(set(jobs["rule"]) - set(spec.rules))
     if unknown:
-        raise HarnessError(f"runtime spec of {spec['dataset']}: jobs of rules {unknown} that 'rules' does not order")
-    rules = [r for r in spec["rules"] if r in set(jobs["rule"])]
+        raise HarnessError(f"runtime spec of {spec.dataset}: jobs of rules {unknown} that 'rules' does not order")
+    rules = [r for r in spec.rules if r in set(jobs["rule"])]
     groups = [p for p in papers if p in set(jobs["group"])] + ([SHARED] if (jobs["group"] == SHARED).any()
                                                                        else [])
     total = summarise(jobs, None)
@@ -103,7 +104,7 @@ def build(spec: dict) -> pd.DataFrame:
                  .merge(jobs_by_rule(jobs, rules).rename("jobs_by_rule"), left_on="name", right_index=True,
                         how="left"))
     table = pd.concat([per_rule, per_paper, total.assign(grouping="all", title="")], ignore_index=True)
-    return table.assign(dataset=spec["dataset"], jobs_by_rule=table["jobs_by_rule"].fillna(""))[COLUMNS]
+    return table.assign(dataset=spec.dataset, jobs_by_rule=table["jobs_by_rule"].fillna(""))[COLUMNS]
 
 
 def to_csv(table: pd.DataFrame) -> str:
@@ -158,8 +159,7 @@ def to_markdown(table: pd.DataFrame) -> str:
 
 
 def write_runtime(args) -> None:
-    spec = read_json(args.spec)
-    table = build(spec)
+    table = build(RuntimeSpec.read(args.spec))
     write_text(args.out_csv, to_csv(table))
     write_text(args.out_md, to_markdown(table))
 

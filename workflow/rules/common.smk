@@ -66,6 +66,7 @@ from methods.data.datasets import dataset_paths, dataset_payload, dataset_tokeni
 from methods.data.tokenizers import PUNKT_FILES
 from methods.estimate import BENCHMARK as COST_BENCHMARK, estimate, load_costs, table_work
 from methods.features.weights_check import check_weights_fit
+from methods.job_records import RuntimeJobSpec, RuntimeSpec
 from methods.numerics import shell_prefix
 from methods.paths import eval_file, model_file, sims_file, train_log
 from methods.metrics.protocols import check_coco_ids, check_split_sizes, get_protocol

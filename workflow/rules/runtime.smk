@@ -6,7 +6,7 @@ rule runtime_spec:
     output:
         LAYOUT.runtime_spec("{dataset}"),
     params:
-        spec=lambda w: json.dumps(runtime_spec(w.dataset)),
+        spec=lambda w: json.dumps(runtime_spec(w.dataset).to_json()),
     localrule: True
     conda:
         CONDA_ENV

@@ -89,8 +89,9 @@ def runtime_jobs(dataset):
             add("paper_figure", {fig.paper}, figure=name, dataset=dataset)
             needs = FIGURE_KINDS.get(fig.kind).needs
             if "trained_run" in needs or "trained_runs" in needs:
+                split = PLAN.figure_spec(name, dataset).split
                 for row_id in [fig.row] if fig.row else fig.rows:
-                    add_image_input(PLAN.row(fig.table, dataset, row_id).members[0], PLAN.figure_spec(name, dataset).split)
+                    add_image_input(PLAN.row(fig.table, dataset, row_id).members[0], split)
     for paper in PLAN.papers:   # reproduction reports, and the claims of the papers that state some here
         if dataset in PLAN.paper_datasets(paper):
             add("reproduction_report", {paper}, paper=paper, dataset=dataset)
@@ -117,10 +118,10 @@ def runtime_jobs(dataset):
 
 
 def runtime_spec(dataset):
-    """What methods.report.runtime reads: the jobs (rule, benchmark file, papers), the rules in
-    pipeline order and the papers ([key, name] pairs in config order: JSON objects are written sorted)."""
-    rows = [{"rule": job["rule"], "file": path, "papers": sorted(job["papers"])}
+    """What methods.report.runtime reads (a RuntimeSpec): the jobs (rule, benchmark file, papers), the
+    rules in pipeline order and the papers ([key, name] pairs in config order: JSON objects are written sorted)."""
+    jobs = [RuntimeJobSpec(rule=job["rule"], file=path, papers=sorted(job["papers"]))
             for path, job in runtime_jobs(dataset).items()]
-    used = {p for row in rows for p in row["papers"]}
-    return {"dataset": dataset, "rules": [name for name in BENCHMARKS if any(r["rule"] == name for r in rows)],
-            "papers": [[key, title] for key, title in PLAN.papers.items() if key in used], "jobs": rows}
+    used = {p for job in jobs for p in job.papers}
+    return RuntimeSpec(dataset=dataset, rules=[name for name in BENCHMARKS if any(j.rule == name for j in jobs)],
+                       papers=[[key, title] for key, title in PLAN.papers.items() if key in used], jobs=jobs)
