@@ -3,7 +3,8 @@ every table row carries its deviation ledger.
 
 SOURCE_BEHAVIOUR is written from the public code (files named per entry), not from
 config/methods: a method config that drifts from its source fails here even if its own
-``source`` block drifts with it.
+``source`` block drifts with it. Each model's oracle (``tests/oracles/<kind>.py``) gives it for the
+method files of that model.
 """
 import pytest
 import yaml
@@ -13,91 +14,14 @@ from methods.errors import HarnessError
 from methods.fidelity import load_method_file, row_ledger, source_ledger
 from methods.plan import Plan, resolve_method_config
 from tests.conftest import config_with_every_table
+from tests.oracles import merged_oracle_parts
 
-SOURCE_BEHAVIOUR = {
-    # fartashf/vsepp (master): train.py defaults and the README's ResNet rows (--cnn_type resnet152,
-    # --max_violation), model.py EncoderImageFull (CNN output l2-normalised before the fc),
-    # EncoderText (unidirectional GRU), ContrastiveLoss (diagonal positives, margin 0.2); no AMP.
-    "vsepp": {"model.backbone": "resnet152", "model.embed_dim": 1024, "model.pre_fc_l2norm": True,
-              "model.text.word_dim": 300, "model.text.hidden_dim": 1024, "model.text.bidirectional": False,
-              "loss.margin": 0.2, "training.batch_size": 128, "training.batching": "captions",
-              "training.batch_positives": "diagonal", "training.amp": False, "training.grad_clip": 2.0,
-              "training.optimizer": "adam"},
-    # MauritsBleeker/ecir-2022-reproducibility-bleeker VSRN/ (the study's copy of KunpengLi1994/VSRN):
-    # l2norm over dim 1 of the regions (VSRN#7), final BatchNorm on both datasets, 4 Rs_GCN blocks,
-    # embed 2048, selection on R@1 + R@5, --max_violation, diagonal ContrastiveLoss, fp32.
-    "vsrn": {"model.region_l2norm": "region_axis", "model.final_bn": True, "model.gcn_blocks": 4,
-             "model.embed_dim": 2048, "model.text.word_dim": 300, "model.text.hidden_dim": 2048,
-             "model.text.bidirectional": False, "training.selection_metric": "r1_r5_sum",
-             "loss.kind": "triplet_hardest", "loss.margin": 0.2, "training.batch_size": 128,
-             "training.batching": "captions", "training.batch_positives": "diagonal", "training.amp": False,
-             "training.grad_clip": 2.0},
-    # Paranioar/SGRAF (python3.6): opts.py (--max_violation store_false, i.e. on; margin 0.2; embed 1024;
-    # word 300; batch 128; grad_clip 2; lr 2e-4), model.py (bi-GRU, dropout 0.4 on words and in
-    # VisualSA, SCAN_attention smooth 9.0, diagonal ContrastiveLoss with max_violation from the first
-    # step, no warm-up); no AMP. (SGR steps, nodes and
-    # graph dimension are the ablation tables' factors, set per row.)
-    "sgraf": {"loss.kind": "triplet_hardest", "loss.margin": 0.2, "loss.warmup_sum_epochs": 0, "model.embed_dim": 1024,
-              "model.text.word_dim": 300, "model.text.hidden_dim": 1024, "model.text.bidirectional": True,
-              "model.text.embed_dropout": 0.4, "model.sa_dropout": 0.4, "model.attention.smooth": 9.0,
-              "training.batch_size": 128, "training.batching": "captions",
-              "training.batch_positives": "diagonal", "training.amp": False, "training.grad_clip": 2.0,
-              "training.optimizer": "adam"},
-    # kuanghuei/SCAN: README commands (--max_violation --bi_gru, margin 0.2, embed 1024, word 300,
-    # batch 128, grad_clip 2), model.py (ContrastiveLoss on the diagonal), train.py (Adam); no AMP.
-    # (Direction, aggregation and lambdas are the four settings, set per row.)
-    "scan": {"loss.kind": "triplet_hardest", "loss.margin": 0.2, "model.embed_dim": 1024,
-             "model.text.word_dim": 300, "model.text.hidden_dim": 1024, "model.text.bidirectional": True,
-             "training.batch_size": 128, "training.batching": "captions", "training.batch_positives": "diagonal",
-             "training.amp": False, "training.grad_clip": 2.0, "training.optimizer": "adam",
-             "model.evaluation_dtype": "float64"},
-    # MVSA: no public code; Zheng, Ben, Yuan, ACML 2019, supplement Section 1: ResNet-152, C = 2048,
-    # D = 1024, BatchNorm in ASA, GloVe 300-d words, bi-GRU 1024, margin 0.2, clip 2.0, Adam, batch 128.
-    "mvsa": {"model.backbone": "resnet152", "model.candidate_dim": 2048, "model.embed_dim": 1024,
-             "model.asa.batchnorm": True, "model.text.word_dim": 300, "model.text.word_init": "glove",
-             "model.text.hidden_dim": 1024, "model.text.bidirectional": True, "loss.margin": 0.2,
-             "training.grad_clip": 2.0, "training.optimizer": "adam", "training.batch_size": 128},
-    # kdwonn/DivE train_eval_coco.sh (embed 1024, word 300, bi-GRU --gpo_rnn, K 4 both sides,
-    # --margin 0.2 --max_violation, mean reduction and no --tri_mean_to_max in loss.py/train.py,
-    # --mmd_weight 0.01 --unif_weight 0.01, batch 200 images, adamw, weight decay 1e-4, grad_clip 1,
-    # --amp, --dropout 0.1, --butd_drop_prob 0.2, --spm_depth 4, padded keys leak in attention.py,
-    # eval.py loads the last checkpoint). (Similarity, set module, K, T, alpha are the ablation
-    # tables' factors, set per row.)
-    "set_embeddings": {"model.embed_dim": 1024, "model.text.word_dim": 300, "model.text.hidden_dim": 1024,
-                       "model.text.bidirectional": True, "model.text.word_init": "glove",
-                       "loss.terms.0.kind": "triplet_hardest", "loss.terms.0.margin": 0.2,
-                       "loss.terms.0.reduction": "mean", "loss.terms.0.warmup_sum_epochs": 0,
-                       "loss.terms.1.kind": "mmd", "loss.terms.1.weight": 0.01,
-                       "loss.terms.2.kind": "uniformity", "loss.terms.2.weight": 0.01,
-                       "training.batch_size": 200, "training.batching": "images", "training.optimizer": "adamw",
-                       "training.weight_decay": 1e-4, "training.grad_clip": 1.0, "training.amp": True,
-                       "training.selection_metric": "last", "model.dropout": 0.1, "model.region_drop": 0.2,
-                       "training.caption_augment": {"prob": 0.2, "mask": 0.5, "replace": 0.1}},
-    # The same code's CNN path (model_spm.py EncoderImage without BUTD, ResNet-152 7x7 cells) and
-    # the appendix's ResNet-152 + bi-GRU schedule: 120 epochs, the CNN frozen for the first 50
-    # (--warm_img), trained in train mode afterwards, random-resized crops and flips.
-    "set_embeddings_grid": {"model.backbone": "resnet152", "model.grid_scales": ["conv5"],
-                            "model.backbone_bn": "train", "model.embed_dim": 1024, "model.set_size": 4,
-                            "model.similarity.kind": "smooth_chamfer", "model.similarity.alpha": 16.0,
-                            "model.text.word_dim": 300, "model.text.hidden_dim": 1024,
-                            "model.text.word_init": "glove", "loss.terms.0.margin": 0.2,
-                            "training.stages.0.epochs": 50, "training.stages.1.epochs": 70,
-                            "training.stages.1.finetune_backbone": True,
-                            "training.finetune_augment": "random_resized_crop_flip", "training.amp": True,
-                            "training.caption_augment": {"prob": 0.2, "mask": 0.5, "replace": 0.1}},
-}
-# every public code above draws random batches (a shuffled DataLoader; the MVSA paper says nothing else)
+SOURCE_BEHAVIOUR = merged_oracle_parts("SOURCE_BEHAVIOUR")
+# every public code draws random batches (a shuffled DataLoader; the MVSA paper says nothing else)
 for behaviour in SOURCE_BEHAVIOUR.values():
     behaviour["training.length_buckets"] = None
-# VSRN model.py skips the first region l2norm on Flickr30K only
-PER_DATASET = {("vsrn", "flickr"): {"model.l2norm_after_fc": False}, ("vsrn", "coco"): {"model.l2norm_after_fc": True},
-               # appendix A: lr 1e-3 on COCO, 2e-3 on Flickr30K
-               ("set_embeddings_grid", "coco"): {"training.stages.0.lr": 1e-3},
-               ("set_embeddings_grid", "flickr"): {"training.stages.0.lr": 2e-3}}
-# keys a row may set as its own factor (the study's VSRN rows vary the loss; the set-embedding
-# Table 4 rows vary K, T and alpha), so not declared switches
-ROW_FACTORS = {"vsrn": {"loss.kind"},
-               "set_embeddings": {"model.set_size", "model.set_module.iterations", "model.similarity.alpha"}}
+PER_DATASET = merged_oracle_parts("PER_DATASET")   # (method, dataset) -> keys that differ per dataset
+ROW_FACTORS = merged_oracle_parts("ROW_FACTORS")   # method -> keys a row may set as its own factor
 
 
 def value_at(cfg: dict, dotted: str):

@@ -20,10 +20,16 @@ from tests.test_readme import worked_example_files
 SCHEMA = "workflow/schemas/method.schema.yaml"
 
 
-def plugin_folder(root: Path) -> Path:
-    """The README's five files in a folder of one's own, at the paths they have in the repository
-    (the schema file holds only the ``$defs`` block it adds)."""
+ORACLE = "tests/oracles/mean_regions.py"
+
+
+def plugin_folder(root: Path, oracle: bool = True) -> Path:
+    """The README's files in a folder of one's own, at the paths they have in the repository
+    (the schema file holds only the ``$defs`` block it adds); without the model's oracle file
+    unless ``oracle``."""
     for path, text in worked_example_files().items():
+        if path == ORACLE and not oracle:
+            continue
         target = root / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text("$defs:\n" + text if path == SCHEMA else text)
@@ -40,10 +46,10 @@ def package_files() -> dict[str, tuple[int, int]]:
     return out
 
 
-def test_the_worked_example_is_five_files_at_their_paths_in_the_repository():
+def test_the_worked_example_is_four_files_and_its_oracle_at_their_paths_in_the_repository():
     files = worked_example_files()
-    assert sorted(files) == ["config/methods/mean_regions.yaml", "methods/model_kinds/mean_regions.py",
-                             "methods/models/mean_regions.py", "methods/papers/mean_regions.yaml", SCHEMA]
+    assert sorted(files) == ["config/methods/mean_regions.yaml", "methods/models/mean_regions.py",
+                             "methods/papers/mean_regions.yaml", ORACLE, SCHEMA]
     assert files[SCHEMA].startswith("  mean_regions:\n")   # a block under $defs, as the text says
 
 
@@ -86,9 +92,10 @@ def test_a_model_from_a_folder_of_ones_own_is_trained_and_tabled_without_a_file_
     """The README's files in a temporary folder: the workflow (a copy of its rules and config, the
     package imported from the repository) plans and builds the new table on the tiny synthetic
     data, its training and evaluation jobs building the model in their own processes; the generic
-    model tests find the model, and its float64 test fails until its reference exists."""
+    model tests find the model, and its float64 and description tests fail until its oracle exists
+    and pass with it."""
     before = package_files()
-    plugin = plugin_folder(tmp_path / "my_models")
+    plugin = plugin_folder(tmp_path / "my_models", oracle=False)
     (tmp_path / "work").mkdir()
     work = copy_workflow(tmp_path / "work")
     paper = plugin / "methods" / "papers" / "mean_regions.yaml"
@@ -112,15 +119,24 @@ def test_a_model_from_a_folder_of_ones_own_is_trained_and_tabled_without_a_file_
     runs = list((work / "results" / "synthetic" / "runs").glob("mean_regions-*/seed0/eval_test.json"))
     assert len(runs) == 1
 
-    tested = subprocess.run([sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-rA",
-                             "-k", "mean_regions", "tests/test_registries.py", "tests/test_architecture.py",
-                             "tests/test_float64.py"], cwd=REPO, env={**os.environ, PLUGINS_ENV: str(plugin)},
-                            capture_output=True, text=True, timeout=900)
-    out = tested.stdout + tested.stderr
+    def generic_tests(*files: str) -> str:
+        tested = subprocess.run([sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-rA",
+                                 "-k", "mean_regions", *files], cwd=REPO, env={**os.environ, PLUGINS_ENV: str(plugin)},
+                                capture_output=True, text=True, timeout=900)
+        return tested.stdout + tested.stderr
+
+    out = generic_tests("tests/test_registries.py", "tests/test_architecture.py", "tests/test_float64.py",
+                        "tests/test_descriptions.py")
     passed = ["tests/test_registries.py::test_model_forward_backward_and_block_scoring[mean_regions]",
               "tests/test_architecture.py::test_a_models_schema_block_names_its_constructors_keywords[mean_regions]"]
     assert all(f"PASSED {test}" in out for test in passed), out[-4000:]
     # the oracle it still lacks: a new model fails until its float64 per-pair reference exists
-    assert "FAILED tests/test_float64.py::test_float64_scores_equal_the_per_pair_reference[mean_regions]" in out
-    assert "model 'mean_regions' is registered but tests/test_float64.py has no float64 per-pair reference" in out
+    oracle_tests = ["tests/test_float64.py::test_float64_scores_equal_the_per_pair_reference[mean_regions]",
+                    "tests/test_descriptions.py::test_description_of_a_hand_built_config[mean_regions]"]
+    assert all(f"FAILED {test}" in out for test in oracle_tests), out[-4000:]
+    assert "model 'mean_regions' is registered but has no oracle file tests/oracles/mean_regions.py" in out
+    # with its oracle in the folder (found by the registered name), they pass
+    plugin_folder(plugin, oracle=True)
+    out = generic_tests("tests/test_float64.py", "tests/test_descriptions.py")
+    assert all(f"PASSED {test}" in out for test in oracle_tests), out[-4000:]
     assert package_files() == before
