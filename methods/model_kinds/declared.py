@@ -21,10 +21,10 @@ from methods.config import SCHEMA_DIR, load_yaml
 from methods.data.inputs import IMAGE_INPUTS
 from methods.errors import HarnessError
 from methods.model_kinds.base import ModelKind
-from methods.plugins import schema_files
-from methods.registry import Registry
 from methods.model_kinds.description import (DescribeContext, backbone_text, finetunes, gru_text, pooled_dim,
                                              regions_text)
+from methods.plugins import schema_files
+from methods.registry import Registry
 
 DECLARATION_KEY = "x-model"
 
