@@ -92,8 +92,8 @@ def test_a_model_from_a_folder_of_ones_own_is_trained_and_tabled_without_a_file_
     """The README's files in a temporary folder: the workflow (a copy of its rules and config, the
     package imported from the repository) plans and builds the new table on the tiny synthetic
     data, its training and evaluation jobs building the model in their own processes; the generic
-    model tests find the model, and its float64 and description tests fail until its oracle exists
-    and pass with it."""
+    model tests find the model; without its oracle the lookup the float64 and description tests make
+    names the missing file, and with it they pass."""
     before = package_files()
     plugin = plugin_folder(tmp_path / "my_models", oracle=False)
     (tmp_path / "work").mkdir()
@@ -119,24 +119,23 @@ def test_a_model_from_a_folder_of_ones_own_is_trained_and_tabled_without_a_file_
     runs = list((work / "results" / "synthetic" / "runs").glob("mean_regions-*/seed0/eval_test.json"))
     assert len(runs) == 1
 
-    def generic_tests(*files: str) -> str:
-        tested = subprocess.run([sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-rA",
-                                 "-k", "mean_regions", *files], cwd=REPO, env={**os.environ, PLUGINS_ENV: str(plugin)},
-                                capture_output=True, text=True, timeout=900)
-        return tested.stdout + tested.stderr
-
-    out = generic_tests("tests/test_registries.py", "tests/test_architecture.py", "tests/test_float64.py",
-                        "tests/test_descriptions.py")
-    passed = ["tests/test_registries.py::test_model_forward_backward_and_block_scoring[mean_regions]",
-              "tests/test_architecture.py::test_a_models_schema_block_names_its_constructors_keywords[mean_regions]"]
-    assert all(f"PASSED {test}" in out for test in passed), out[-4000:]
-    # the oracle it still lacks: a new model fails until its float64 per-pair reference exists
-    oracle_tests = ["tests/test_float64.py::test_float64_scores_equal_the_per_pair_reference[mean_regions]",
-                    "tests/test_descriptions.py::test_description_of_a_hand_built_config[mean_regions]"]
-    assert all(f"FAILED {test}" in out for test in oracle_tests), out[-4000:]
-    assert "model 'mean_regions' is registered but has no oracle file tests/oracles/mean_regions.py" in out
-    # with its oracle in the folder (found by the registered name), they pass
+    env = {**os.environ, PLUGINS_ENV: str(plugin)}
+    # the oracle it still lacks: found by the registered name, its absence is named (test_float64 and
+    # test_descriptions ask for it through tests.oracles.oracle_part)
+    lookup = subprocess.run([sys.executable, "-c", "from tests.oracles import oracle_of; oracle_of('mean_regions')"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert lookup.returncode != 0, lookup.stdout
+    assert "model 'mean_regions' is registered but has no oracle file tests/oracles/mean_regions.py" in lookup.stderr
+    # with its oracle in the folder, the generic tests find the model by its registered name and pass
     plugin_folder(plugin, oracle=True)
-    out = generic_tests("tests/test_float64.py", "tests/test_descriptions.py")
-    assert all(f"PASSED {test}" in out for test in oracle_tests), out[-4000:]
+    tested = subprocess.run([sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-rA",
+                             "-k", "mean_regions", "tests/test_registries.py", "tests/test_architecture.py",
+                             "tests/test_float64.py", "tests/test_descriptions.py"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=900)
+    out = tested.stdout + tested.stderr
+    passed = ["tests/test_registries.py::test_model_forward_backward_and_block_scoring[mean_regions]",
+              "tests/test_architecture.py::test_a_models_schema_block_names_its_constructors_keywords[mean_regions]",
+              "tests/test_float64.py::test_float64_scores_equal_the_per_pair_reference[mean_regions]",
+              "tests/test_descriptions.py::test_description_of_a_hand_built_config[mean_regions]"]
+    assert all(f"PASSED {test}" in out for test in passed), out[-4000:]
     assert package_files() == before
