@@ -177,11 +177,17 @@ VALIDATION_PROTOCOLS: tuple[ValidationProtocol, ...] = (
 )
 
 
+def selected_metric(selection: str) -> str:
+    """The metric validation computes for ``training.selection_metric``: itself, or RSUM for ``last``
+    (the final epoch is kept, what DivE's eval.py loads; RSUM is logged)."""
+    return "rsum" if selection == "last" else selection
+
+
 def validation_protocols(selection: str, predicts_labels: bool) -> list[Protocol]:
-    """The protocols validation runs for a model selected on metric ``selection`` (a registered
-    metric; ``last`` keeps the final epoch and logs RSUM) that does (not) predict labels; one of
-    them computes the selection metric, else an error naming it."""
-    selection = "rsum" if selection == "last" else selection
+    """The protocols validation runs for a model selected on ``selection`` (``training.selection_metric``:
+    a registered metric, or ``last``) that does (not) predict labels; one of them computes the
+    selected metric, else an error naming it."""
+    selection = selected_metric(selection)
     chosen = [v.protocol for v in VALIDATION_PROTOCOLS if v.runs_for(selection, predicts_labels)]
     if not any(set(base_metrics(selection)) <= set(p.metrics) for p in chosen):
         raise HarnessError(f"training.selection_metric: no validation protocol computes {selection} "

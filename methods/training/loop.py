@@ -40,7 +40,7 @@ from methods.losses.terms import OneDirection
 from methods.losses.weighted_sum import Loss
 from methods.metrics.declarations import METRICS, value_from
 from methods.metrics.evaluation import evaluate_protocol, items_relevance
-from methods.metrics.protocols import validation_protocols
+from methods.metrics.protocols import selected_metric, validation_protocols
 from methods.models.base import RetrievalModel
 from methods.paths import checkpoints_dir
 from methods.runtime import seed_worker, to_device
@@ -132,10 +132,8 @@ def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
 
 
 def selection_metric(training: dict):
-    """The metric validation computes for model selection; 'last' (keep the final epoch, what
-    DivE's eval.py loads) logs RSUM."""
-    name = training["selection_metric"]
-    return METRICS.get("rsum" if name == "last" else name)
+    """The metric validation computes for model selection (``selected_metric``)."""
+    return METRICS.get(selected_metric(training["selection_metric"]))
 
 
 def selection_value(metrics: dict, name: str) -> float:
