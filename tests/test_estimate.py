@@ -116,6 +116,8 @@ def test_the_benchmark_measures_a_run_and_its_entry_prices_it(tmp_path):
     run_cost.write(str(costs), [{**entry(key, "GPU X"), "stages": stages}])
     run_cost.write(str(costs), [{**entry(key, "GPU X"), "stages": stages}])   # the same key and device: replaced
     assert costs.read_text().startswith("# header kept\n") and len(load_yaml(costs)["measurements"]) == 1
+    # --missing-only skips what the file holds for the device measuring, and only that
+    assert run_cost.measured_keys(str(costs), "GPU X") == {key} and run_cost.measured_keys(str(costs), "GPU Y") == set()
     work = [w for w in table_work(plan, "sgraf_t1", "synthetic", {"train": 500, "dev": 100, "test": 200})
             if w.key == key]
     est = estimate(work, load_costs(costs))

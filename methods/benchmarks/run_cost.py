@@ -23,6 +23,7 @@ the dataset shapes it was measured with (``methods.estimate.cost_key``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import subprocess
 import time
@@ -39,6 +40,7 @@ from methods.data.inputs import CachedGridFeatures, CachedImageFeatures, SplitDa
 from methods.data.text import SPECIALS, Vocabulary
 from methods.data.tokenizers import Tokenizer
 from methods.estimate import STAGE_KINDS, cost_key, stage_kind
+from methods.io import write_text
 from methods.features.architectures import layer_channels
 from methods.features.backbone import ResNetBackbone
 from methods.losses.weighted_sum import Loss
@@ -190,14 +192,38 @@ def measure(cfg: dict, ds: dict, backbones: dict, device: torch.device, block_el
     for kind in kinds:
         finetune = kind == "finetune"
         model.set_finetune(finetune)
-        train_s = time_training(model, cfg, split, vocab, RandomImages(len(split), ds["features"]["crop"])
-                                if finetune else None, device, steps, warmup)
-        # evaluation encodes every image it is given: exactly the n_images timed
-        encode_s, score_s = time_evaluation(model, cfg, split, vocab, RandomImages(n_images, ds["features"]["crop"])
-                                            if finetune else None, device, n_images)
+        peak_mb = PeakGpuMemory(device)
+        with peak_mb("train"):
+            train_s = time_training(model, cfg, split, vocab, RandomImages(len(split), ds["features"]["crop"])
+                                    if finetune else None, device, steps, warmup)
+        with peak_mb("eval"):   # evaluation encodes every image it is given: exactly the n_images timed
+            encode_s, score_s = time_evaluation(model, cfg, split, vocab,
+                                                RandomImages(n_images, ds["features"]["crop"]) if finetune else None,
+                                                device, n_images)
         out[kind] = {"train_s_per_item": float(f"{train_s:.4g}"), "encode_s_per_image": float(f"{encode_s:.4g}"),
-                     "score_s_per_mpair": float(f"{score_s:.4g}")}
+                     "score_s_per_mpair": float(f"{score_s:.4g}"),
+                     **{f"{phase}_peak_gpu_mb": mb for phase, mb in peak_mb.readings.items()}}
     return out
+
+
+class PeakGpuMemory:
+    """The most GPU memory torch held allocated (MB) during each ``with`` block: the weights, the
+    optimizer state and the step's activations for training; the encoded split and one scoring
+    block's work for evaluation. Nothing on a CPU."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.readings = device, {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        if self.device.type != "cuda":
+            yield
+            return
+        synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        yield
+        synchronize(self.device)
+        self.readings[phase] = round(torch.cuda.max_memory_allocated(self.device) / 2 ** 20)
 
 
 def run_configs(plan: Plan, dataset: str, tables: list[str]) -> dict[str, tuple[dict, list[str]]]:
@@ -222,14 +248,20 @@ def commit() -> str:
 
 
 def write(path: str, entries: list[dict]) -> None:
-    """Adds ``entries`` to a costs file, replacing those of the same key and device."""
+    """Adds ``entries`` to a costs file, replacing those of the same key and device (atomically:
+    a measurement stopped mid-write leaves the file as it was)."""
     doc = load_yaml(path)
     new = {(e["key"], e["device"]) for e in entries}
     doc["measurements"] = [m for m in doc["measurements"] if (m["key"], m["device"]) not in new] + entries
     validate(doc, "measured_costs", path)
     header = "".join(line for line in open(path) if line.startswith("#"))
-    with open(path, "w") as f:
-        f.write(header + yaml.safe_dump(doc, sort_keys=False, width=120))
+    write_text(path, header + yaml.safe_dump(doc, sort_keys=False, width=120))
+
+
+def measured_keys(path: str, device: str) -> set[str]:
+    """The cost keys a costs file holds a measurement of on ``device``."""
+    return {m["key"] for m in validate(load_yaml(path), "measured_costs", path)["measurements"]
+            if m["device"] == device}
 
 
 def positive(text: str) -> int:
@@ -249,11 +281,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--images", type=positive, default=1000, help="images evaluated (and their texts)")
     parser.add_argument("--config", default=str(REPO_ROOT / "config" / "config.yaml"))
-    parser.add_argument("--write", metavar="COSTS_YAML", help="add the entries to this costs file (GPU only)")
+    parser.add_argument("--write", metavar="COSTS_YAML",
+                        help="add each entry to this costs file as it is measured (GPU only)")
+    parser.add_argument("--missing-only", action="store_true",
+                        help="skip the run configurations the --write file holds a measurement of on this device")
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
     if args.write and device.type != "cuda":
         parser.error("--write takes GPU measurements only (the estimate is of GPU time)")
+    if args.missing_only and not args.write:
+        parser.error("--missing-only needs --write (the file whose measurements it skips)")
     exact_fp32()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -264,22 +301,29 @@ def main(argv: list[str] | None = None) -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"device: {name}; torch {torch.__version__}; {args.dataset} {' '.join(args.tables)}; "
           f"{args.steps} steps after {args.warmup}; evaluation of {args.images} images", flush=True)
-    entries = []
-    for key, (cfg, exps) in run_configs(plan, args.dataset, args.tables).items():
+    configs = run_configs(plan, args.dataset, args.tables)
+    if args.missing_only:
+        done = measured_keys(args.write, name)
+        print(f"{len(done & set(configs))} of {len(configs)} run configurations already measured on {name}: skipped")
+        configs = {k: v for k, v in configs.items() if k not in done}
+    for key, (cfg, exps) in configs.items():
         stages = measure(cfg, ds, harness["backbones"], device, blocks, args.steps, args.warmup, args.images)
         for kind, c in stages.items():
+            peaks = "".join(f", {p} peak {c[f'{p}_peak_gpu_mb']:,} MB" for p in ("train", "eval")
+                            if f"{p}_peak_gpu_mb" in c)
             print(f"{key:>28} {kind:>8}: train {c['train_s_per_item'] * 1e3:8.3f} ms/item, "
-                  f"encode {c['encode_s_per_image'] * 1e3:7.3f} ms/image, score {c['score_s_per_mpair']:7.3f} s/M pairs "
-                  f"({', '.join(exps)})", flush=True)
-        entries.append({"key": key, "method": cfg["method"],
-                        "runs": f"{args.dataset} {', '.join(args.tables)}: {', '.join(exps)}", "device": name,
-                        "torch": torch.__version__, "date": datetime.date.today().isoformat(), "commit": commit(),
-                        "stages": stages})
+                  f"encode {c['encode_s_per_image'] * 1e3:7.3f} ms/image, score {c['score_s_per_mpair']:7.3f} s/M pairs"
+                  f"{peaks} ({', '.join(exps)})", flush=True)
+        entry = {"key": key, "method": cfg["method"],
+                 "runs": f"{args.dataset} {', '.join(args.tables)}: {', '.join(exps)}", "device": name,
+                 "torch": torch.__version__, "date": datetime.date.today().isoformat(), "commit": commit(),
+                 "stages": stages}
+        if args.write:   # each entry as it is measured: a job stopped at its time limit keeps what it measured
+            write(args.write, [entry])
         if device.type == "cuda":
             torch.cuda.empty_cache()
     if args.write:
-        write(args.write, entries)
-        print(f"wrote {len(entries)} entries to {args.write}")
+        print(f"wrote {len(configs)} entries to {args.write}")
 
 
 if __name__ == "__main__":
