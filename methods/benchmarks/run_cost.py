@@ -316,7 +316,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"{peaks} ({', '.join(exps)})", flush=True)
         entry = {"key": key, "method": cfg["method"],
                  "runs": f"{args.dataset} {', '.join(args.tables)}: {', '.join(exps)}", "device": name,
-                 "torch": torch.__version__, "date": datetime.date.today().isoformat(), "commit": commit(),
+                 "torch": str(torch.__version__),   # a TorchVersion, which YAML cannot write
+                 "date": datetime.date.today().isoformat(), "commit": commit(),
                  "stages": stages}
         if args.write:   # each entry as it is measured: a job stopped at its time limit keeps what it measured
             write(args.write, [entry])
