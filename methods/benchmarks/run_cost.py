@@ -169,7 +169,9 @@ def time_evaluation(model, cfg: dict, split: SplitData, vocab: Vocabulary, image
     synchronize(device)
     t2 = time.perf_counter()
     if not torch.isfinite(scores).all():
-        raise RuntimeError(f"{cfg['method']}: non-finite scores")
+        bad = ~torch.isfinite(scores)
+        raise RuntimeError(f"{cfg['method']}: {int(bad.sum()):,} non-finite scores of {scores.numel():,} "
+                           f"({int(bad.any(1).sum())} images, {int(bad.any(0).sum())} texts)")
     return (t1 - t0) / n_images, (t2 - t1) / (scores.numel() / 1e6)
 
 
@@ -306,8 +308,16 @@ def main(argv: list[str] | None = None) -> None:
         done = measured_keys(args.write, name)
         print(f"{len(done & set(configs))} of {len(configs)} run configurations already measured on {name}: skipped")
         configs = {k: v for k, v in configs.items() if k not in done}
+    failed = []
     for key, (cfg, exps) in configs.items():
-        stages = measure(cfg, ds, harness["backbones"], device, blocks, args.steps, args.warmup, args.images)
+        try:
+            stages = measure(cfg, ds, harness["backbones"], device, blocks, args.steps, args.warmup, args.images)
+        except RuntimeError as exc:   # non-finite scores, out of memory: named, not written; the others go on
+            failed.append(key)
+            print(f"{key:>28} FAILED: {str(exc).splitlines()[0]} ({', '.join(exps)})", flush=True)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            continue
         for kind, c in stages.items():
             peaks = "".join(f", {p} peak {c[f'{p}_peak_gpu_mb']:,} MB" for p in ("train", "eval")
                             if f"{p}_peak_gpu_mb" in c)
@@ -324,7 +334,9 @@ def main(argv: list[str] | None = None) -> None:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     if args.write:
-        print(f"wrote {len(configs)} entries to {args.write}")
+        print(f"wrote {len(configs) - len(failed)} entries to {args.write}")
+    if failed:
+        raise SystemExit(f"{len(failed)} run configurations failed, nothing written for them: {', '.join(failed)}")
 
 
 if __name__ == "__main__":
