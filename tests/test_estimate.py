@@ -122,3 +122,31 @@ def test_the_benchmark_measures_a_run_and_its_entry_prices_it(tmp_path):
             if w.key == key]
     est = estimate(work, load_costs(costs))
     assert est.priced == len(work) > 0 and est.seconds["training"] > 0
+
+
+def test_each_stage_kind_is_timed_at_its_own_rate_and_a_diverging_measurement_fails(monkeypatch):
+    """A fine-tuning stage is timed at its own learning rate, not the first stage's (MVSA's random
+    ResNet-152 fine-tuned at the frozen stage's 5e-4 diverged within six steps on an H200); a
+    measurement whose training leaves non-finite weights is an error, never a cost entry."""
+    harness = config_with_every_table()
+    plan = Plan(harness)
+    ds = harness["datasets"]["synthetic"]
+    cfg = next(c for c, _ in run_cost.run_configs(plan, "synthetic", ["table1"]).values()
+               if {s["finetune_backbone"] for s in c["training"]["stages"]} == {False, True})
+    rates = []
+    make_optimizer = run_cost.make_optimizer
+    monkeypatch.setattr(run_cost, "make_optimizer", lambda kind, groups, lr, wd: rates.append(lr) or
+                        make_optimizer(kind, groups, lr, wd))
+    torch.set_num_threads(1)
+    run_cost.measure(cfg, ds, harness["backbones"], torch.device("cpu"), harness["scoring"]["block_elements"],
+                     steps=1, warmup=1, n_images=4)
+    stages = cfg["training"]["stages"]
+    assert rates == [next(s["lr"] for s in stages if not s["finetune_backbone"]),
+                     next(s["lr"] for s in stages if s["finetune_backbone"])]
+    assert rates[0] != rates[1]   # else this would not tell the two apart
+    exploding = copy.deepcopy(cfg)
+    for stage in exploding["training"]["stages"]:
+        stage["lr"] = float("inf")
+    with pytest.raises(RuntimeError, match="training diverged"):
+        run_cost.measure(exploding, ds, harness["backbones"], torch.device("cpu"),
+                         harness["scoring"]["block_elements"], steps=1, warmup=1, n_images=4)

@@ -124,12 +124,16 @@ def fake_split(cfg: dict, shape: dict, n_images: int, texts_per_image: int, rng:
 
 
 def time_training(model, cfg: dict, split: SplitData, vocab: Vocabulary, images, device: torch.device,
-                  steps: int, warmup: int) -> float:
-    """Seconds per training item over ``steps`` optimizer steps after ``warmup`` ones."""
+                  steps: int, warmup: int, kind: str = "frozen") -> float:
+    """Seconds per training item over ``steps`` optimizer steps after ``warmup`` ones, at the
+    learning rate of the run's first stage of this kind (a CNN of random weights fine-tuned at a
+    frozen stage's rate diverges within a few steps: MVSA's 5e-4 did). A step that leaves a
+    non-finite loss or weight fails the measurement (checked once, after the timed steps)."""
     tr = cfg["training"]
     amp = tr["amp"] and device.type == "cuda"
     step = TrainingStep(model, Loss(cfg["loss"]), device, amp)
-    optimizer = make_optimizer(tr["optimizer"], model.parameter_groups(), tr["stages"][0]["lr"], tr["weight_decay"])
+    lr = next(s["lr"] for s in tr["stages"] if stage_kind(s) == kind)
+    optimizer = make_optimizer(tr["optimizer"], model.parameter_groups(), lr, tr["weight_decay"])
     scaler = torch.amp.GradScaler("cuda", enabled=amp)
     dataset, collate = training_batches(tr, split, vocab, images)
     batches = training_epoch_batches(dataset, tr, torch.Generator().manual_seed(0))
@@ -137,16 +141,22 @@ def time_training(model, cfg: dict, split: SplitData, vocab: Vocabulary, images,
     if len(batches) < warmup + 1:
         raise ValueError(f"{len(batches)} full batches for {warmup} warm-up and {steps} timed steps")
     model.train()
-    items, t0 = 0, None
+    items, t0, finite = 0, None, torch.ones((), dtype=torch.bool, device=device)
     for i, batch in enumerate(DataLoader(dataset.for_epoch(0), batch_sampler=batches, collate_fn=collate)):
         if i == warmup:
             synchronize(device)
             t0 = time.perf_counter()
         loss, _ = step(to_device(batch, device), 10 ** 6)   # past any warm-up epochs: the loss trained longest
+        finite &= torch.isfinite(loss.detach())             # on the device: no synchronisation per step
         apply_gradients(loss, optimizer, scaler, model.trainable_parameters(), tr["grad_clip"])
         items += len(batches[i]) if i >= warmup else 0
     synchronize(device)
-    return (time.perf_counter() - t0) / items
+    seconds = (time.perf_counter() - t0) / items
+    diverged = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if not bool(finite) or diverged:
+        raise RuntimeError(f"{cfg['method']} ({kind}): training diverged on random inputs at lr {lr:g} "
+                           f"(non-finite loss or weights{': ' + diverged[0] if diverged else ''})")
+    return seconds
 
 
 def time_evaluation(model, cfg: dict, split: SplitData, vocab: Vocabulary, images, device: torch.device,
@@ -197,7 +207,7 @@ def measure(cfg: dict, ds: dict, backbones: dict, device: torch.device, block_el
         peak_mb = PeakGpuMemory(device)
         with peak_mb("train"):
             train_s = time_training(model, cfg, split, vocab, RandomImages(len(split), ds["features"]["crop"])
-                                    if finetune else None, device, steps, warmup)
+                                    if finetune else None, device, steps, warmup, kind)
         with peak_mb("eval"):   # evaluation encodes every image it is given: exactly the n_images timed
             encode_s, score_s = time_evaluation(model, cfg, split, vocab,
                                                 RandomImages(n_images, ds["features"]["crop"]) if finetune else None,
@@ -242,9 +252,11 @@ def run_configs(plan: Plan, dataset: str, tables: list[str]) -> dict[str, tuple[
 
 
 def commit() -> str:
+    """The checkout's commit, ``-dirty`` when tracked files differ from it (the code that ran is not that commit's)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout.strip()
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                              text=True, check=True).stdout.strip()
+        return git("rev-parse", "--short", "HEAD") + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
