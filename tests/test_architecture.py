@@ -24,9 +24,10 @@ LAYERS = [
     ("model kinds", ("methods.model_kinds",)),   # what the plan knows of a model, torch-free
     ("models", ("methods.models",)),
     ("losses/metrics", ("methods.losses", "methods.metrics")),
-    ("training/evaluation", ("methods.training", "methods.scoring")),
+    ("training/evaluation", ("methods.training", "methods.scoring", "methods.released")),   # released: the authors' weights as a trained model
     ("report", ("methods.report",)),
     ("plan/CLI", ("methods.plan", "methods.fidelity", "methods.estimate", "methods.api", "methods.train",
+                  "methods.import_released",
                   "methods.evaluate", "methods.ensemble", "methods.benchmarks")),
 ]
 

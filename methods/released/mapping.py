@@ -1,0 +1,55 @@
+"""A source checkpoint's tensors onto the project's model: every source tensor used exactly once,
+every project tensor set exactly once, shapes equal; otherwise one line naming the key."""
+from __future__ import annotations
+
+import re
+from typing import Mapping, Sequence
+
+import torch
+
+from methods.errors import HarnessError
+
+Rules = Sequence[tuple[str, str]]   # (regex a whole source name matches, the project name: re.sub template)
+Ignored = Sequence[tuple[str, str]]   # (regex of source names read and not kept, why nothing depends on them)
+
+
+def project_name(source: str, rules: Rules) -> str | None:
+    """The project name of a source tensor by the first rule whose pattern matches it whole."""
+    for pattern, replacement in rules:
+        if re.fullmatch(pattern, source):
+            return re.sub(f"^(?:{pattern})$", replacement, source)
+    return None
+
+
+def map_tensors(source: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor], rules: Rules,
+                where: str, ignored: Ignored = ()) -> dict[str, torch.Tensor]:
+    """``source`` renamed by ``rules`` into a state dict with exactly ``target``'s names and shapes
+    (``target``: the project model's own state dict). A source tensor matching an ``ignored``
+    pattern is read and not kept (the importer says why no score depends on it)."""
+    out: dict[str, torch.Tensor] = {}
+    origin: dict[str, str] = {}
+    unplaced = []
+    for key, tensor in source.items():
+        if any(re.fullmatch(pattern, key) for pattern, _ in ignored):
+            continue
+        name = project_name(key, rules)
+        if name is None:
+            unplaced.append(key)
+            continue
+        if name not in target:
+            raise HarnessError(f"{where}: tensor '{key}' maps to '{name}', which the project's model does not have")
+        if name in out:
+            raise HarnessError(f"{where}: tensors '{origin[name]}' and '{key}' both map to '{name}'")
+        if not torch.is_tensor(tensor) or tuple(tensor.shape) != tuple(target[name].shape):
+            shape = tuple(tensor.shape) if torch.is_tensor(tensor) else type(tensor).__name__
+            raise HarnessError(f"{where}: tensor '{key}' has shape {shape}, but '{name}' of the project's model "
+                               f"is {tuple(target[name].shape)}")
+        out[name], origin[name] = tensor.to(target[name].dtype), key
+    if unplaced:
+        raise HarnessError(f"{where}: {len(unplaced)} tensors have no place in the project's model "
+                           f"(e.g. '{unplaced[0]}'): the checkpoint holds parts this importer does not know")
+    missing = [k for k in target if k not in out]
+    if missing:
+        raise HarnessError(f"{where}: the checkpoint sets no '{missing[0]}' of the project's model "
+                           f"({len(missing)} tensors unset)")
+    return out

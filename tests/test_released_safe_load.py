@@ -1,0 +1,101 @@
+"""Released files are loaded without running code (methods.released.safe_load): a pickle or a
+checkpoint that names a callable is refused by name before anything in it runs; the classes an
+importer allows become plain data, whatever pickle protocol (Python 2's too) wrote them."""
+import argparse
+import os
+import pickle
+import sys
+import types
+
+import pytest
+import torch
+
+from methods.errors import HarnessError
+from methods.released.safe_load import PickledObject, load_checkpoint, load_pickle
+
+
+class Planted:
+    """What an attacker ships: unpickling it would run a shell command that leaves a marker file."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.fixture
+def vocab_class(monkeypatch):
+    """A stand-in for the authors' ``vocab.Vocabulary`` (VSE++ vocab.py), importable as they pickled it."""
+    module = types.ModuleType("vocab")
+
+    class Vocabulary:
+        def __init__(self, words):
+            self.word2idx = {w: i for i, w in enumerate(words)}
+            self.idx2word = dict(enumerate(words))
+            self.idx = len(words)
+
+    Vocabulary.__module__, Vocabulary.__qualname__ = "vocab", "Vocabulary"
+    module.Vocabulary = Vocabulary
+    monkeypatch.setitem(sys.modules, "vocab", module)
+    return Vocabulary
+
+
+def test_a_planted_pickle_is_refused_by_name_and_never_runs(tmp_path):
+    marker = tmp_path / "ran"
+    path = tmp_path / "coco_vocab.pkl"
+    path.write_bytes(pickle.dumps({"vocab": Planted(marker)}))
+    with pytest.raises(HarnessError, match=r"coco_vocab.pkl: refused to load \(refused global (posix|nt).system") as err:
+        load_pickle(path, {"vocab.Vocabulary"})
+    assert "nothing in it was run" in str(err.value) and not marker.exists()
+
+
+def test_a_planted_checkpoint_is_refused_by_name_and_never_runs(tmp_path):
+    marker = tmp_path / "ran"
+    path = tmp_path / "model_best.pth.tar"
+    torch.save({"model": [{"w": torch.zeros(2)}], "opt": Planted(marker)}, path)
+    with pytest.raises(HarnessError, match="model_best.pth.tar: refused to load: it names (posix|nt).system"):
+        load_checkpoint(path, [argparse.Namespace])
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_an_allowed_vocabulary_object_becomes_plain_data(tmp_path, vocab_class, protocol):
+    """Protocols 0-2 name copy_reg and __builtin__ as Python 2 wrote them; 3-5 Python 3's names."""
+    words = ["<pad>", "<start>", "<end>", "<unk>", "café", "dog"]
+    path = tmp_path / "vocab.pkl"
+    path.write_bytes(pickle.dumps(vocab_class(words), protocol=protocol))
+    loaded = load_pickle(path, {"vocab.Vocabulary"})
+    assert type(loaded) is not vocab_class and isinstance(loaded, PickledObject)
+    assert loaded.cls == "vocab.Vocabulary"
+    assert loaded.state == {"word2idx": {w: i for i, w in enumerate(words)}, "idx2word": dict(enumerate(words)),
+                            "idx": len(words)}
+
+
+def test_a_class_the_importer_did_not_allow_is_refused_even_if_harmless(tmp_path, vocab_class):
+    path = tmp_path / "vocab.pkl"
+    path.write_bytes(pickle.dumps(vocab_class(["a"])))
+    with pytest.raises(HarnessError, match="refused global vocab.Vocabulary; allowed: plain data only"):
+        load_pickle(path, set())
+
+
+def test_a_checkpoints_options_load_only_when_allowed(tmp_path):
+    path = tmp_path / "model_best.pth.tar"
+    torch.save({"epoch": 3, "model": [{"fc.weight": torch.ones(2, 3)}], "opt": argparse.Namespace(embed_size=2)}, path)
+    with pytest.raises(HarnessError, match="it names argparse.Namespace"):
+        load_checkpoint(path)
+    ckpt = load_checkpoint(path, [argparse.Namespace])
+    assert ckpt["opt"].embed_size == 2 and torch.equal(ckpt["model"][0]["fc.weight"], torch.ones(2, 3))
+
+
+def test_a_legacy_format_checkpoint_loads_and_junk_is_one_line(tmp_path):
+    legacy = tmp_path / "old.pth.tar"   # torch < 1.6 wrote this format (VSE++'s era)
+    torch.save({"model": [{"w": torch.arange(3.0)}]}, legacy, _use_new_zipfile_serialization=False)
+    assert torch.equal(load_checkpoint(legacy)["model"][0]["w"], torch.arange(3.0))
+    junk = tmp_path / "junk.pth.tar"
+    junk.write_bytes(b"<html>404</html>")
+    with pytest.raises(HarnessError, match=r"junk.pth.tar: not a readable PyTorch checkpoint \(") as err:
+        load_checkpoint(junk)
+    assert "\n" not in str(err.value)
+    with pytest.raises(HarnessError, match="released checkpoint not found"):
+        load_checkpoint(tmp_path / "missing.pth.tar")

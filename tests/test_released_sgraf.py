@@ -1,0 +1,155 @@
+"""SGRAF's released checkpoints imported onto the project's model (methods.released.sgraf).
+
+The fixtures (tests/data/released/sgraf/) were written by the authors' own code
+(github.com/Paranioar/SGRAF, branch python3.6, model.py) at tiny widths with random weights,
+saved as their train.py saves a checkpoint, with the scores their code gives on fixed inputs:
+tests/data/released/make_sgraf_fixtures.py says how. The imported model must give those scores."""
+import argparse
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from methods import api
+from methods.data.inputs import CachedImageFeatures
+from methods.data.text import Vocabulary
+from methods.data.tokenizers import Tokenizer
+from methods.errors import HarnessError
+from methods.import_released import import_released
+from methods.models.base import BuildContext, build_model
+from methods.released.mapping import map_tensors
+from methods.released.safe_load import load_checkpoint
+from methods.released.sgraf import import_checkpoint
+from methods.scoring import encode_images, encode_texts, score_matrix
+
+FIXTURES = Path(__file__).parent / "data" / "released" / "sgraf"
+EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def base_model():
+    return api.experiment_config("sgraf", "flickr")["model"]
+
+
+def imported_scores(released) -> np.ndarray:
+    model = build_model(released.model_config, BuildContext(released.vocab_size, released.image_shape, {}, cnn=False))
+    model.load_state_dict(released.state_dict, strict=True)
+    model.eval()
+    vocab = Vocabulary.load(FIXTURES / "f30k_precomp_vocab.json", Tokenizer("nltk_line"))
+    tokens = [vocab.encode(c) for c in EXPECTED["captions"]]
+    assert tokens == EXPECTED["token_ids"]   # their vocabulary, read by the project, gives their ids
+    images = CachedImageFeatures(np.array(EXPECTED["images"], dtype=np.float32))
+    img = encode_images(model, len(EXPECTED["images"]), CPU, 2, features=images)   # batches of 2: no batch effects
+    return score_matrix(model, img, encode_texts(model, tokens, CPU, 3)).numpy()
+
+
+@pytest.mark.parametrize("head", ["SGR", "SAF"])
+def test_a_released_checkpoint_scores_as_the_authors_code(base_model, head):
+    released = import_checkpoint(FIXTURES / f"f30k_{head}_model_best.pth.tar", base_model)
+    assert released.source_dataset == "flickr" and released.provenance["epoch"] == 12
+    assert released.model_config["heads"] == [head.lower()] and released.model_config["embed_dim"] == 8
+    expected = np.array(EXPECTED["scores"][head], dtype=np.float32)
+    assert np.abs(expected - expected.mean()).max() > 1e-3   # the scores differ: a swapped tensor would show
+    np.testing.assert_allclose(imported_scores(released), expected, rtol=0, atol=1e-5)
+
+
+def resaved(tmp_path: Path, change) -> Path:
+    ckpt = load_checkpoint(FIXTURES / "f30k_SGR_model_best.pth.tar", [argparse.Namespace])
+    change(ckpt)
+    path = tmp_path / "model_best.pth.tar"
+    torch.save(ckpt, path)
+    return path
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("no_imgnorm", True, "trained with no_imgnorm=True, which the project's SGRAF does not implement"),
+    ("no_txtnorm", True, "trained with no_txtnorm=True"),
+    ("module_name", "AVE", "module_name 'AVE' is not one of SGRAF's"),
+    ("data_name", "cc152k_precomp", "data_name 'cc152k_precomp' is not one of"),
+])
+def test_an_option_the_project_does_not_implement_is_refused_by_name(tmp_path, base_model, option, value, message):
+    path = resaved(tmp_path, lambda c: setattr(c["opt"], option, value))
+    with pytest.raises(HarnessError, match=message):
+        import_checkpoint(path, base_model)
+
+
+def test_a_checkpoint_of_another_model_is_refused(tmp_path, base_model):
+    def as_vsepp(ckpt):   # VSE++ saves [img_enc, txt_enc] and has no SGRAF options
+        ckpt["model"] = ckpt["model"][:2]
+        for name in ("sim_dim", "module_name", "sgr_step"):
+            delattr(ckpt["opt"], name)
+    with pytest.raises(HarnessError, match=r"not an SGRAF checkpoint \(its options have no sim_dim, module_name, sgr_step"):
+        import_checkpoint(resaved(tmp_path, as_vsepp), base_model)
+
+
+def test_a_tensor_the_model_has_not_or_a_shape_that_differs_is_named(tmp_path, base_model):
+    def extra(ckpt):
+        ckpt["model"][2]["extra_head.weight"] = torch.zeros(1)
+    with pytest.raises(HarnessError, match="1 tensors have no place in the project's model \\(e.g. 'sim_enc.extra_head.weight'"):
+        import_checkpoint(resaved(tmp_path, extra), base_model)
+
+    def wider(ckpt):
+        ckpt["model"][0]["fc.weight"] = torch.zeros(9, 12)
+    with pytest.raises(HarnessError, match=r"'img_enc.fc.weight' has shape \(9, 12\), but 'fc.weight' of the project's "
+                                           r"model is \(8, 12\)"):
+        import_checkpoint(resaved(tmp_path, wider), base_model)
+
+
+def test_every_project_tensor_is_set_exactly_once():
+    target = {"a.weight": torch.zeros(2), "b.weight": torch.zeros(2)}
+    with pytest.raises(HarnessError, match="the checkpoint sets no 'b.weight'"):
+        map_tensors({"x.weight": torch.ones(2)}, target, [(r"x\.(\w+)", r"a.\1")], "f")
+    with pytest.raises(HarnessError, match="tensors 'x.weight' and 'y.weight' both map to 'a.weight'"):
+        map_tensors({"x.weight": torch.ones(2), "y.weight": torch.ones(2)}, target, [(r"[xy]\.(\w+)", r"a.\1")], "f")
+    state = map_tensors({"x.weight": torch.ones(2), "y.weight": torch.full((2,), 2.0), "y.count": torch.ones(())},
+                        target, [(r"x\.(\w+)", r"a.\1"), (r"y\.(\w+)", r"b.\1")], "f", ignored=[(r"y\.count", "why")])
+    assert torch.equal(state["b.weight"], torch.full((2,), 2.0)) and set(state) == set(target)
+
+
+def payload(name="flickr", feature_dim=12):
+    """A dataset payload (results/<dataset>/dataset.json) of the fields an import reads."""
+    return {"name": name, "paths": {},
+            "dataset": {"tokenizer": "nltk_line", "precomp": {"n_regions": 36, "feature_dim": feature_dim}}}
+
+
+def test_the_import_writes_a_run_folder_that_evaluates_as_the_authors_code(tmp_path):
+    """What ``python -m methods.import_released`` writes: model.pt and vocab.json, read back by
+    the evaluation's own loaders."""
+    cfg = api.experiment_config("sgraf", "flickr")
+    import_released(payload(), cfg, FIXTURES / "f30k_SAF_model_best.pth.tar", FIXTURES / "f30k_precomp_vocab.json",
+                    tmp_path / "run")
+    model, ckpt = api.load_model(tmp_path / "run" / "model.pt", CPU)
+    assert ckpt["best"]["released"]["code"] == "Paranioar/SGRAF" and ckpt["config"]["model"]["heads"] == ["saf"]
+    vocab = Vocabulary.load(tmp_path / "run" / "vocab.json")
+    img = api.encode_images(model, CachedImageFeatures(np.array(EXPECTED["images"], dtype=np.float32)), device=CPU)
+    txt = api.encode_texts(model, EXPECTED["captions"], vocab, device=CPU)
+    np.testing.assert_allclose(api.score(model, img, txt).numpy(), np.array(EXPECTED["scores"]["SAF"]), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("dataset, feature_dim, vocab_words, message", [
+    ("coco", 12, None, "trained on flickr, but dataset 'coco' is coco"),
+    ("flickr", 2048, None, "trained on 12-d region features, but datasets.flickr.precomp.feature_dim is 2048"),
+    ("flickr", 12, 23, "has 23 words, but .* was trained with 24: give the vocabulary released with it"),
+])
+def test_an_import_that_does_not_fit_the_dataset_writes_nothing(tmp_path, dataset, feature_dim, vocab_words, message):
+    vocab = FIXTURES / "f30k_precomp_vocab.json"
+    if vocab_words:
+        words = json.loads(vocab.read_text())["idx2word"]
+        kept = [words[str(i)] for i in range(vocab_words)]
+        vocab = tmp_path / "vocab.json"
+        vocab.write_text(json.dumps({"word2idx": {w: i for i, w in enumerate(kept)},
+                                     "idx2word": dict(enumerate(kept)), "idx": len(kept)}))
+    with pytest.raises(HarnessError, match=message):
+        import_released(payload(dataset, feature_dim), api.experiment_config("sgraf", "flickr"),
+                        FIXTURES / "f30k_SGR_model_best.pth.tar", vocab, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_model_kind_without_released_weights_has_no_importer(tmp_path):
+    with pytest.raises(HarnessError, match="no importer of released checkpoints for model kind 'scan'"):
+        import_released(payload(), api.experiment_config("scan", "flickr"), FIXTURES / "f30k_SGR_model_best.pth.tar",
+                        FIXTURES / "f30k_precomp_vocab.json", tmp_path / "run")
