@@ -126,5 +126,5 @@ def load_pickle(path: str | Path, allowed: Iterable[str]) -> Any:
     except pickle.UnpicklingError as exc:
         raise HarnessError(f"{path}: refused to load ({first_line(exc)}; allowed: "
                            f"{', '.join(sorted(allowed)) or 'plain data only'}); nothing in it was run") from None
-    except (EOFError, ValueError, UnicodeDecodeError) as exc:
+    except (EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError, UnicodeDecodeError) as exc:
         raise HarnessError(f"{path}: not a readable pickle ({type(exc).__name__}: {first_line(exc)})") from None
