@@ -327,9 +327,10 @@ def main(argv: list[str] | None = None) -> None:
         except RuntimeError as exc:   # non-finite scores, out of memory: named, not written; the others go on
             failed.append(key)
             print(f"{key:>28} FAILED: {str(exc).splitlines()[0]} ({', '.join(exps)})", flush=True)
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
             continue
+        finally:
+            if device.type == "cuda":   # the next configuration starts from an empty cache
+                torch.cuda.empty_cache()
         for kind, c in stages.items():
             peaks = "".join(f", {p} peak {c[f'{p}_peak_gpu_mb']:,} MB" for p in ("train", "eval")
                             if f"{p}_peak_gpu_mb" in c)
@@ -343,8 +344,6 @@ def main(argv: list[str] | None = None) -> None:
                  "stages": stages}
         if args.write:   # each entry as it is measured: a job stopped at its time limit keeps what it measured
             write(args.write, [entry])
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
     if args.write:
         print(f"wrote {len(configs) - len(failed)} entries to {args.write}")
     if failed:

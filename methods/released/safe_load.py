@@ -100,20 +100,6 @@ class RestrictedUnpickler(pickle.Unpickler):
             return type(name, (PickledObject,), {"cls": f"{module}.{name}"})
         raise pickle.UnpicklingError(f"refused global {module}.{name}")
 
-    def load(self) -> Any:
-        return _settle(super().load())
-
-
-def _settle(obj: Any) -> Any:
-    """Plain data all the way down (a ``PickledObject``'s state too)."""
-    if isinstance(obj, PickledObject):
-        obj.state = _settle(obj.state)
-    elif isinstance(obj, dict):
-        return {k: _settle(v) for k, v in obj.items()}
-    elif isinstance(obj, (list, tuple)):
-        return type(obj)(_settle(v) for v in obj)
-    return obj
-
 
 def load_pickle(path: str | Path, allowed: Iterable[str]) -> Any:
     """A pickle file read with ``RestrictedUnpickler``; a refused global is one line naming it."""
