@@ -1,80 +1,105 @@
-"""Import an author's released checkpoint as a run folder: ``model.pt`` (the project's model with
-the authors' weights) and ``vocab.json`` (their vocabulary, with the dataset's tokenizer), which
-``python -m methods.evaluate --run-dir …`` then evaluates like a trained run. No training.
+"""Import an author's released checkpoint as a run folder, then evaluate it: ``model.pt`` (the
+project's model with the authors' weights) and ``vocab.json`` (their vocabulary, read with the
+dataset's tokenizer), then ``eval_<split>.json`` and ``sims_<split>.npy`` for each ``--evaluate``
+split, as a training job ends. No training.
 
 The experiment config (``--experiment``: a resolved method config JSON, as a training job reads)
-names the model kind, and so the importer (``methods.released``); the checkpoint's own options
-set the model's widths and switches. Checked before anything is written: the checkpoint is of
-that kind and was trained on this dataset, its image features have the dataset's shape, and its
-vocabulary has the size its weights were trained with.
+names the model kind, and so the importer (``methods.released.importers``); the checkpoint's own
+options set the model's widths and switches. Checked before anything is written: the checkpoint is
+of that kind and was trained on this dataset, its image features have the dataset's shape, and its
+vocabulary has the size its weights were trained with. The run folder must be empty or absent:
+the model and vocabulary are written in a temporary folder that takes its place at the end, so a
+failed import leaves nothing, and no evaluation of another model can stay beside them.
 """
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from methods.cli import run_command
-from methods.config import config_hash, validate
+from methods.config import config_hash, read_experiment
 from methods.data.datasets import load_dataset_payload, payload_tokenizer
 from methods.data.inputs import region_shape
-from methods.data.text import Vocabulary
 from methods.errors import HarnessError
-from methods.io import read_json
+from methods.evaluate import evaluate_run
+from methods.metrics.evaluation import split_relevances
 from methods.models.checkpoint import save_trained_model
-from methods.paths import model_file
+from methods.paths import model_file, run_vocab
 from methods.plan.datasets import reported_dataset
-from methods.released import sgraf
-
-IMPORTERS = {"sgraf": sgraf.import_checkpoint}   # model kind -> importer of its authors' checkpoints
-VOCAB_FILE = "vocab.json"
+from methods.released.importers import get_importer
+from methods.runtime import compute_setup, resolve_device
+from methods.scoring import add_block_argument
 
 
 def import_released(payload: dict, cfg: dict, checkpoint: str | Path, vocab_path: str | Path,
                     run_dir: str | Path) -> None:
+    """The checkpoint and its vocabulary as the run folder ``run_dir`` (empty or absent)."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        raise HarnessError(f"{run_dir}: not an empty folder; an import writes a run folder of its own "
+                           f"(delete it to import again)")
     kind = cfg["model"]["kind"]
-    if kind not in IMPORTERS:
-        raise HarnessError(f"no importer of released checkpoints for model kind '{kind}' "
-                           f"(importers: {', '.join(sorted(IMPORTERS))})")
-    n_regions, dim = region_shape(payload["dataset"])
-    released = IMPORTERS[kind](checkpoint, cfg["model"], n_regions)
+    importer = get_importer(kind, str(checkpoint))
+    released = importer.import_checkpoint(Path(checkpoint), cfg["model"], payload["dataset"])
     dataset = reported_dataset(payload["name"], payload["dataset"])
     if released.source_dataset != dataset:
         raise HarnessError(f"{checkpoint}: trained on {released.source_dataset}, but dataset '{payload['name']}' "
                            f"is {dataset}")
+    _, dim = (None, None) if released.runs_cnn else region_shape(payload["dataset"])
     if dim is not None and dim != released.image_shape["dim"]:
         raise HarnessError(f"{checkpoint}: trained on {released.image_shape['dim']}-d region features, but "
                            f"datasets.{payload['name']}.precomp.feature_dim is {dim}")
-    vocab = Vocabulary.load(vocab_path, payload_tokenizer(payload))
+    vocab = importer.read_vocabulary(Path(vocab_path), payload_tokenizer(payload))
     if len(vocab) != released.vocab_size:
         raise HarnessError(f"{vocab_path} has {len(vocab)} words, but {checkpoint} was trained with "
                            f"{released.vocab_size}: give the vocabulary released with it")
     run_cfg = {**cfg, "model": released.model_config}
-    run_dir = Path(run_dir)
-    vocab.save(run_dir / VOCAB_FILE)
-    # seed 0 stands for the authors' one training (no public code sets a seed); ``best`` says whose
-    save_trained_model(model_file(run_dir), run_cfg, config_hash(run_cfg), 0, released.vocab_size,
-                       released.image_shape, {"finetuned": False, "epoch": released.provenance.get("epoch"),
-                                              "released": {**released.provenance, "checkpoint": str(checkpoint)}},
-                       released.state_dict)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", dir=run_dir.parent))
+    try:
+        vocab.save(run_vocab(staging))
+        # seed 0 stands for the authors' one training (no public code sets a seed); ``best`` says whose
+        save_trained_model(model_file(staging), run_cfg, config_hash(run_cfg), 0, released.vocab_size,
+                           released.image_shape,
+                           {"finetuned": released.runs_cnn, "epoch": released.provenance.get("epoch"),
+                            "released": {**released.provenance, "checkpoint": str(checkpoint)}},
+                           released.state_dict)
+        if run_dir.exists():
+            run_dir.rmdir()   # empty (checked above): the staging folder takes its place
+        os.replace(staging, run_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     print(f"{checkpoint}: {kind} ({released.provenance['code']}, epoch {released.provenance.get('epoch')}) "
           f"-> {model_file(run_dir)}")
 
 
 def _import(args) -> None:
     payload = load_dataset_payload(args.dataset_config)
-    cfg = read_json(args.experiment)
-    validate({k: v for k, v in cfg.items() if k != "numerics"}, "method", args.experiment)
+    cfg = read_experiment(args.experiment, payload)
+    # the test relevances first: a bad positives file fails before the import, not after it
+    relevances = {split: split_relevances(payload, split) for split in args.evaluate}
     import_released(payload, cfg, args.checkpoint, args.vocab, args.run_dir)
+    device = resolve_device(args.device)
+    for split in args.evaluate:
+        evaluate_run(Path(args.run_dir), split, payload, args.features_dir, run_vocab(args.run_dir), device,
+                     relevances[split], block_elements=args.block_elements)
 
 
 def _arguments(parser) -> None:
     parser.add_argument("--experiment", required=True, help="resolved method config JSON (its model kind)")
     parser.add_argument("--checkpoint", required=True, help="the authors' checkpoint, e.g. model_best.pth.tar")
     parser.add_argument("--vocab", required=True, help="the vocabulary released with it")
-    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--run-dir", required=True, help="the run folder to write (empty or absent)")
+    parser.add_argument("--evaluate", nargs="*", default=[], metavar="SPLIT",
+                        help="test splits to evaluate the imported model on (eval_<split>.json, sims_<split>.npy)")
+    parser.add_argument("--features-dir", help="the image input of the evaluated splits (precomputed regions)")
+    add_block_argument(parser)
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_command(__doc__, _arguments, _import, argv)
+    run_command(__doc__, _arguments, _import, argv, compute=compute_setup)
 
 
 if __name__ == "__main__":

@@ -174,6 +174,7 @@ class TableSpec(JobRecord):
     """What the table job of a table on a dataset reads."""
     nested: ClassVar[dict[str, type[JobRecord]]] = {"rows": TableRowSpec}
     what: ClassVar[str] = "a table spec"
+    optional: ClassVar[frozenset[str]] = frozenset({"unconfigured"})
     table: str
     dataset: str
     dataset_kind: str
@@ -182,6 +183,8 @@ class TableSpec(JobRecord):
     training_check: dict
     protocols: list[str]
     rows: list[TableRowSpec]
+    # released rows left out here: {id, label, keys (the unset config keys)}; None: none declared
+    unconfigured: list[dict] | None = None
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,9 @@ from pathlib import Path
 
 MODEL_FILE = "model.pt"            # a run's kept weights
 TRAIN_LOG = "train_log.json"       # a run's history, best epoch and provenance
+RUN_VOCAB = "vocab.json"           # an imported run's vocabulary (the authors' released one)
 CHECKPOINTS = "checkpoints"        # a run's last.pt (resume) and best.pt while it trains
-SPEC_KINDS = ("tables", "figures", "claims", "reports")
+SPEC_KINDS = ("tables", "released_tables", "figures", "claims", "reports")
 
 
 def _view(view: str | None) -> str:
@@ -49,6 +50,10 @@ def checkpoints_dir(run: str | Path) -> str:
 
 def model_file(run: str | Path) -> str:
     return f"{run}/{MODEL_FILE}"
+
+
+def run_vocab(run: str | Path) -> str:
+    return f"{run}/{RUN_VOCAB}"
 
 
 def train_log(run: str | Path) -> str:
@@ -100,6 +105,10 @@ class ResultsLayout:
     def run_dir(self, dataset: str, exp: str, seed: int | str) -> str:
         return f"{self.root}/{dataset}/runs/{exp}/seed{seed}"
 
+    def released_dir(self, dataset: str, exp: str, checkpoint: str) -> str:
+        """An authors' checkpoint imported into experiment ``exp`` (``checkpoint``: its config key)."""
+        return f"{self.root}/{dataset}/released/{exp}/{checkpoint}"
+
     def ensemble_dir(self, dataset: str, ens: str, seed: int | str) -> str:
         return f"{self.root}/{dataset}/ensembles/{ens}/seed{seed}"
 
@@ -107,7 +116,7 @@ class ResultsLayout:
         return f"{self.root}/{dataset}/rows/{table}/{row}.json"
 
     def spec(self, dataset: str, kind: str, name: str) -> str:
-        """What the job building a table, figure, claims table or report of ``name`` reads."""
+        """What the job building a table (or its released rows), figure, claims table or report of ``name`` reads."""
         if kind not in SPEC_KINDS:
             raise ValueError(f"spec kind '{kind}': expected one of {', '.join(SPEC_KINDS)}")
         return f"{self.root}/{dataset}/{kind}/{name}.spec.json"

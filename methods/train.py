@@ -17,14 +17,13 @@ import torch
 
 from methods import api
 from methods.cli import run_command
-from methods.config import config_hash, validate
+from methods.config import config_hash, read_experiment
 from methods.data.caption_augment import extra_tokens
 from methods.data.datasets import load_dataset_payload
 from methods.data.text import Vocabulary
 from methods.data.word_vectors import initial_word_vectors
-from methods.errors import HarnessError
 from methods.evaluate import evaluate_run
-from methods.io import read_json, write_json
+from methods.io import write_json
 from methods.metrics.evaluation import split_relevances
 from methods.model_kinds import finetunes, image_input_of
 from methods.models.checkpoint import save_trained_model
@@ -38,13 +37,7 @@ def _train(args) -> None:
     t0 = time.time()
     payload = load_dataset_payload(args.dataset_config)
     ds, paths = payload["dataset"], payload["paths"]
-    cfg = read_json(args.experiment)
-    # an experiment file of another harness version (a key missing or unknown) fails here, naming the key
-    validate({k: v for k, v in cfg.items() if k != "numerics"}, "method", args.experiment)
-    planned, mode = cfg.get("numerics", "native"), ds.get("numerics", "native")
-    if planned != mode:  # the experiment's hash says which numerics its results come from
-        raise HarnessError(f"{args.experiment} was planned for {planned} numerics but {args.dataset_config} runs "
-                           f"{mode} (datasets.{payload['name']}.numerics): plan the experiment again")
+    cfg = read_experiment(args.experiment, payload)
     # the test relevances first: a bad positives file fails before training, not after it
     relevances = {split: split_relevances(payload, split) for split in args.evaluate}
     device = resolve_device(args.device)

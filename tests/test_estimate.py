@@ -150,3 +150,24 @@ def test_each_stage_kind_is_timed_at_its_own_rate_and_a_diverging_measurement_fa
     with pytest.raises(RuntimeError, match="training diverged"):
         run_cost.measure(exploding, ds, harness["backbones"], torch.device("cpu"),
                          harness["scoring"]["block_elements"], steps=1, warmup=1, n_images=4)
+
+
+def test_the_readmes_gpu_memory_column_is_the_measured_peaks():
+    """The README's cost table gives, per method (and stage kind), the most GPU memory any of its
+    measured configurations allocated, in GiB: read from config/measured_costs.yaml, not typed."""
+    import re
+
+    groups = {"VSE++": [["vsepp:frozen"], ["vsepp:finetune"]], "VSRN": [["vsrn:frozen"]], "SCAN": [["scan:frozen"]],
+              "SGRAF": [["sgraf:frozen"]], "set embeddings": [["set_embeddings:frozen", "set_embeddings_grid:frozen"],
+                                                              ["set_embeddings_grid:finetune"]],
+              "label-wise": [["label_wise:frozen"]]}
+    peaks: dict[str, int] = {}
+    for entry in load_costs():
+        for kind, stage in entry["stages"].items():
+            key = f"{entry['method']}:{kind}"
+            peaks[key] = max(peaks.get(key, 0), stage.get("train_peak_gpu_mib", 0), stage.get("eval_peak_gpu_mib", 0))
+    readme = (REPO_ROOT / "README.md").read_text()
+    for name, parts in groups.items():
+        (line,) = [ln for ln in readme.splitlines() if ln.startswith(f"| {name}") and re.search(r"ms \| [\d. /]+ GiB \|", ln)]
+        shown = [float(v) for v in re.search(r"\| ([\d. /]+) GiB \|", line).group(1).split(" / ")]
+        assert shown == [round(max(peaks[k] for k in keys) / 1024, 1) for keys in parts], name

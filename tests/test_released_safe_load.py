@@ -99,3 +99,82 @@ def test_a_legacy_format_checkpoint_loads_and_junk_is_one_line(tmp_path):
     assert "\n" not in str(err.value)
     with pytest.raises(HarnessError, match="released checkpoint not found"):
         load_checkpoint(tmp_path / "missing.pth.tar")
+
+
+# Crafted pickles, one per way pickle can reach an object: every one is refused or unreadable, in
+# one line, and the module's stand-ins are left as they were.
+VOCAB = b"cvocab\nVocabulary\n"
+
+
+@pytest.mark.parametrize("data, opcode", [
+    (b"\x80\x02\x82\x01.", "EXT1"), (b"\x80\x02\x83\x01\x00.", "EXT2"), (b"\x80\x02\x84\x01\x00\x00\x00.", "EXT4"),
+    (b"P1\n.", "PERSID"), (b"\x80\x02K\x01Q.", "BINPERSID"),
+])
+def test_opcodes_that_fetch_objects_without_naming_them_are_refused(tmp_path, data, opcode):
+    """EXT* read copyreg's process-wide extension cache and PERSID a persistent id: neither goes
+    through find_class, so both are refused before unpickling (even with an extension registered)."""
+    import copyreg
+    copyreg.add_extension("posix", "system", 1)
+    try:
+        path = tmp_path / "vocab.pkl"
+        path.write_bytes(data)
+        with pytest.raises(HarnessError, match=rf"refused to load \(refused opcode {opcode} at byte \d+;"):
+            load_pickle(path, {"vocab.Vocabulary"})
+    finally:
+        copyreg.remove_extension("posix", "system", 1)
+
+
+@pytest.mark.parametrize("data, said", [
+    (VOCAB + b".", r"refused result: it holds _Sealed"),           # the allowed class itself, not an object of it
+    (b"cbuiltins\nobject\n.", r"refused result: it holds type"),
+    (b"ccopyreg\n__newobj__\n.", r"refused result: it holds _StandIn"),
+    (b"\x80\x02cbuiltins\nobject\n)\x81.", r"refused result: it holds object"),   # NEWOBJ of object: not data
+])
+def test_a_result_that_is_not_plain_data_is_refused(tmp_path, data, said):
+    path = tmp_path / "vocab.pkl"
+    path.write_bytes(data)
+    with pytest.raises(HarnessError, match=rf"refused to load \({said}"):
+        load_pickle(path, {"vocab.Vocabulary"})
+
+
+@pytest.mark.parametrize("data", [
+    VOCAB + b"(N}X\x03\x00\x00\x00clsX\x01\x00\x00\x00xstb.",                   # BUILD sets an attribute of the class
+    b"ccopyreg\n__newobj__\n(N}X\x08\x00\x00\x00__call__K\x01stb.",           # ... of a stand-in (slot state)
+    b"ccopyreg\n__newobj__\n}X\x05\x00\x00\x00_callK\x01sb.",                 # ... of a stand-in (dict state)
+    b"ccopyreg\n__newobj__\n(cbuiltins\nobject\ntR.",                          # __newobj__ of a class not allowed
+    pickle.dumps({"a": [1, 2, 3]})[:-4],                                        # truncated
+    b"\xff\xfe junk",
+])
+def test_a_pickle_that_misuses_what_it_may_name_is_unreadable_and_changes_nothing(tmp_path, data):
+    from methods.released.safe_load import RestrictedUnpickler
+    before = {k: (type(v), getattr(v, "_call", None)) for k, v in RestrictedUnpickler.SAFE.items()}
+    path = tmp_path / "vocab.pkl"
+    path.write_bytes(data)
+    with pytest.raises(HarnessError, match=r"vocab.pkl: not a readable pickle \(") as err:
+        load_pickle(path, {"vocab.Vocabulary"})
+    assert "\n" not in str(err.value)
+    assert {k: (type(v), getattr(v, "_call", None)) for k, v in RestrictedUnpickler.SAFE.items()} == before
+
+
+def test_deep_or_cyclic_data_loads(tmp_path):
+    depth = 50_000
+    path = tmp_path / "deep.pkl"
+    path.write_bytes(b"\x80\x02" + b"]" * depth + b"a" * (depth - 1) + b".")
+    item, levels = load_pickle(path, ()), 1
+    while item:
+        item, levels = item[0], levels + 1
+    assert levels == depth
+    cyclic = []
+    cyclic.append(cyclic)
+    path.write_bytes(pickle.dumps({"c": cyclic}))
+    loaded = load_pickle(path, ())
+    assert loaded["c"][0] is loaded["c"]
+
+
+def test_a_checkpoint_that_is_not_one_is_one_line(tmp_path):
+    path = tmp_path / "model_best.pth.tar"
+    torch.save({"w": torch.zeros(3)}, path)
+    path.write_bytes(path.read_bytes()[:200])   # a cut download
+    with pytest.raises(HarnessError, match=r"model_best.pth.tar: not a readable PyTorch checkpoint \(") as err:
+        load_checkpoint(path)
+    assert "\n" not in str(err.value)

@@ -28,6 +28,7 @@ from methods.scoring import encode_images, encode_texts, score_matrix
 FIXTURES = Path(__file__).parent / "data" / "released" / "sgraf"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
 CPU = torch.device("cpu")
+REGIONS = {"precomp": {"n_regions": 36, "feature_dim": None}}   # the dataset config the importer reads
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def imported_scores(released) -> np.ndarray:
 
 @pytest.mark.parametrize("head", ["SGR", "SAF"])
 def test_a_released_checkpoint_scores_as_the_authors_code(base_model, head):
-    released = import_checkpoint(FIXTURES / f"f30k_{head}_model_best.pth.tar", base_model)
+    released = import_checkpoint(FIXTURES / f"f30k_{head}_model_best.pth.tar", base_model, REGIONS)
     assert released.source_dataset == "flickr" and released.provenance["epoch"] == 12
     assert released.model_config["heads"] == [head.lower()] and released.model_config["embed_dim"] == 8
     expected = np.array(EXPECTED["scores"][head], dtype=np.float32)
@@ -74,7 +75,7 @@ def resaved(tmp_path: Path, change) -> Path:
 def test_an_option_the_project_does_not_implement_is_refused_by_name(tmp_path, base_model, option, value, message):
     path = resaved(tmp_path, lambda c: setattr(c["opt"], option, value))
     with pytest.raises(HarnessError, match=message):
-        import_checkpoint(path, base_model)
+        import_checkpoint(path, base_model, REGIONS)
 
 
 def test_a_checkpoint_of_another_model_is_refused(tmp_path, base_model):
@@ -83,20 +84,20 @@ def test_a_checkpoint_of_another_model_is_refused(tmp_path, base_model):
         for name in ("sim_dim", "module_name", "sgr_step"):
             delattr(ckpt["opt"], name)
     with pytest.raises(HarnessError, match=r"not an SGRAF checkpoint \(its options have no sim_dim, module_name, sgr_step"):
-        import_checkpoint(resaved(tmp_path, as_vsepp), base_model)
+        import_checkpoint(resaved(tmp_path, as_vsepp), base_model, REGIONS)
 
 
 def test_a_tensor_the_model_has_not_or_a_shape_that_differs_is_named(tmp_path, base_model):
     def extra(ckpt):
         ckpt["model"][2]["extra_head.weight"] = torch.zeros(1)
     with pytest.raises(HarnessError, match="1 tensors have no place in the project's model \\(e.g. 'sim_enc.extra_head.weight'"):
-        import_checkpoint(resaved(tmp_path, extra), base_model)
+        import_checkpoint(resaved(tmp_path, extra), base_model, REGIONS)
 
     def wider(ckpt):
         ckpt["model"][0]["fc.weight"] = torch.zeros(9, 12)
     with pytest.raises(HarnessError, match=r"'img_enc.fc.weight' has shape \(9, 12\), but 'fc.weight' of the project's "
                                            r"model is \(8, 12\)"):
-        import_checkpoint(resaved(tmp_path, wider), base_model)
+        import_checkpoint(resaved(tmp_path, wider), base_model, REGIONS)
 
 
 def test_every_project_tensor_is_set_exactly_once():
@@ -153,3 +154,45 @@ def test_a_model_kind_without_released_weights_has_no_importer(tmp_path):
     with pytest.raises(HarnessError, match="no importer of released checkpoints for model kind 'scan'"):
         import_released(payload(), api.experiment_config("scan", "flickr"), FIXTURES / "f30k_SGR_model_best.pth.tar",
                         FIXTURES / "f30k_precomp_vocab.json", tmp_path / "run")
+
+
+def test_an_import_refuses_a_run_folder_that_holds_files_and_a_failed_one_leaves_none(tmp_path, monkeypatch):
+    """A run folder of its own: an old evaluation must not stay beside a new model, and a failure
+    half-way (here: saving the model) leaves no vocabulary without a model."""
+    cfg = api.experiment_config("sgraf", "flickr")
+    ckpt, vocab = FIXTURES / "f30k_SAF_model_best.pth.tar", FIXTURES / "f30k_precomp_vocab.json"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "eval_test.json").write_text("{}")
+    with pytest.raises(HarnessError, match="run: not an empty folder"):
+        import_released(payload(), cfg, ckpt, vocab, run)
+    (run / "eval_test.json").unlink()
+
+    def disk_full(*args, **kwargs):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr("methods.import_released.save_trained_model", disk_full)
+    with pytest.raises(OSError):
+        import_released(payload(), cfg, ckpt, vocab, run)
+    assert list(run.iterdir()) == [] and [p.name for p in tmp_path.iterdir()] == ["run"]   # no staging folder left
+
+
+def test_every_listed_importer_reads_the_code_base_the_dag_names():
+    """The DAG build names each importer's code base without importing it (no torch there)."""
+    import importlib
+
+    from methods.released.importers import RELEASED_CODE
+    for kind, code in RELEASED_CODE.items():
+        assert importlib.import_module(f"methods.released.{kind}").IMPORTER.code == code
+
+
+def test_an_experiment_planned_for_other_numerics_is_refused(tmp_path):
+    from methods.config import read_experiment
+    cfg = api.experiment_config("sgraf", "flickr")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "numerics": "portable"}))
+    with pytest.raises(HarnessError, match="was planned for portable numerics but dataset 'flickr' runs native"):
+        read_experiment(path, payload())
+    path.write_text(json.dumps({**cfg, "numerics": "native", "model": {**cfg["model"], "no_such_key": 1}}))
+    with pytest.raises(HarnessError, match="no_such_key"):
+        read_experiment(path, payload())

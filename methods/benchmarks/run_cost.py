@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import math
 import subprocess
 import time
 
@@ -128,7 +129,9 @@ def time_training(model, cfg: dict, split: SplitData, vocab: Vocabulary, images,
     """Seconds per training item over ``steps`` optimizer steps after ``warmup`` ones, at the
     learning rate of the run's first stage of this kind (a CNN of random weights fine-tuned at a
     frozen stage's rate diverges within a few steps: MVSA's 5e-4 did). A step that leaves a
-    non-finite loss or weight fails the measurement (checked once, after the timed steps)."""
+    non-finite loss or weight fails the measurement (checked once, after the timed steps), and so
+    does a timed step that AMP's gradient scaler skipped (an overflow: no optimizer update, so a
+    cheaper step than training runs)."""
     tr = cfg["training"]
     amp = tr["amp"] and device.type == "cuda"
     step = TrainingStep(model, Loss(cfg["loss"]), device, amp)
@@ -145,13 +148,19 @@ def time_training(model, cfg: dict, split: SplitData, vocab: Vocabulary, images,
     for i, batch in enumerate(DataLoader(dataset.for_epoch(0), batch_sampler=batches, collate_fn=collate)):
         if i == warmup:
             synchronize(device)
-            t0 = time.perf_counter()
+            t0, scale_at_t0 = time.perf_counter(), scaler.get_scale()
         loss, _ = step(to_device(batch, device), 10 ** 6)   # past any warm-up epochs: the loss trained longest
         finite &= torch.isfinite(loss.detach())             # on the device: no synchronisation per step
         apply_gradients(loss, optimizer, scaler, model.trainable_parameters(), tr["grad_clip"])
         items += len(batches[i]) if i >= warmup else 0
     synchronize(device)
     seconds = (time.perf_counter() - t0) / items
+    if amp:   # each skipped step halves the scale; it grows only after 2,000 clean steps
+        skipped = round(math.log2(scale_at_t0 / scaler.get_scale()))
+        if skipped:
+            raise RuntimeError(f"{cfg['method']} ({kind}): AMP's gradient scaler skipped {skipped} of the "
+                               f"{len(batches) - warmup} timed steps at lr {lr:g} (overflowing gradients): their time "
+                               f"is not a training step's")
     diverged = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
     if not bool(finite) or diverged:
         raise RuntimeError(f"{cfg['method']} ({kind}): training diverged on random inputs at lr {lr:g} "
@@ -204,24 +213,26 @@ def measure(cfg: dict, ds: dict, backbones: dict, device: torch.device, block_el
     for kind in kinds:
         finetune = kind == "finetune"
         model.set_finetune(finetune)
-        peak_mb = PeakGpuMemory(device)
-        with peak_mb("train"):
+        peak = PeakGpuMemory(device)
+        with peak("train"):
             train_s = time_training(model, cfg, split, vocab, RandomImages(len(split), ds["features"]["crop"])
                                     if finetune else None, device, steps, warmup, kind)
-        with peak_mb("eval"):   # evaluation encodes every image it is given: exactly the n_images timed
+        with peak("eval"):   # evaluation encodes every image it is given: exactly the n_images timed
             encode_s, score_s = time_evaluation(model, cfg, split, vocab,
                                                 RandomImages(n_images, ds["features"]["crop"]) if finetune else None,
                                                 device, n_images)
         out[kind] = {"train_s_per_item": float(f"{train_s:.4g}"), "encode_s_per_image": float(f"{encode_s:.4g}"),
                      "score_s_per_mpair": float(f"{score_s:.4g}"),
-                     **{f"{phase}_peak_gpu_mb": mb for phase, mb in peak_mb.readings.items()}}
+                     **peak.readings}
     return out
 
 
 class PeakGpuMemory:
-    """The most GPU memory torch held allocated (MB) during each ``with`` block: the weights, the
-    optimizer state and the step's activations for training; the encoded split and one scoring
-    block's work for evaluation. Nothing on a CPU."""
+    """The most GPU memory torch held during each ``with`` block, in MiB (2**20 bytes):
+    ``<phase>_peak_gpu_mib`` allocated to tensors (the weights, the optimizer state and the step's
+    activations for training; the encoded split and one scoring block's work for evaluation) and
+    ``<phase>_reserved_gpu_mib`` reserved by torch's caching allocator (what the card must hold).
+    Nothing on a CPU."""
 
     def __init__(self, device: torch.device):
         self.device, self.readings = device, {}
@@ -235,7 +246,8 @@ class PeakGpuMemory:
         torch.cuda.reset_peak_memory_stats(self.device)
         yield
         synchronize(self.device)
-        self.readings[phase] = round(torch.cuda.max_memory_allocated(self.device) / 2 ** 20)
+        self.readings[f"{phase}_peak_gpu_mib"] = round(torch.cuda.max_memory_allocated(self.device) / 2 ** 20)
+        self.readings[f"{phase}_reserved_gpu_mib"] = round(torch.cuda.max_memory_reserved(self.device) / 2 ** 20)
 
 
 def run_configs(plan: Plan, dataset: str, tables: list[str]) -> dict[str, tuple[dict, list[str]]]:
@@ -332,8 +344,8 @@ def main(argv: list[str] | None = None) -> None:
             if device.type == "cuda":   # the next configuration starts from an empty cache
                 torch.cuda.empty_cache()
         for kind, c in stages.items():
-            peaks = "".join(f", {p} peak {c[f'{p}_peak_gpu_mb']:,} MB" for p in ("train", "eval")
-                            if f"{p}_peak_gpu_mb" in c)
+            peaks = "".join(f", {p} peak {c[f'{p}_peak_gpu_mib']:,} MiB" for p in ("train", "eval")
+                            if f"{p}_peak_gpu_mib" in c)
             print(f"{key:>28} {kind:>8}: train {c['train_s_per_item'] * 1e3:8.3f} ms/item, "
                   f"encode {c['encode_s_per_image'] * 1e3:7.3f} ms/image, score {c['score_s_per_mpair']:7.3f} s/M pairs"
                   f"{peaks} ({', '.join(exps)})", flush=True)

@@ -3,6 +3,7 @@ rows (each member's experiment resolved, its ledger and what it runs), its figur
 with each name checked against the harness config (datasets, backbones, protocols, seeds)."""
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 from methods import numerics
@@ -14,10 +15,11 @@ from methods.metrics.protocols import STATISTICS_PROTOCOL, get_protocol
 from methods.model_kinds import MODEL_KINDS, DescribeContext, describe_run
 from methods.model_kinds.element_views import check_elements, view_name
 from methods.paths import ResultsLayout
-from methods.plan.datasets import reported_dataset, reported_shown, stand_in_protocols
+from methods.plan.datasets import data_kind, reported_dataset, reported_shown, stand_in_protocols
 from methods.plan.method_files import check_method_file, load_method_file, model_kind, resolve_method_config
-from methods.plan.records import ENSEMBLE_SEED_STRIDE, Claim, Experiment, Figure, Row, Table
+from methods.plan.records import ENSEMBLE_SEED_STRIDE, Claim, Experiment, Figure, ReleasedMember, Row, Table
 from methods.plugins import file_root
+from methods.released.importers import released_code
 from methods.report.claim_form import parse_comparison
 
 
@@ -159,14 +161,22 @@ class PaperCatalogue:
                 key = (table_name, dataset)
                 known = self.tables.get(key)   # a table two paper files declare: one table, both files' rows
                 rows = list(known.rows) if known else []
+                unconfigured = list(known.unconfigured) if known else []
                 for row in table["rows"]:
-                    if any(r.id == row["id"] for r in rows):
+                    if row["id"] in [*(r.id for r in rows), *(r["id"] for r in unconfigured)]:
                         raise HarnessError(f"{path}: row id '{row['id']}' appears twice in table {table_name}")
                     reported = reported_shown(row.get("reported", {}).get(reported_key, {}), ds_cfg)
                     if "reported_only" in row:   # the paper's numbers beside ours: nothing to run
                         rows.append(Row(table_name, row["id"], row["label"], paper["key"], seeds=[], members=[],
                                         reported=reported, not_reported=row.get("not_reported"),
                                         reported_only=row["reported_only"]))
+                        continue
+                    if "released" in row:   # the authors' checkpoints: imported and evaluated, not trained
+                        released = self._released_row(path, table_name, row, paper, dataset, reported)
+                        if isinstance(released, Row):
+                            rows.append(released)
+                        elif released:
+                            unconfigured.append(released)
                         continue
                     members = row.get("ensemble") or [{"method": row["method"], "overrides": row.get("overrides", {}),
                                                        "variants": row.get("variants", [])}]
@@ -195,7 +205,7 @@ class PaperCatalogue:
                 self.tables[key] = Table(table_name, dataset,
                                          titles=[*(known.titles if known else []), f"{paper['paper']}: {table['title']}"],
                                          rows=rows, statistics=bool(known and known.statistics)
-                                         or table.get("embedding_statistics", False))
+                                         or table.get("embedding_statistics", False), unconfigured=unconfigured)
                 self._check_comparisons(path, self.tables[key])
         for fig_name, fig in (paper.get("figures") or {}).items():
             if fig_name == "claims" or fig_name.startswith("claims_"):
@@ -213,13 +223,51 @@ class PaperCatalogue:
                         if name not in table_rows:
                             raise HarnessError(f"{path}: figure '{fig_name}' names row '{name}', which table "
                                                f"'{fig['table']}' does not have")
-                        if "reported_only" in table_rows[name]:
-                            raise HarnessError(f"{path}: figure '{fig_name}' names row '{name}', which is reported "
-                                               f"only: it has no trained model to show")
+                        if "reported_only" in table_rows[name] or "released" in table_rows[name]:
+                            what = "reported only" if "reported_only" in table_rows[name] else "the authors' weights"
+                            raise HarnessError(f"{path}: figure '{fig_name}' names row '{name}', which is {what}: "
+                                               f"it has no trained model to show")
                     self.figures[(fig_name, dataset)] = Figure(fig_name, dataset, fig["kind"], fig["table"],
                                                                fig["title"], row=fig.get("row"), rows=fig.get("rows"),
                                                                paper=paper["key"])
         return paper
+
+    def _released_row(self, path: Path, table_name: str, row: dict, paper: dict, dataset: str,
+                      reported: dict) -> Row | dict:
+        """A row of the authors' released checkpoints on ``dataset``: their files (config keys of
+        ``datasets.<dataset>.released``, each checked to exist) imported into the row's method
+        config; where a key is unset, what the table says instead (its id, label and the keys);
+        on the built-in synthetic data, nothing ({})."""
+        where = f"{path}: table {table_name} row '{row['id']}'"
+        ds_cfg = self.cfg["datasets"][dataset]
+        spec = row["released"]
+        if data_kind(ds_cfg) == "synthetic":   # the built-in data: no released weights exist for them
+            return {}
+        keys = [spec["checkpoint"]] if isinstance(spec["checkpoint"], str) else list(spec["checkpoint"])
+        files = ds_cfg.get("released") or {}
+        unset = [f"datasets.{dataset}.released.{k}" for k in [*keys, spec["vocab"]] if k not in files]
+        if unset:
+            return {"id": row["id"], "label": row["label"], "keys": unset}
+        for key in [*keys, spec["vocab"]]:
+            if not Path(files[key]).expanduser().is_file():
+                raise HarnessError(f"datasets.{dataset}.released.{key}: file not found: {files[key]} (the authors' "
+                                   f"released file that {where} evaluates)")
+        if row["method"] not in paper["methods"]:
+            raise HarnessError(f"{where} names unknown method '{row['method']}' "
+                               f"(declared: {', '.join(sorted(paper['methods']))})")
+        method_file = file_root(path) / paper["methods"][row["method"]]
+        exp = self.resolve_experiment(method_file, dataset, {}, [])
+        code = released_code(exp.config["model"]["kind"], where)
+        source = source_ledger(self.method_file(method_file), [], reported_dataset(dataset, ds_cfg))
+        # trained by the authors: no switch of ours ran; the captions are still tokenised here
+        ledger = {"code": f"{code} (the authors' released weights)", "switches": [],
+                  "deviations": [asdict(d) for d in tokenizer_deviation(dataset, ds_cfg, source)]}
+        members = tuple(ReleasedMember(exp.id, k, spec["vocab"], str(Path(files[k]).expanduser()),
+                                       str(Path(files[spec["vocab"]]).expanduser())) for k in keys)
+        ran = (f"the authors' released weights ({code}): "
+               + " + ".join(f"{k} ({Path(files[k]).name})" for k in keys) + f", vocabulary {spec['vocab']}")
+        return Row(table_name, row["id"], row["label"], paper["key"], seeds=[0], members=[], reported=reported,
+                   not_reported=row.get("not_reported"), ledger=[ledger], ran=ran, released=members)
 
     def _built_on(self, table_name: str, datasets: list[str]) -> list[str]:
         """The datasets of a paper file's table that build it: all but those whose ``skip_tables``

@@ -15,7 +15,7 @@ from methods.metrics.protocols import CHECKED_PROTOCOLS, STATISTICS_PROTOCOL, ge
 from methods.paths import ResultsLayout, sims_file
 from methods.plan.datasets import data_kind, reported_dataset, test_splits
 from methods.plan.papers import ALL_TABLES_CONFIG, PaperCatalogue
-from methods.plan.records import Claim, Experiment, Figure, Row, Table
+from methods.plan.records import Claim, Experiment, Figure, ReleasedMember, Row, Table
 from methods.plugins import check_loaded
 from methods.report.figure_kinds import FIGURE_KINDS
 
@@ -109,8 +109,8 @@ class Plan:
     def score_files(self, row: Row, dataset: str, split: str) -> list[list[str]]:
         """Per seed of a row, the score matrices of ``split`` it averages (one per ensemble member;
         an evaluation view's own matrix)."""
-        return [[sims_file(self.run_dir(dataset, exp, row.member_seed(s, i)), split, row.view)
-                 for i, exp in enumerate(row.members)] for s in row.seeds]
+        return [[sims_file(run, split, row.view) for run in row.member_runs(self.layout, dataset, s)]
+                for s in row.seeds]
 
     def row_aggregate(self, dataset: str, table: str, row_id: str) -> str:
         """The aggregate of a run row's seeds (rule aggregate_row): its metrics and training checks."""
@@ -231,7 +231,8 @@ class Plan:
     def figure_spec(self, name: str, dataset: str) -> FigureSpec:
         fig = self.figure(name, dataset)
         kind = FIGURE_KINDS.get(fig.kind)
-        run_rows = [r for r in self.table(fig.table, dataset).rows if r.runs_models]   # reported-only rows have none
+        # trained rows only: reported-only rows have no runs, released rows no training (figures name neither)
+        run_rows = [r for r in self.table(fig.table, dataset).rows if r.runs_models and not r.released]
         configs = [self.experiment(dataset, row.members[0]).config for row in run_rows]
         # what the drawing compares across the rows (the kind's), beside each row's own
         details = (kind.row_details(run_rows, configs, f"figure {name}") if kind.row_details is not None
@@ -261,7 +262,7 @@ class Plan:
     def first_run(self, table: str, dataset: str, row_id: str) -> str:
         """The run a figure inspects for a row: its first member's run of its first seed."""
         row = self.row(table, dataset, row_id)
-        return self.run_dir(dataset, row.members[0], row.member_seed(row.seeds[0], 0))
+        return row.member_runs(self.layout, dataset, row.seeds[0])[0]
 
     def row(self, table: str, dataset: str, row_id: str) -> Row:
         for row in self.table(table, dataset).rows:
@@ -269,21 +270,43 @@ class Plan:
                 return row
         raise HarnessError(f"table {table}_{dataset} has no row '{row_id}'")
 
-    def table_spec(self, table: str, dataset: str) -> TableSpec:
+    def released_tables(self, dataset: str) -> list[str]:
+        """The tables with rows of the authors' released weights configured on ``dataset``."""
+        self.check_target_dataset(dataset, f"released_{dataset}")
+        return sorted(t for (t, d), tbl in self.tables.items() if d == dataset and any(r.released for r in tbl.rows))
+
+    def table_spec(self, table: str, dataset: str, released_only: bool = False) -> TableSpec:
+        """A table's spec; ``released_only``: its rows of the authors' released weights alone
+        (tables/released/<table>_<dataset>: those rows need no training run)."""
         tbl = self.table(table, dataset)
+        rows = [r for r in tbl.rows if r.released or not released_only]
         return TableSpec(
             table=table, dataset=dataset, dataset_kind=data_kind(self.cfg["datasets"][dataset]), titles=tbl.titles,
             tolerance=self.cfg["tolerance"], training_check=self.cfg["training_check"],
             protocols=self.cfg["datasets"][dataset]["protocols"] + ([STATISTICS_PROTOCOL] if tbl.statistics else []),
+            unconfigured=tbl.unconfigured or None,
             rows=[TableRowSpec(id=r.id, label=r.label, paper=r.paper, seeds=r.seeds, ensemble_size=r.ensemble_size,
-                               members=r.members, reported=r.reported, not_reported=r.not_reported, ledger=r.ledger,
+                               members=r.experiments, reported=r.reported, not_reported=r.not_reported, ledger=r.ledger,
                                compare_to=r.compare_to, ran=r.ran, view=r.view, reported_only=r.reported_only)
-                  for r in tbl.rows])
+                  for r in rows])
 
     def weights_input(self, backbone: str) -> list[str]:
         """The weights file a job needs as input: a DAG output, a configured file, or nothing ('none')."""
         weights = self.cfg["backbones"][backbone]["weights"]
         return [] if weights in (None, "none") else [weights]
+
+    def released_members(self, dataset: str) -> dict[tuple[str, str], ReleasedMember]:
+        """(experiment, checkpoint key) -> the released member, over every table's rows on ``dataset``
+        (one import and evaluation each, whichever rows share it)."""
+        return {(m.exp, m.checkpoint): m for (_, d), tbl in sorted(self.tables.items()) if d == dataset
+                for row in tbl.rows for m in row.released}
+
+    def released_member(self, dataset: str, exp: str, checkpoint: str) -> ReleasedMember:
+        try:
+            return self.released_members(dataset)[(exp, checkpoint)]
+        except KeyError:
+            raise HarnessError(f"no released row on dataset '{dataset}' imports checkpoint '{checkpoint}' into "
+                               f"experiment '{exp}'") from None
 
     def rows_using(self, dataset: str, ensemble_id: str) -> Row:
         for (t, d), tbl in self.tables.items():

@@ -41,6 +41,17 @@ class Experiment:
 
 
 @dataclass(frozen=True)
+class ReleasedMember:
+    """One authors' checkpoint a released row evaluates: the experiment whose method config it is
+    imported into, and its files (config keys of ``datasets.<name>.released`` and their paths)."""
+    exp: str
+    checkpoint: str               # config key
+    vocab: str                    # config key
+    checkpoint_path: str
+    vocab_path: str
+
+
+@dataclass(frozen=True)
 class Row:
     table: str
     id: str
@@ -56,6 +67,8 @@ class Row:
     view: str | None = None        # an evaluation view of a set model (methods.model_kinds.element_views)
     overrides: dict = field(default_factory=dict)  # a single-model row's dotted overrides (figures of settings)
     reported_only: str | None = None  # why the harness does not run it: no members, seeds or runs
+    # the authors' checkpoints it evaluates (no training: ``members`` is empty, ``seeds`` [0])
+    released: tuple[ReleasedMember, ...] = ()
 
     @property
     def runs_models(self) -> bool:
@@ -63,21 +76,33 @@ class Row:
 
     @property
     def ensemble_size(self) -> int:
-        return len(self.members)
+        return len(self.released) or len(self.members)
 
     @property
     def ensemble_id(self) -> str | None:
-        return None if len(self.members) <= 1 else "ens-" + config_hash(self.members)
+        if self.ensemble_size <= 1:
+            return None
+        return "ens-" + config_hash(self.members or [f"released/{m.exp}/{m.checkpoint}" for m in self.released])
+
+    @property
+    def experiments(self) -> list[str]:
+        """The experiment of each member: trained, or the method config a checkpoint is imported into."""
+        return list(self.members) or [m.exp for m in self.released]
 
     def member_seed(self, seed: int, member: int) -> int:
         """Members with different configs train with the row's seed (SGRAF = the SGR and SAF runs of
         that seed); a member repeating an earlier member's config gets +1000 per earlier repeat."""
         return seed + ENSEMBLE_SEED_STRIDE * self.members[:member].count(self.members[member])
 
+    def member_runs(self, layout: ResultsLayout, dataset: str, seed: int) -> list[str]:
+        """The run directory of each member for one seed of the row (a released member's: its import)."""
+        if self.released:
+            return [layout.released_dir(dataset, m.exp, m.checkpoint) for m in self.released]
+        return [layout.run_dir(dataset, exp, self.member_seed(seed, i)) for i, exp in enumerate(self.members)]
+
     def run_dirs(self, layout: ResultsLayout, dataset: str) -> list[str]:
         """Run directories behind the row: every seed of every ensemble member."""
-        return [layout.run_dir(dataset, exp, self.member_seed(s, i))
-                for s in self.seeds for i, exp in enumerate(self.members)]
+        return [run for s in self.seeds for run in self.member_runs(layout, dataset, s)]
 
 
 @dataclass(frozen=True)
@@ -87,6 +112,8 @@ class Table:
     titles: list[str]
     rows: list[Row]
     statistics: bool = False      # also shows the set models' embedding statistics (protocol set_statistics)
+    # released rows left out: no checkpoint configured here ({id, label, keys: the unset config keys})
+    unconfigured: list[dict] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

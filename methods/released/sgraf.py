@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import argparse
 import copy
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from methods.errors import HarnessError
 from methods.models.base import BuildContext, build_model
+from methods.data.inputs import region_shape
+from methods.data.text import Vocabulary
+from methods.data.tokenizers import Tokenizer
 from methods.released.mapping import Rules, map_tensors
+from methods.released.record import Importer, ReleasedModel
 from methods.released.safe_load import load_checkpoint
 
 CHECKPOINT_GLOBALS = (argparse.Namespace,)   # their options object; nothing else but tensors and plain data
@@ -31,20 +34,6 @@ PARTS = ("img_enc", "txt_enc", "sim_enc")
 DEFAULT_ONLY = {"no_imgnorm": False, "no_txtnorm": False}
 ARCHITECTURE_OPTIONS = ("img_dim", "word_dim", "embed_size", "sim_dim", "num_layers", "bi_gru", "module_name",
                         "sgr_step", "vocab_size", "data_name")
-
-
-@dataclass(frozen=True)
-class ReleasedModel:
-    """A released checkpoint as the project's model: its model config block, the state dict that
-    fills it, the image input's shape and vocabulary size it was built for, and what the file said
-    of itself (epoch, selection score, options)."""
-
-    model_config: dict
-    state_dict: dict
-    image_shape: dict
-    vocab_size: int
-    source_dataset: str
-    provenance: dict
 
 
 def rules(head: str) -> Rules:
@@ -110,10 +99,12 @@ def model_config(opt: argparse.Namespace, base: dict, where: str) -> dict:
     return cfg
 
 
-def import_checkpoint(path: str | Path, base_model_config: dict, n_regions: int = 36) -> ReleasedModel:
+def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: dict) -> ReleasedModel:
     """Their ``model_best.pth.tar`` as the project's model (``base_model_config``: the method's model
-    block; ``n_regions``: the precomputed regions per image, 36 in their features)."""
+    block; ``dataset_cfg``: the dataset's config, whose precomputed regions per image, 36 in their
+    features, the model is built for)."""
     where = str(path)
+    n_regions, _ = region_shape(dataset_cfg)
     ckpt = read_checkpoint(path)
     opt = ckpt["opt"]
     if opt.data_name not in SOURCE_DATASETS:
@@ -126,3 +117,12 @@ def import_checkpoint(path: str | Path, base_model_config: dict, n_regions: int 
     provenance = {"code": "Paranioar/SGRAF", "epoch": ckpt.get("epoch"), "best_rsum": ckpt.get("best_rsum"),
                   "options": {k: getattr(opt, k) for k in ARCHITECTURE_OPTIONS}}
     return ReleasedModel(cfg, state, image_shape, opt.vocab_size, SOURCE_DATASETS[opt.data_name], provenance)
+
+
+def read_vocabulary(path: str | Path, tokenizer: Tokenizer) -> Vocabulary:
+    """Their vocabulary JSON (vocab.py ``serialize_vocab``: word2idx, idx2word, idx), the layout
+    ``Vocabulary.load`` reads."""
+    return Vocabulary.load(path, tokenizer)
+
+
+IMPORTER = Importer("Paranioar/SGRAF", import_checkpoint, read_vocabulary)

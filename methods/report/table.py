@@ -349,8 +349,19 @@ def to_markdown(spec: TableSpec, rows: pd.DataFrame | list[dict]) -> str:
         lines += _training_lines(spec, of_protocol)
         lines += _saturated_lines(spec, of_protocol, metrics)
         lines += _paired_lines(spec, of_protocol)
+    lines += unconfigured_lines(spec)
     lines += ledger_lines(spec)
     return "\n".join(lines) + "\n"
+
+
+def unconfigured_lines(spec: TableSpec) -> list[str]:
+    """The rows of the authors' released weights this table leaves out, and the config keys that
+    would put them in."""
+    if not spec.unconfigured:
+        return []
+    lines = ["Rows of the authors' released weights left out (their files are not configured for this dataset):"]
+    lines += [f"- {r['label']}: set {', '.join(r['keys'])}" for r in spec.unconfigured]
+    return lines + [""]
 
 
 def _label_text(rows: pd.DataFrame) -> pd.Series:

@@ -68,7 +68,7 @@ from methods.estimate import BENCHMARK as COST_BENCHMARK, estimate, load_costs, 
 from methods.features.weights_check import check_weights_fit
 from methods.job_records import RuntimeJobSpec, RuntimeSpec
 from methods.numerics import shell_prefix
-from methods.paths import eval_file, model_file, sims_file, train_log
+from methods.paths import eval_file, model_file, run_vocab, sims_file, train_log
 from methods.metrics.protocols import check_coco_ids, check_split_sizes, get_protocol
 from methods.plan import Plan, data_kind, test_splits
 from methods.report.figure_kinds import FIGURE_KINDS
@@ -221,10 +221,24 @@ def announce_gpu_time(table, dataset):
             or data_kind(HARNESS["datasets"][dataset]) == "synthetic":
         return
     _ESTIMATED.add((table, dataset))
+    announce_unconfigured(table, dataset)
     work = table_work(PLAN, table, dataset, _SPLIT_IMAGES[dataset])
     measure = f"{COST_BENCHMARK} --dataset {dataset} --tables {table} --device cuda --write config/measured_costs.yaml"
     for line in estimate(work, gpu_costs()).lines(f"tables/{table}_{dataset}.csv", measure):
         snakemake_logger.info(line)
+
+
+_ANNOUNCED = set()
+
+
+def announce_unconfigured(table, dataset):
+    """A dry run names, once, each released row a table leaves out and the config keys that would add it."""
+    if not (workflow.dryrun and workflow.is_main_process) or (table, dataset) in _ANNOUNCED:
+        return
+    _ANNOUNCED.add((table, dataset))
+    for row in PLAN.table(table, dataset).unconfigured:   # the authors' weights this table will not show
+        snakemake_logger.info(f"tables/{table}_{dataset}.csv: row '{row['id']}' (the authors' released weights) is "
+                              f"left out: set {', '.join(row['keys'])}")
 
 
 _CHECKED_BACKBONES = set()  # loading a weights file is slow: once per backbone per DAG build (and cached)
@@ -348,9 +362,27 @@ def view_inputs_of(dataset, exp, seed, split):
     }
 
 
+def released_inputs_of(dataset, exp_id, checkpoint):
+    """What importing and evaluating an authors' checkpoint reads: the dataset's files, the
+    experiment's config, the checkpoint and vocabulary files (config datasets.<name>.released),
+    and the test splits' image input (precomputed regions; a model with a CNN reads the images)."""
+    member = PLAN.released_member(dataset, exp_id, checkpoint)
+    exp = PLAN.experiment(dataset, exp_id)
+    features = ([f for split in test_splits(HARNESS, dataset) for f in image_feature_files(dataset, exp_id, split)]
+                if exp.backbone is None else [])
+    return {
+        **data_inputs_of(dataset),
+        **positives_inputs_of(dataset),
+        "cfg": LAYOUT.dataset_config(dataset),
+        "exp": LAYOUT.experiment_config(dataset, exp_id),
+        "checkpoint": member.checkpoint_path,
+        "vocab": member.vocab_path,
+        "features": features,
+    }
+
+
 def ensemble_members(w):
-    row = PLAN.rows_using(w.dataset, w.ens)
-    return [run_dir(w.dataset, exp, row.member_seed(int(w.seed), i)) for i, exp in enumerate(row.members)]
+    return PLAN.rows_using(w.dataset, w.ens).member_runs(LAYOUT, w.dataset, int(w.seed))
 
 
 def row_evals(w):
@@ -360,7 +392,7 @@ def row_evals(w):
                            f"it has no runs to aggregate")
     splits = test_splits(HARNESS, w.dataset)
     if row.ensemble_id is None:   # the run's own evaluations, or those of the row's evaluation view
-        return [eval_file(run_dir(w.dataset, row.members[0], s), sp, row.view) for s in row.seeds for sp in splits]
+        return [eval_file(row.member_runs(LAYOUT, w.dataset, s)[0], sp, row.view) for s in row.seeds for sp in splits]
     return [eval_file(LAYOUT.ensemble_dir(w.dataset, row.ensemble_id, s), sp) for s in row.seeds for sp in splits]
 
 
@@ -372,6 +404,32 @@ def table_inputs(w):
         "spec": LAYOUT.spec(w.dataset, "tables", w.table),
         "rows": [LAYOUT.row_aggregate(w.dataset, w.table, r.id) for r in tbl.rows if r.runs_models],
     }
+
+
+def released_table_inputs(w):
+    """The released rows of a table: their spec and aggregates (no training run behind them)."""
+    tbl = PLAN.table(w.table, w.dataset)
+    rows = [LAYOUT.row_aggregate(w.dataset, w.table, r.id) for r in tbl.rows if r.released]
+    if not rows:
+        raise HarnessError(f"tables/released/{w.table}_{w.dataset}.csv: table {w.table} has no row of the authors' "
+                           f"released weights configured on {w.dataset}"
+                           + (f" (set {', '.join(sorted({k for r in tbl.unconfigured for k in r['keys']}))})"
+                              if tbl.unconfigured else ""))
+    checked_dataset(w.dataset)
+    announce_unconfigured(w.table, w.dataset)
+    return {"spec": LAYOUT.spec(w.dataset, "released_tables", w.table), "rows": rows}
+
+
+def released_tables_of(dataset):
+    """Every table's released rows on ``dataset`` (target released_<dataset>); none configured: one line."""
+    tables = PLAN.released_tables(dataset)
+    if not tables:
+        keys = sorted({k for (t, d), tbl in PLAN.tables.items() if d == dataset for r in tbl.unconfigured
+                       for k in r["keys"]})
+        raise HarnessError(f"target released_{dataset}: no row of the authors' released weights is configured on "
+                           f"{dataset}" + (f"; the paper files' released rows read {', '.join(keys)}" if keys else
+                                           " (no paper file declares one for it)"))
+    return [f"tables/released/{t}_{dataset}.csv" for t in tables]
 
 
 def figure_inputs(w):

@@ -52,6 +52,55 @@ rule table:
                "{input.rows} ")
 
 
+# The rows of the authors' released weights alone (tables/released/<table>_<dataset>), beside the
+# paper's numbers with their verdicts, without the retrained rows' training: `snakemake released_<dataset>`
+# builds every such table of a dataset (one target rule per dataset).
+rule released_table_spec:
+    """The released rows of one table."""
+    output:
+        LAYOUT.spec("{dataset}", "released_tables", "{table}"),
+    params:
+        spec=lambda w: json.dumps(PLAN.table_spec(w.table, w.dataset, released_only=True).to_json()),
+    localrule: True
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/released_table_spec/{{dataset}}/{{table}}.log",
+    shell:
+        logged("python -m methods.io --out {output} --json {params.spec:q} ")
+
+
+rule released_table:
+    """A table's released rows: reproduced beside reported, difference and verdict."""
+    input:
+        unpack(released_table_inputs),
+    output:
+        csv=report("tables/released/{table}_{dataset}.csv", category="Tables", caption="../report/table.rst"),
+        md="tables/released/{table}_{dataset}.md",
+    wildcard_constraints:
+        table=r"[a-z0-9_]+",
+    localrule: True
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/released_table/{{table}}_{{dataset}}.log",
+    benchmark:
+        benchmark_file("released_table", "{table}_{dataset}")
+    shell:
+        logged("python -m methods.report.table --spec {input.spec} --out-csv {output.csv} --out-md {output.md} "
+               "{input.rows} ")
+
+
+for _name in HARNESS["datasets"]:
+
+    rule:
+        name:
+            f"released_{_name}"
+        input:
+            lambda w, name=_name: released_tables_of(name),
+        localrule: True
+
+
 rule figure_reproduced_vs_reported:
     """Scatter of reproduced vs reported R@K over every table of a dataset."""
     input:

@@ -69,6 +69,8 @@ def runtime_jobs(dataset):
                 for i, exp_id in enumerate(row.members):
                     run_seed = row.member_seed(seed, i)
                     add(f"train_{dataset}", {row.paper}, exp=exp_id, seed=run_seed)  # training and test evaluation
+                for member in row.released:   # import and test evaluation of an authors' checkpoint
+                    add(f"evaluate_released_{dataset}", {row.paper}, exp=member.exp, checkpoint=member.checkpoint)
                 if row.ensemble_id is not None:
                     for split in splits:
                         add("ensemble", {row.paper}, dataset=dataset, ens=row.ensemble_id, seed=seed, split=split)
@@ -100,6 +102,10 @@ def runtime_jobs(dataset):
             add("claims_figure", {paper}, paper=paper, dataset=dataset)
     if tables:   # the summary of every paper's rows and claims
         add("summary", dataset=dataset)
+    for member in {m for tbl in tables for row in tbl.rows for m in row.released}:
+        if PLAN.experiment(dataset, member.exp).backbone is None:   # what the released evaluation reads
+            for split in splits:
+                add_image_input(member.exp, split)
     for exp_id in dict.fromkeys(exp_id for tbl in tables for row in tbl.rows for exp_id in row.members):
         exp = PLAN.experiment(dataset, exp_id)
         if exp.backbone is not None:

@@ -59,6 +59,51 @@ for _name in HARNESS["datasets"]:
                    "--block-elements {params.block_elements} ")
 
 
+# One rule per dataset for the authors' released checkpoints (paper-file rows with `released`):
+# the job imports the checkpoint and its vocabulary into the row's method config (a run folder
+# under released/<exp>/<config key>) and evaluates it on the test splits, as a training job ends.
+for _name in HARNESS["datasets"]:
+    _tests = test_splits(HARNESS, _name)
+    _imported = LAYOUT.released_dir(_name, "{exp}", "{checkpoint}")
+
+    rule:
+        name:
+            f"evaluate_released_{_name}"
+        input:
+            unpack(lambda w, name=_name: released_inputs_of(name, w.exp, w.checkpoint)),
+        output:
+            model=model_file(_imported),
+            vocab=run_vocab(_imported),
+            **{f"eval_{s}": eval_file(_imported, s) for s in _tests},
+            **{f"sims_{s}": sims_file(_imported, s) for s in _tests},
+        wildcard_constraints:
+            checkpoint=r"[a-z0-9_]+",
+        params:
+            numerics=numerics_env(_name, dataset_resource(_name, "evaluate", "threads")),
+            features=lambda w, name=_name: image_features_dir(name, w.exp),
+            run_dir=lambda w, name=_name: LAYOUT.released_dir(name, w.exp, w.checkpoint),
+            splits=" ".join(_tests),
+            device=DEVICE,
+            block_elements=BLOCK_ELEMENTS,
+        threads: dataset_resource(_name, "evaluate", "threads")
+        resources:
+            mem_mb=dataset_resource(_name, "evaluate", "mem_mb"),
+            runtime=dataset_resource(_name, "evaluate", "runtime"),
+            gpu=res("evaluate", "gpus"),
+            **cpu_partition(res("evaluate", "gpus")),
+        conda:
+            CONDA_ENV
+        log:
+            f"{R}/logs/evaluate_released/{_name}/{{exp}}/{{checkpoint}}.log",
+        benchmark:
+            benchmark_file(f"evaluate_released_{_name}", f"{_name}/{{exp}}/{{checkpoint}}")
+        shell:
+            logged("{params.numerics}python -m methods.import_released --dataset-config {input.cfg} "
+                   "--experiment {input.exp} --checkpoint {input.checkpoint:q} --vocab {input.vocab:q} "
+                   "--run-dir {params.run_dir} --evaluate {params.splits} --features-dir {params.features} "
+                   "--device {params.device} --threads {threads} --block-elements {params.block_elements} ")
+
+
 rule ensemble:
     """Average the members' score matrices (an ensemble row), then evaluate like a single model."""
     input:

@@ -1,0 +1,193 @@
+"""VSE++'s released checkpoints (Faghri, Fleet, Kiros, Fidler, "VSE++: Improving Visual-Semantic
+Embeddings with Hard Negatives", BMVC 2018; github.com/fartashf/vsepp, whose README links
+``runs.tar`` with the trained models and ``vocab.tar`` with their vocabularies) as the project's
+``vsepp`` model.
+
+Their train.py saves ``{'epoch', 'model': [img_enc, txt_enc state dicts], 'best_rsum', 'opt':
+argparse.Namespace, 'Eiters'}`` (model.py ``VSE.state_dict``). A full-image run (``data_name``
+coco or f30k) saves its CNN with the rest: ``EncoderImageFull`` wraps torchvision's ResNet in
+``nn.DataParallel`` (``img_enc.cnn.module.*``, its classifier removed), then ``fc``; its forward
+is ResNet average pool -> l2 -> fc -> l2 (the project's ``pre_fc_l2norm: true``), the caption a
+unidirectional GRU's last state -> l2, scores cosines. The CNN in the file is the one to run, even
+for a run without ``--finetune``: their ``train_start`` puts it in train mode, so its BatchNorm
+statistics follow the training images (fartashf/vsepp#4); the import therefore says the CNN runs
+on the images at evaluation (``runs_cnn``), on a 224-px centre crop of the image resized to 256 as
+their data.py evaluates (the datasets' ``features: {resize: 256, crop: 224}``).
+
+Refused by name, as the project's model does not compute them: precomputed-feature runs
+(``*_precomp``: a 4096-d VGG19 vector per image from their data.tar, while the project's
+``vsepp`` model reads its own ResNet backbone's pooled features, whose width fixes its fc), VGG19
+full-image runs (``*_vggfull*``; the project has ResNet backbones only), order embeddings
+(``--measure order --use_abs``) and VSE0 as their README trains it (``--no_imgnorm``: image
+embeddings not normalised, which changes image retrieval's ranking). Their vocabulary is a
+Python 2 pickle of ``Vocabulary`` (``__main__.Vocabulary`` as vocab.py writes it), read without
+running code (``methods.released.safe_load``).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+from pathlib import Path
+
+import torch
+
+from methods.data.text import Vocabulary
+from methods.data.tokenizers import Tokenizer
+from methods.errors import HarnessError
+from methods.features.architectures import CHANNELS, layer_channels
+from methods.models.base import BuildContext, build_model
+from methods.released.mapping import map_tensors
+from methods.released.record import Importer, ReleasedModel
+from methods.released.safe_load import PickledObject, load_checkpoint, load_pickle
+
+CODE = "fartashf/vsepp"
+CHECKPOINT_GLOBALS = (argparse.Namespace,)   # their options object; nothing else but tensors and plain data
+# vocab.py run as a script pickles __main__.Vocabulary; one pickled from an import of vocab.py names vocab.Vocabulary
+VOCABULARY_CLASSES = frozenset({"__main__.Vocabulary", "vocab.Vocabulary"})
+SOURCE_DATASETS = {"coco": "coco", "f30k": "flickr"}
+PRECOMP_DATASETS = {"coco_precomp", "f30k_precomp", "f8k_precomp", "10crop_precomp"}
+PARTS = ("img_enc", "txt_enc")
+# every version of their train.py has these (vocab_size: set from the vocabulary before saving)
+REQUIRED_OPTIONS = ("data_name", "cnn_type", "measure", "use_abs", "embed_size", "word_dim", "num_layers",
+                    "vocab_size")
+# options of the other released code bases that share VSE++'s layout (SCAN's precomputed-region
+# encoders, SGRAF's similarity head): such a checkpoint is not a VSE++ one
+FOREIGN_OPTIONS = ("precomp_enc_type", "cross_attn", "raw_feature_norm", "sim_dim", "module_name")
+# options the project's model implements only at their default: a checkpoint trained otherwise is refused
+DEFAULT_ONLY = {
+    "measure": ("cosine", "order embeddings' similarity is not the project's vsepp cosine"),
+    "use_abs": (False, "embeddings' absolute values (order embeddings) are not taken by the project's vsepp"),
+    "no_imgnorm": (False, "the project's vsepp always l2-normalises the image embedding; VSE0 as their README "
+                          "trains it (--no_imgnorm) does not, which changes the ranking of images per caption"),
+}
+PROVENANCE_OPTIONS = ("data_name", "cnn_type", "finetune", "use_restval", "max_violation", "measure", "use_abs",
+                      "no_imgnorm", "embed_size", "word_dim", "num_layers", "vocab_size", "margin", "crop_size")
+
+CNN = r"img_enc\.cnn\.(?:module\.)?"   # DataParallel's 'module.' (every full-image run); without it all the same
+RULES = [
+    (CNN + r"conv1\.weight", "backbone.stem.0.weight"),
+    (CNN + r"bn1\.(\w+)", r"backbone.stem.1.\1"),
+    (CNN + r"layer1\.(.+)", r"backbone.stem.4.\1"),   # the project's stem holds conv1, bn1, relu, maxpool, layer1
+    (CNN + r"layer([234])\.(.+)", r"backbone.layer\1.\2"),
+    (r"img_enc\.fc\.(weight|bias)", r"fc.\1"),
+    (r"txt_enc\.embed\.weight", "text.embed.weight"),
+    (r"txt_enc\.rnn\.(\w+)", r"text.gru.\1"),
+]
+STEP_COUNTER = "num_batches_tracked"
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """Their checkpoint, loaded safely and checked to be VSE++'s (not another code base's)."""
+    ckpt = load_checkpoint(path, CHECKPOINT_GLOBALS)
+    opt = ckpt.get("opt") if isinstance(ckpt, dict) else None
+    parts = ckpt.get("model") if isinstance(ckpt, dict) else None
+    if not isinstance(opt, argparse.Namespace) or not isinstance(parts, (list, tuple)):
+        raise HarnessError(f"{path}: not a VSE++ checkpoint (expected 'opt' options and 'model' as a list of "
+                           f"state dicts, as {CODE}'s train.py saves them)")
+    missing = [k for k in REQUIRED_OPTIONS if not hasattr(opt, k)]
+    foreign = [k for k in FOREIGN_OPTIONS if hasattr(opt, k)]
+    if missing or foreign or len(parts) != len(PARTS):
+        what = (f"its options have no {', '.join(missing)}" if missing else
+                f"its options have {', '.join(foreign)}" if foreign else f"it holds {len(parts)} state dicts, not 2")
+        raise HarnessError(f"{path}: not a VSE++ checkpoint ({what}; an SGRAF, SCAN or VSRN checkpoint?)")
+    if not all(isinstance(part, dict) for part in parts):
+        raise HarnessError(f"{path}: not a VSE++ checkpoint ('model' holds something other than state dicts)")
+    other = next((k for k in parts[0] if not str(k).startswith(("fc.", "cnn."))), None)
+    if other is not None:   # VSRN shares VSE++'s options and layout; its image encoder has more than fc and cnn
+        raise HarnessError(f"{path}: not a VSE++ checkpoint (its image encoder holds '{other}'; VSE++'s holds only "
+                           f"'cnn.*' and 'fc.*': a VSRN checkpoint?)")
+    return ckpt
+
+
+def check_options(opt: argparse.Namespace, where: str) -> None:
+    """What the project's ``vsepp`` model can be: refused by name otherwise."""
+    if opt.data_name in PRECOMP_DATASETS:
+        dim = getattr(opt, "img_dim", 4096)
+        raise HarnessError(f"{where}: data_name {opt.data_name!r}, a run on their precomputed {dim}-d VGG19 "
+                           f"features (data.tar): the project's vsepp model reads the pooled features of its own "
+                           f"ResNet backbone (the fc's input width), no precomputed vector of another CNN; import "
+                           f"a full-image ResNet run (data_name coco or f30k, cnn_type resnet152)")
+    if opt.data_name not in SOURCE_DATASETS:
+        raise HarnessError(f"{where}: data_name {opt.data_name!r} is not one of {sorted(SOURCE_DATASETS)} "
+                           f"(Flickr8K and the 10-crop features are not datasets of the project)")
+    if opt.cnn_type not in CHANNELS:
+        raise HarnessError(f"{where}: cnn_type {opt.cnn_type!r} (a full-image run of another CNN, e.g. the "
+                           f"*_vggfull runs): the project's vsepp backbone is a ResNet ({', '.join(CHANNELS)})")
+    for key, (value, why) in DEFAULT_ONLY.items():
+        if getattr(opt, key, value) != value:
+            raise HarnessError(f"{where}: trained with {key}={getattr(opt, key)!r}, which the project's vsepp does "
+                               f"not implement (only {key}={value!r}): {why}")
+
+
+def model_config(opt: argparse.Namespace, base: dict) -> dict:
+    """The project's model block for their options, from the method's own block (``base``). The
+    backbone is named by their ``cnn_type`` (config ``backbones`` has a ``resnet152`` of arch
+    resnet152; the weights come from the checkpoint)."""
+    cfg = copy.deepcopy(base)
+    cfg.update(embed_dim=opt.embed_size, backbone=opt.cnn_type, pre_fc_l2norm=True)   # EncoderImageFull: l2 before fc
+    cfg["text"] = {**cfg["text"], "word_dim": opt.word_dim, "hidden_dim": opt.embed_size,
+                   "num_layers": opt.num_layers, "bidirectional": False}   # EncoderText: nn.GRU, one direction
+    return cfg
+
+
+def target_state(cfg: dict, opt: argparse.Namespace, image_shape: dict) -> dict[str, torch.Tensor]:
+    """The project model's names, shapes and dtypes, built on the meta device (no ResNet-152 of
+    random weights is made: only the checkpoint's tensors are kept)."""
+    backbones = {opt.cnn_type: {"arch": opt.cnn_type, "weights": "none"}}
+    with torch.device("meta"):
+        model = build_model(cfg, BuildContext(opt.vocab_size, image_shape, backbones, cnn=True))
+    return model.state_dict()
+
+
+def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: dict) -> ReleasedModel:
+    """Their ``model_best.pth.tar`` as the project's model (``base_model_config``: the method's model
+    block; ``dataset_cfg``: the dataset's config, not read: a full-image run reads images)."""
+    where = str(path)
+    ckpt = read_checkpoint(path)
+    opt = ckpt["opt"]
+    check_options(opt, where)
+    cfg = model_config(opt, base_model_config)
+    image_shape = {"dim": layer_channels(opt.cnn_type, "conv5")}   # as training saves a pooled-input model's
+    target = target_state(cfg, opt, image_shape)
+    source = {f"{part}.{k}": v for part, state in zip(PARTS, ckpt["model"]) for k, v in state.items()}
+    # BatchNorm's step counters: files of PyTorch < 0.4.1 (the released runs.tar, 2017) have none.
+    # A counter is read only by a BatchNorm with momentum=None in train mode; the ResNet's have
+    # momentum 0.1, and the project keeps the backbone's BatchNorm in eval mode (backbone_bn:
+    # frozen), so 0 stands for them. A file that has counters has them mapped like any tensor.
+    uncounted = not any(k.endswith(STEP_COUNTER) for k in source)
+    counters = [k for k in target if k.endswith(STEP_COUNTER)] if uncounted else []
+    state = map_tensors(source, {k: v for k, v in target.items() if k not in counters}, RULES, where)
+    state.update({k: torch.zeros((), dtype=target[k].dtype) for k in counters})
+    state = {k: state[k] for k in target}   # the model's own order
+    provenance = {"code": CODE, "epoch": ckpt.get("epoch"), "best_rsum": ckpt.get("best_rsum"),
+                  "options": {k: getattr(opt, k) for k in PROVENANCE_OPTIONS if hasattr(opt, k)}}
+    return ReleasedModel(cfg, state, image_shape, opt.vocab_size, SOURCE_DATASETS[opt.data_name], provenance,
+                         runs_cnn=True)
+
+
+def read_vocabulary(path: str | Path, tokenizer: Tokenizer) -> Vocabulary:
+    """Their vocabulary pickle (vocab.tar's ``<data_name>_vocab.pkl``: a ``Vocabulary`` with
+    ``word2idx``, ``idx2word`` {index: word} and ``idx``, pickled by Python 2) as the project's,
+    words in their id order."""
+    where = str(path)
+    loaded = load_pickle(path, VOCABULARY_CLASSES)
+    state = loaded.state if isinstance(loaded, PickledObject) else None
+    if not isinstance(state, dict) or not all(k in state for k in ("word2idx", "idx2word", "idx")):
+        raise HarnessError(f"{where}: not a VSE++ vocabulary (expected a pickled Vocabulary with word2idx, "
+                           f"idx2word and idx, as {CODE}'s vocab.py writes it)")
+    size, idx2word = state["idx"], state["idx2word"]
+    if not isinstance(size, int) or not isinstance(idx2word, dict) or not isinstance(state["word2idx"], dict):
+        raise HarnessError(f"{where}: 'idx' must be the word count, 'idx2word' and 'word2idx' dicts")
+    gap = next((i for i in range(size) if not isinstance(idx2word.get(i), str)), None)
+    if gap is not None:
+        raise HarnessError(f"{where}: idx2word has no word for index {gap} ('idx' is {size})")
+    try:
+        vocab = Vocabulary([idx2word[i] for i in range(size)], tokenizer)
+    except HarnessError as exc:
+        raise HarnessError(f"{where}: {exc}") from None
+    if state["word2idx"] != vocab.word2idx:   # their encoder reads word2idx: it must say what idx2word says
+        raise HarnessError(f"{where}: word2idx and idx2word disagree")
+    return vocab
+
+
+IMPORTER = Importer(CODE, import_checkpoint, read_vocabulary)

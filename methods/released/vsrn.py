@@ -1,0 +1,172 @@
+"""VSRN's released checkpoints (Li, Zhang, Li, Li, Fu, "Visual Semantic Reasoning for Image-Text
+Matching", ICCV 2019; github.com/KunpengLi1994/VSRN, whose README links two runs per dataset:
+model_coco_{1,2}.pth.tar and model_fliker_{1,2}.pth.tar, its spelling) as the project's ``vsrn`` model.
+
+Their train.py saves ``{'epoch', 'model': [img_enc, txt_enc state dicts], 'best_rsum', 'opt':
+argparse.Namespace, 'Eiters'}`` (model.py ``VSRN.state_dict``: the caption decoder, trained beside
+them, is not saved, and its options, e.g. ``bidirectional``, say nothing of the retrieval model).
+The options say the widths (img_dim, word_dim, embed_size, num_layers) and the dataset, which
+switches the image encoder (``EncoderImagePrecompAttn``): on ``f30k_precomp`` a final BatchNorm and
+no l2norm after fc, on ``coco_precomp`` the reverse. Fixed in their code, and so in the model config
+built here: 4 residual GCN blocks of 1x1 convolutions, their ``l2norm`` over dim 1 (the region axis
+of a (B, N, D) tensor, KunpengLi1994/VSRN#7), a unidirectional text GRU, cosine scores of the
+l2-normalised embeddings (evaluation.py). Their README's 2-model result averages the two runs'
+similarity matrices (evaluation_models.py): the project's ensemble rule; one file is one run.
+
+Their vocabularies are pickles in the repository (vocab/coco_precomp_vocab.pkl, 10,006 words;
+vocab/f30k_precomp_vocab.pkl, 8,481), Python 2 protocol 2 of ``__main__.Vocabulary`` (vocab.py run
+as a script): ``word2idx``, ``idx2word`` (int keys), ``idx``. They are read without running them.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import re
+from pathlib import Path
+
+import torch
+
+from methods.data.inputs import region_shape
+from methods.data.text import SPECIALS, Vocabulary
+from methods.data.tokenizers import Tokenizer
+from methods.errors import HarnessError
+from methods.models.base import BuildContext, build_model
+from methods.released.mapping import Rules, map_tensors
+from methods.released.record import Importer, ReleasedModel
+from methods.released.safe_load import PickledObject, load_checkpoint, load_pickle
+
+CHECKPOINT_GLOBALS = (argparse.Namespace,)   # their options object; nothing else but tensors and plain data
+VOCAB_CLASSES = {"__main__.Vocabulary", "vocab.Vocabulary"}   # vocab.py run as a script, or imported
+SOURCE_DATASETS = {"f30k_precomp": "flickr", "coco_precomp": "coco"}
+FINAL_BN_DATA = "f30k_precomp"   # EncoderImagePrecompAttn: `if self.data_name == 'f30k_precomp'`
+PARTS = ("img_enc", "txt_enc")
+GCN_BLOCKS = 4   # Rs_GCN_1..4, fixed in model.py
+# options the project's VSRN implements only at their default: a checkpoint trained otherwise is refused
+DEFAULT_ONLY = {"no_imgnorm": False, "use_abs": False, "measure": "cosine"}
+ARCHITECTURE_OPTIONS = ("data_name", "img_dim", "word_dim", "embed_size", "num_layers", "vocab_size")
+# the caption decoder's options: only VSRN's train.py has them (VSE++, SCAN and SGRAF do not)
+VSRN_OPTIONS = ("dim_vid", "dim_hidden", "max_len")
+CONV_1X1 = re.compile(r"img_enc\.Rs_GCN_\d+\.(g|theta|phi|W\.0)\.weight")
+
+
+def rules() -> Rules:
+    """Their state-dict names (prefixed by the part) -> the project's ``vsrn`` model's."""
+    gcn = []
+    for block in range(GCN_BLOCKS):   # Rs_GCN_1..4 -> gcn.0..3 (a template cannot count down)
+        src, dst = rf"img_enc\.Rs_GCN_{block + 1}", f"gcn.{block}"
+        gcn += [(rf"{src}\.(g|theta|phi)\.(weight|bias)", rf"{dst}.\1.\2"),
+                (rf"{src}\.W\.0\.(weight|bias)", rf"{dst}.w.\1"),
+                (rf"{src}\.W\.1\.(\w+)", rf"{dst}.bn.\1")]
+    return [
+        (r"img_enc\.fc\.(weight|bias)", r"fc.\1"),
+        *gcn,
+        (r"img_enc\.img_rnn\.(\w+)", r"gru.\1"),
+        (r"img_enc\.bn\.(\w+)", r"bn.\1"),
+        (r"txt_enc\.embed\.weight", "text.embed.weight"),
+        (r"txt_enc\.rnn\.(\w+)", r"text.gru.\1"),
+    ]
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """Their checkpoint, loaded safely and checked to be VSRN's (not another code base's)."""
+    ckpt = load_checkpoint(path, CHECKPOINT_GLOBALS)
+    opt = ckpt.get("opt") if isinstance(ckpt, dict) else None
+    parts = ckpt.get("model") if isinstance(ckpt, dict) else None
+    if not isinstance(opt, argparse.Namespace) or not isinstance(parts, (list, tuple)):
+        raise HarnessError(f"{path}: not a VSRN checkpoint (expected 'opt' options and 'model' as a list of "
+                           f"state dicts, as KunpengLi1994/VSRN's train.py saves them)")
+    missing = [k for k in ARCHITECTURE_OPTIONS + VSRN_OPTIONS if not hasattr(opt, k)]
+    if missing or len(parts) != len(PARTS) or not all(isinstance(p, dict) for p in parts):
+        what = f"its options have no {', '.join(missing)}" if missing else f"it holds {len(parts)} state dicts, not 2"
+        raise HarnessError(f"{path}: not a VSRN checkpoint ({what}; a VSE++, SCAN or SGRAF checkpoint?)")
+    return ckpt
+
+
+def model_config(opt: argparse.Namespace, base: dict, where: str) -> dict:
+    """The project's model block for their options, from the method's own block (``base``)."""
+    if opt.data_name not in SOURCE_DATASETS:
+        raise HarnessError(f"{where}: data_name {opt.data_name!r} is not one of {sorted(SOURCE_DATASETS)} "
+                           f"(the region-feature runs VSRN released)")
+    for key, value in DEFAULT_ONLY.items():
+        if getattr(opt, key, value) != value:
+            raise HarnessError(f"{where}: trained with {key}={getattr(opt, key)!r}, which the project's VSRN does "
+                               f"not implement (only {key}={value!r})")
+    flickr = opt.data_name == FINAL_BN_DATA
+    cfg = copy.deepcopy(base)
+    cfg.update(embed_dim=opt.embed_size, gcn_blocks=GCN_BLOCKS, region_l2norm="region_axis",
+               l2norm_after_fc=not flickr, final_bn=flickr)
+    cfg["text"] = {**cfg["text"], "word_dim": opt.word_dim, "hidden_dim": opt.embed_size,
+                   "num_layers": opt.num_layers, "bidirectional": False}
+    return cfg
+
+
+def source_tensors(parts: list[dict]) -> dict[str, torch.Tensor]:
+    """Their tensors by part-prefixed name, as the project's layers hold them: a 1x1 Conv1d kernel
+    (out, in, 1) is the project's Linear weight (out, in); a kernel of another width is left as it
+    is, for ``map_tensors`` to refuse by shape."""
+    source = {f"{part}.{k}": v for part, state in zip(PARTS, parts) for k, v in state.items()}
+    for key, tensor in source.items():
+        if CONV_1X1.fullmatch(key) and torch.is_tensor(tensor) and tensor.dim() == 3 and tensor.shape[-1] == 1:
+            source[key] = tensor.squeeze(-1)
+    # torch before 0.4.1 saved no BatchNorm step count; only momentum=None reads it, and their
+    # BatchNorms use 0.1, so a missing count is zero without changing a score
+    for key in [k for k in source if k.endswith(".running_mean")]:
+        source.setdefault(key[: -len("running_mean")] + "num_batches_tracked", torch.tensor(0))
+    return source
+
+
+def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: dict) -> ReleasedModel:
+    """Their ``model_{coco,fliker}_{1,2}.pth.tar`` as the project's model (``base_model_config``: the
+    method's model block; ``dataset_cfg``: the dataset's config, whose regions per image the image
+    shape records: VSRN's GCN and region GRU take any count)."""
+    where = str(path)
+    n_regions, _ = region_shape(dataset_cfg)
+    ckpt = read_checkpoint(path)
+    opt = ckpt["opt"]
+    cfg = model_config(opt, base_model_config, where)
+    has_bn = any(k.startswith("bn.") for k in ckpt["model"][0])
+    if has_bn != cfg["final_bn"]:   # their code builds the BatchNorm from data_name alone
+        raise HarnessError(f"{where}: data_name {opt.data_name!r} means {'a' if cfg['final_bn'] else 'no'} final "
+                           f"image BatchNorm in KunpengLi1994/VSRN, but the checkpoint holds "
+                           f"{'none' if cfg['final_bn'] else 'img_enc.bn tensors'} (another code base's VSRN?)")
+    image_shape = {"dim": opt.img_dim, "regions": n_regions}
+    model = build_model(cfg, BuildContext(opt.vocab_size, image_shape, {}, cnn=False))
+    state = map_tensors(source_tensors(ckpt["model"]), model.state_dict(), rules(), where)
+    provenance = {"code": "KunpengLi1994/VSRN", "epoch": ckpt.get("epoch"), "best_rsum": ckpt.get("best_rsum"),
+                  "options": {k: getattr(opt, k) for k in ARCHITECTURE_OPTIONS}}
+    return ReleasedModel(cfg, state, image_shape, opt.vocab_size, SOURCE_DATASETS[opt.data_name], provenance)
+
+
+def read_vocabulary(path: str | Path, tokenizer: Tokenizer) -> Vocabulary:
+    """Their vocabulary pickle (vocab.py: ``Vocabulary`` with word2idx, idx2word, idx), read
+    without running it; a vocabulary JSON (SCAN's layout, ``Vocabulary.load``) is read as such:
+    SCAN's f30k_precomp JSON equals VSRN's pickle word for word, its coco_precomp JSON does not
+    (11,353 words, refused by the import's size check)."""
+    path = Path(path)
+    if path.suffix == ".json":
+        return Vocabulary.load(path, tokenizer)
+    loaded = load_pickle(path, VOCAB_CLASSES)
+    state = loaded.state if isinstance(loaded, PickledObject) else None
+    fields = state if isinstance(state, dict) else {}
+    idx2word, word2idx, size = fields.get("idx2word"), fields.get("word2idx"), fields.get("idx")
+    if not (isinstance(idx2word, dict) and isinstance(word2idx, dict) and isinstance(size, int)):
+        raise HarnessError(f"{path}: not a VSRN vocabulary pickle (expected a Vocabulary object with word2idx, "
+                           f"idx2word and idx, as KunpengLi1994/VSRN's vocab.py pickles it)")
+    gap = next((i for i in range(size) if not isinstance(idx2word.get(i), str)), None)
+    if gap is not None or len(idx2word) != size:
+        raise HarnessError(f"{path}: idx2word has {len(idx2word)} words for idx {size}"
+                           + (f" and no word for index {gap}" if gap is not None else ""))
+    words = [idx2word[i] for i in range(size)]
+    if words[: len(SPECIALS)] != list(SPECIALS):   # their data.py looks the specials up by name; the project by id
+        raise HarnessError(f"{path}: the vocabulary starts with {words[:len(SPECIALS)]}, not {list(SPECIALS)} "
+                           f"at ids 0-{len(SPECIALS) - 1}, where the project's captions put them")
+    try:
+        vocab = Vocabulary(words, tokenizer)
+    except HarnessError as exc:   # duplicate words
+        raise HarnessError(f"{path}: {exc}") from None
+    if word2idx != vocab.word2idx:
+        raise HarnessError(f"{path}: word2idx and idx2word disagree")
+    return vocab
+
+
+IMPORTER = Importer("KunpengLi1994/VSRN", import_checkpoint, read_vocabulary)

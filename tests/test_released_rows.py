@@ -1,0 +1,95 @@
+"""Rows of the authors' released weights in the plan (paper-file rows with ``released``): their
+files come from ``datasets.<name>.released``; a row whose files are not configured is left out of
+its table, which says so; they plan an import and evaluation, never a training run."""
+import pytest
+
+from methods.config import load_harness_config
+from methods.errors import HarnessError
+from methods.estimate import table_work
+from methods.plan import Plan
+from tests.conftest import REPO
+
+CONFIG = REPO / "config" / "config.yaml"
+SPLIT_IMAGES = {"train": 29000, "dev": 1014, "test": 1000}
+
+
+def released_files(tmp_path, keys=("sgraf_sgr", "sgraf_saf", "sgraf_vocab")) -> dict:
+    out = {}
+    for key in keys:
+        (tmp_path / key).write_text("their file")
+        out[key] = str(tmp_path / key)
+    return out
+
+
+def test_without_configured_files_a_table_leaves_its_released_rows_out_and_says_which_keys():
+    plan = Plan(load_harness_config(CONFIG))
+    flickr = plan.table("sgraf_t1", "flickr")
+    assert not any(r.released for r in flickr.rows)
+    left_out = {r["id"]: r["keys"] for r in plan.table_spec("sgraf_t1", "flickr").unconfigured}
+    assert left_out["released_sgraf"] == ["datasets.flickr.released.sgraf_sgr", "datasets.flickr.released.sgraf_saf",
+                                          "datasets.flickr.released.sgraf_vocab"]
+    # the built-in data have no released weights: nothing to leave out, nothing to say
+    assert not plan.table_spec("sgraf_t1", "synthetic").unconfigured
+
+
+def test_configured_released_rows_evaluate_imported_runs_and_train_nothing(tmp_path):
+    cfg = load_harness_config(CONFIG, {"datasets": {"flickr": {"released": released_files(tmp_path)}}})
+    plan = Plan(cfg)
+    rows = {r.id: r for r in plan.table("sgraf_t1", "flickr").rows}
+    sgraf, saf = rows["released_sgraf"], rows["released_saf"]
+    assert not plan.table_spec("sgraf_t1", "flickr").unconfigured
+    assert sgraf.members == [] and sgraf.seeds == [0] and sgraf.ensemble_size == 2 and sgraf.ensemble_id
+    exp = sgraf.released[0].exp
+    assert sgraf.run_dirs(plan.layout, "flickr") == [f"results/flickr/released/{exp}/sgraf_sgr",
+                                                      f"results/flickr/released/{exp}/sgraf_saf"]
+    assert saf.ensemble_id is None and saf.run_dirs(plan.layout, "flickr") == [f"results/flickr/released/{exp}/sgraf_saf"]
+    assert plan.score_files(sgraf, "flickr", "test") == [[f"results/flickr/released/{exp}/sgraf_sgr/sims_test.npy",
+                                                          f"results/flickr/released/{exp}/sgraf_saf/sims_test.npy"]]
+    assert saf.ledger[0]["switches"] == [] and "Paranioar/SGRAF" in saf.ran
+    # the table's training work is that of its trained rows only (SGR, SAF: 3 seeds each)
+    work = table_work(plan, "sgraf_t1", "flickr", SPLIT_IMAGES)
+    assert len(work) == 6 and not any(w.exp == exp and w.seed == 0 and w.method != "sgraf" for w in work)
+    assert set(plan.released_members("flickr")) == {(exp, "sgraf_sgr"), (exp, "sgraf_saf")}
+    # the ensemble of two released models differs from the trained SGRAF row's
+    assert sgraf.ensemble_id != rows["sgraf"].ensemble_id
+
+
+def test_a_configured_file_that_is_missing_fails_the_plan_naming_its_key(tmp_path):
+    files = {**released_files(tmp_path), "sgraf_saf": str(tmp_path / "not_downloaded.pth.tar")}
+    with pytest.raises(HarnessError, match=r"datasets.coco.released.sgraf_saf: file not found: .*not_downloaded"):
+        Plan(load_harness_config(CONFIG, {"datasets": {"coco": {"released": files}}}))
+
+
+def paper(tmp_path, row: str, method: str = "sgraf", figures: str = "") -> str:
+    path = tmp_path / "p.yaml"
+    path.write_text(f"paper: t\nkey: t\nmethods: {{{method}: config/methods/{method}.yaml}}\n{figures}"
+                    "tables:\n  t:\n    title: t\n    datasets: [flickr]\n"
+                    f"    rows:\n      - {{id: r, label: r, method: {method}, seeds: [0]}}\n      - {row}\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("row, message", [
+    ("{id: x, label: x, method: sgraf, seeds: [0], released: {checkpoint: sgraf_sgr, vocab: sgraf_vocab}}",
+     "rows.1: fits none of its forms: .*`method` and `released`"),
+    ("{id: x, label: x, method: sgraf, released: {checkpoint: [sgraf_sgr], vocab: sgraf_vocab}}",
+     "is not valid under any of the given schemas|should be non-empty|too short"),
+])
+def test_a_released_row_has_no_seeds_and_an_ensemble_of_one_is_not_one(tmp_path, row, message):
+    cfg = load_harness_config(CONFIG, {"papers": [paper(tmp_path, row)],
+                                       "datasets": {"flickr": {"released": released_files(tmp_path)}}})
+    with pytest.raises(HarnessError, match=message):
+        Plan(cfg)
+
+
+def test_a_model_kind_without_an_importer_and_a_figure_of_a_released_row_are_refused(tmp_path):
+    row = "{id: x, label: x, method: scan, released: {checkpoint: sgraf_sgr, vocab: sgraf_vocab}}"
+    cfg = load_harness_config(CONFIG, {"papers": [paper(tmp_path, row, "scan")],
+                                       "datasets": {"flickr": {"released": released_files(tmp_path)}}})
+    with pytest.raises(HarnessError, match="row 'x': no importer of released checkpoints for model kind 'scan'"):
+        Plan(cfg)
+    row = "{id: x, label: x, method: sgraf, released: {checkpoint: sgraf_saf, vocab: sgraf_vocab}}"
+    figure = "figures:\n  f: {kind: saf_weights, table: t, row: x, title: t}\n"
+    cfg = load_harness_config(CONFIG, {"papers": [paper(tmp_path, row, figures=figure)],
+                                       "datasets": {"flickr": {"released": released_files(tmp_path)}}})
+    with pytest.raises(HarnessError, match="figure 'f' names row 'x', which is the authors' weights"):
+        Plan(cfg)
