@@ -13,6 +13,7 @@ failed import leaves nothing, and no evaluation of another model can stay beside
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -22,7 +23,7 @@ from methods.cli import run_command
 from methods.config import config_hash, read_experiment
 from methods.data.datasets import load_dataset_payload, payload_tokenizer
 from methods.data.inputs import region_shape
-from methods.errors import HarnessError
+from methods.errors import HarnessError, first_line
 from methods.evaluate import evaluate_run
 from methods.metrics.evaluation import split_relevances
 from methods.models.checkpoint import save_trained_model
@@ -33,16 +34,34 @@ from methods.runtime import compute_setup, resolve_device
 from methods.scoring import add_block_argument
 
 
+def check_expected(options: dict, expect: dict, where: str) -> None:
+    """The options a paper-file row expects of the checkpoint (``released.expect``), as the file says."""
+    for key, value in expect.items():
+        if key not in options:
+            raise HarnessError(f"{where}: the row expects {key}={value!r}, but the importer reads no option "
+                               f"'{key}' from the file (it reads: {', '.join(sorted(options))})")
+        if options[key] != value:
+            raise HarnessError(f"{where}: trained with {key}={options[key]!r}, but the row expects {key}={value!r}: "
+                               f"is the config key pointing at another run?")
+
+
 def import_released(payload: dict, cfg: dict, checkpoint: str | Path, vocab_path: str | Path,
-                    run_dir: str | Path) -> None:
-    """The checkpoint and its vocabulary as the run folder ``run_dir`` (empty or absent)."""
+                    run_dir: str | Path, expect: dict | None = None) -> None:
+    """The checkpoint and its vocabulary as the run folder ``run_dir`` (empty or absent);
+    ``expect``: options the checkpoint must hold (the row's ``released.expect``)."""
     run_dir = Path(run_dir)
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
-        raise HarnessError(f"{run_dir}: not an empty folder; an import writes a run folder of its own "
-                           f"(delete it to import again)")
+        held = sorted(p.name for p in run_dir.iterdir())[:3] if run_dir.is_dir() else []
+        raise HarnessError(f"{run_dir}: not an empty folder{f' (it holds {held})' if held else ''}; an import writes "
+                           f"a run folder of its own (delete it to import again)")
     kind = cfg["model"]["kind"]
     importer = get_importer(kind, str(checkpoint))
-    released = importer.import_checkpoint(Path(checkpoint), cfg["model"], payload["dataset"])
+    try:
+        released = importer.import_checkpoint(Path(checkpoint), cfg["model"], payload["dataset"])
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:   # options of unexpected types
+        raise HarnessError(f"{checkpoint}: options or tensors of an unexpected type ({type(exc).__name__}: "
+                           f"{first_line(exc)})") from None
+    check_expected(released.provenance.get("options", {}), expect or {}, str(checkpoint))
     dataset = reported_dataset(payload["name"], payload["dataset"])
     if released.source_dataset != dataset:
         raise HarnessError(f"{checkpoint}: trained on {released.source_dataset}, but dataset '{payload['name']}' "
@@ -55,9 +74,15 @@ def import_released(payload: dict, cfg: dict, checkpoint: str | Path, vocab_path
     if len(vocab) != released.vocab_size:
         raise HarnessError(f"{vocab_path} has {len(vocab)} words, but {checkpoint} was trained with "
                            f"{released.vocab_size}: give the vocabulary released with it")
-    run_cfg = {**cfg, "model": released.model_config}
+    # the authors trained the weights: the method's training-only token (<mask>, methods.data.caption_augment)
+    # has no row in their embedding, so the run's config holds no training that would add one
+    training = {k: v for k, v in cfg["training"].items() if k not in ("caption_augment", "masked_prediction")}
+    run_cfg = {**cfg, "model": released.model_config, "training": training}
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", dir=run_dir.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    staging.chmod(0o777 & ~umask)   # mkdtemp's 0700 would stay with the run folder: others may read it
     try:
         vocab.save(run_vocab(staging))
         # seed 0 stands for the authors' one training (no public code sets a seed); ``best`` says whose
@@ -80,7 +105,7 @@ def _import(args) -> None:
     cfg = read_experiment(args.experiment, payload)
     # the test relevances first: a bad positives file fails before the import, not after it
     relevances = {split: split_relevances(payload, split) for split in args.evaluate}
-    import_released(payload, cfg, args.checkpoint, args.vocab, args.run_dir)
+    import_released(payload, cfg, args.checkpoint, args.vocab, args.run_dir, json.loads(args.expect))
     device = resolve_device(args.device)
     for split in args.evaluate:
         evaluate_run(Path(args.run_dir), split, payload, args.features_dir, run_vocab(args.run_dir), device,
@@ -92,6 +117,8 @@ def _arguments(parser) -> None:
     parser.add_argument("--checkpoint", required=True, help="the authors' checkpoint, e.g. model_best.pth.tar")
     parser.add_argument("--vocab", required=True, help="the vocabulary released with it")
     parser.add_argument("--run-dir", required=True, help="the run folder to write (empty or absent)")
+    parser.add_argument("--expect", default="{}", help="JSON object: options the checkpoint must hold, "
+                                                       "e.g. '{\"module_name\": \"SAF\"}'")
     parser.add_argument("--evaluate", nargs="*", default=[], metavar="SPLIT",
                         help="test splits to evaluate the imported model on (eval_<split>.json, sims_<split>.npy)")
     parser.add_argument("--features-dir", help="the image input of the evaluated splits (precomputed regions)")

@@ -93,3 +93,26 @@ def test_a_model_kind_without_an_importer_and_a_figure_of_a_released_row_are_ref
                                        "datasets": {"flickr": {"released": released_files(tmp_path)}}})
     with pytest.raises(HarnessError, match="figure 'f' names row 'x', which is the authors' weights"):
         Plan(cfg)
+
+
+def test_rows_that_import_one_checkpoint_must_agree_on_its_vocabulary_and_expectations(tmp_path):
+    rows = ("{id: a, label: a, method: sgraf, released: {checkpoint: sgraf_saf, vocab: sgraf_vocab}}\n"
+            "      - {id: b, label: b, method: sgraf, released: {checkpoint: sgraf_saf, vocab: sgraf_sgr}}")
+    cfg = load_harness_config(CONFIG, {"papers": [paper(tmp_path, rows)],
+                                       "datasets": {"flickr": {"released": released_files(tmp_path)}}})
+    with pytest.raises(HarnessError, match="checkpoint 'sgraf_saf' is imported with vocabulary 'sgraf_sgr' .* one "
+                                           "import serves both rows"):
+        Plan(cfg)
+    row = "{id: x, label: x, method: sgraf, released: {checkpoint: sgraf_saf, vocab: sgraf_vocab, expect: {saf: {a: 1}}}}"
+    cfg = load_harness_config(CONFIG, {"papers": [paper(tmp_path, row)]})
+    with pytest.raises(HarnessError, match="released.expect names saf, which is not one of its checkpoints"):
+        Plan(cfg)   # checked where no file is configured too
+
+
+def test_a_released_row_naming_an_unknown_method_fails_on_every_dataset(tmp_path):
+    row = "{id: x, label: x, method: sgrf, released: {checkpoint: sgraf_saf, vocab: sgraf_vocab}}"
+    path = tmp_path / "p.yaml"
+    path.write_text("paper: t\nkey: t\nmethods: {sgraf: config/methods/sgraf.yaml}\ntables:\n  t:\n    title: t\n"
+                    f"    datasets: [synthetic]\n    rows:\n      - {row}\n")
+    with pytest.raises(HarnessError, match="row 'x' names unknown method 'sgrf'"):
+        Plan(load_harness_config(CONFIG, {"papers": [str(path)]}))

@@ -181,9 +181,9 @@ def test_every_listed_importer_reads_the_code_base_the_dag_names():
     """The DAG build names each importer's code base without importing it (no torch there)."""
     import importlib
 
-    from methods.released.importers import RELEASED_CODE
-    for kind, code in RELEASED_CODE.items():
-        assert importlib.import_module(f"methods.released.{kind}").IMPORTER.code == code
+    from methods.released.importers import RELEASED
+    for kind, (code, module) in RELEASED.items():
+        assert importlib.import_module(f"methods.released.{module}").IMPORTER.code == code
 
 
 def test_an_experiment_planned_for_other_numerics_is_refused(tmp_path):
@@ -196,3 +196,26 @@ def test_an_experiment_planned_for_other_numerics_is_refused(tmp_path):
     path.write_text(json.dumps({**cfg, "numerics": "native", "model": {**cfg["model"], "no_such_key": 1}}))
     with pytest.raises(HarnessError, match="no_such_key"):
         read_experiment(path, payload())
+
+
+def test_a_checkpoint_of_another_run_than_the_row_expects_is_refused(tmp_path):
+    """A config key pointing at the SGR file for the SAF row fails instead of showing SGR's numbers."""
+    with pytest.raises(HarnessError, match=r"trained with module_name='SGR', but the row expects module_name='SAF'"):
+        import_released(payload(), api.experiment_config("sgraf", "flickr"), FIXTURES / "f30k_SGR_model_best.pth.tar",
+                        FIXTURES / "f30k_precomp_vocab.json", tmp_path / "run", {"module_name": "SAF"})
+    with pytest.raises(HarnessError, match=r"the row expects finetune=True, but the importer reads no option"):
+        import_released(payload(), api.experiment_config("sgraf", "flickr"), FIXTURES / "f30k_SGR_model_best.pth.tar",
+                        FIXTURES / "f30k_precomp_vocab.json", tmp_path / "run", {"finetune": True})
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_imported_run_folder_is_readable_as_the_umask_allows(tmp_path):
+    import os
+    import stat
+    old = os.umask(0o022)
+    try:
+        import_released(payload(), api.experiment_config("sgraf", "flickr"), FIXTURES / "f30k_SAF_model_best.pth.tar",
+                        FIXTURES / "f30k_precomp_vocab.json", tmp_path / "run")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "run").stat().st_mode) == 0o755

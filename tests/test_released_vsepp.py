@@ -63,6 +63,9 @@ def tiny_resnet152(monkeypatch):
     monkeypatch.setitem(architectures.CHANNELS, "resnet152", TINY_CHANNELS)
 
 
+DATASET = {"features": {"resize": 256, "crop": 224}}   # their data.py's evaluation transform
+
+
 @pytest.fixture(scope="module")
 def base_model():
     return api.experiment_config("vsepp", "flickr")["model"]
@@ -94,7 +97,7 @@ def imported_scores(released, vocab: Vocabulary) -> np.ndarray:
 
 @pytest.mark.parametrize("run", RUNS)
 def test_a_released_checkpoint_scores_as_the_authors_code(base_model, run):
-    released = import_checkpoint(checkpoint(run), base_model, {})
+    released = import_checkpoint(checkpoint(run), base_model, DATASET)
     assert released.source_dataset == RUNS[run] and released.runs_cnn and released.provenance["epoch"] == 17
     assert released.image_shape == {"dim": 64} and released.vocab_size == 25
     assert released.model_config["backbone"] == "resnet152" and released.model_config["pre_fc_l2norm"] is True
@@ -107,8 +110,8 @@ def test_a_released_checkpoint_scores_as_the_authors_code(base_model, run):
 
 def test_a_file_without_batchnorm_counters_gets_them_at_zero(base_model):
     """The 2017 files (PyTorch < 0.4.1) have no num_batches_tracked; a newer one's are kept."""
-    old = import_checkpoint(checkpoint("coco_vse++_resnet_restval"), base_model, {})
-    new = import_checkpoint(checkpoint("f30k_vse++_resnet_finetune"), base_model, {})
+    old = import_checkpoint(checkpoint("coco_vse++_resnet_restval"), base_model, DATASET)
+    new = import_checkpoint(checkpoint("f30k_vse++_resnet_finetune"), base_model, DATASET)
     counters = [k for k in old.state_dict if k.endswith("num_batches_tracked")]
     assert counters and all(old.state_dict[k].item() == 0 for k in counters)
     assert all(new.state_dict[k].item() == 7 for k in counters)   # the fixture maker's value
@@ -131,7 +134,7 @@ def test_a_full_size_resnet152_checkpoint_is_placed_whole(monkeypatch, base_mode
     opt.embed_size, opt.word_dim, opt.num_layers, opt.vocab_size = 1024, 300, 1, 10000
     ckpt = {"epoch": 26, "model": [img_enc, txt_enc], "best_rsum": 400.0, "opt": opt, "Eiters": 1}
     monkeypatch.setattr(vsepp, "load_checkpoint", lambda path, allowed: ckpt)
-    released = import_checkpoint("runs/coco_vse++_resnet_restval_finetune/model_best.pth.tar", base_model, {})
+    released = import_checkpoint("runs/coco_vse++_resnet_restval_finetune/model_best.pth.tar", base_model, DATASET)
     assert released.image_shape == {"dim": 2048} and released.model_config["embed_dim"] == 1024
     assert len({k.split(".")[2] for k in released.state_dict if k.startswith("backbone.layer3.")}) == 36   # blocks
     assert all(released.state_dict[k].item() == 0 for k in released.state_dict if k.endswith("num_batches_tracked"))
@@ -163,19 +166,19 @@ def resaved(tmp_path: Path, change, run: str = "f30k_vse++_resnet_finetune") -> 
 def test_an_option_the_project_does_not_implement_is_refused_by_name(tmp_path, base_model, option, value, message):
     path = resaved(tmp_path, lambda c: setattr(c["opt"], option, value))
     with pytest.raises(HarnessError, match=message):
-        import_checkpoint(path, base_model, {})
+        import_checkpoint(path, base_model, DATASET)
 
 
 def test_a_checkpoint_of_another_model_is_refused(tmp_path, base_model):
     sgraf = Path(__file__).parent / "data" / "released" / "sgraf" / "f30k_SGR_model_best.pth.tar"
     with pytest.raises(HarnessError, match=r"not a VSE\+\+ checkpoint \(its options have no cnn_type, measure, "
                                            r"use_abs; an SGRAF, SCAN or VSRN checkpoint\?\)"):
-        import_checkpoint(sgraf, base_model, {})
+        import_checkpoint(sgraf, base_model, DATASET)
 
     def as_vsrn(ckpt):   # VSRN keeps VSE++'s options and [img_enc, txt_enc]; its image encoder has a GRU, a GCN
         ckpt["model"][0]["img_rnn.weight_ih_l0"] = torch.zeros(3, 2)
     with pytest.raises(HarnessError, match="its image encoder holds 'img_rnn.weight_ih_l0'.*a VSRN checkpoint"):
-        import_checkpoint(resaved(tmp_path, as_vsrn), base_model, {})
+        import_checkpoint(resaved(tmp_path, as_vsrn), base_model, DATASET)
 
 
 def test_a_tensor_the_model_has_not_or_a_shape_that_differs_is_named(tmp_path, base_model):
@@ -183,17 +186,17 @@ def test_a_tensor_the_model_has_not_or_a_shape_that_differs_is_named(tmp_path, b
         ckpt["model"][0]["fc.weight"] = torch.zeros(9, 64)
     with pytest.raises(HarnessError, match=r"'img_enc.fc.weight' has shape \(9, 64\), but 'fc.weight' of the "
                                            r"project's model is \(8, 64\)"):
-        import_checkpoint(resaved(tmp_path, wider), base_model, {})
+        import_checkpoint(resaved(tmp_path, wider), base_model, DATASET)
 
     def without_layer4(ckpt):
         ckpt["model"][0] = {k: v for k, v in ckpt["model"][0].items() if ".layer4." not in k}
     with pytest.raises(HarnessError, match=r"the checkpoint sets no 'backbone.layer4.0.conv1.weight'"):
-        import_checkpoint(resaved(tmp_path, without_layer4), base_model, {})
+        import_checkpoint(resaved(tmp_path, without_layer4), base_model, DATASET)
 
 
 def payload(name="flickr"):
     """A dataset payload (results/<dataset>/dataset.json) of the fields an import reads."""
-    return {"name": name, "paths": {}, "dataset": {"tokenizer": "nltk_line"}}
+    return {"name": name, "paths": {}, "dataset": {**DATASET, "tokenizer": "nltk_line"}}
 
 
 def test_the_import_writes_a_run_folder_that_evaluates_as_the_authors_code(tmp_path, monkeypatch):
@@ -232,3 +235,10 @@ def test_a_vocabulary_of_another_size_is_refused(tmp_path, monkeypatch):
     with pytest.raises(HarnessError, match="has 25 words, but .* was trained with 26: give the vocabulary released"):
         import_released(payload(), api.experiment_config("vsepp", "flickr"), ckpt, vocab, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_dataset_whose_images_are_transformed_otherwise_is_refused(base_model):
+    other = {"features": {"resize": 256, "crop": 256}}
+    with pytest.raises(HarnessError, match="their evaluation resizes images to 256 and crops the centre 224, but "
+                                           "datasets.<name>.features has resize 256, crop 256"):
+        import_checkpoint(checkpoint("f30k_vse++_resnet_finetune"), base_model, other)

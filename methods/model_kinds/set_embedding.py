@@ -17,11 +17,18 @@ class SetEmbeddingKind(ModelKind):
             attention = "slot" if module["competition"] == "slots" else "transformer"
             arch = f"{attention} set module (T {module['iterations']}, padding {module['padding']})"
         else:
-            arch = "PIE-Net set module"
+            arch = "PIE-Net set module" + (" over the raw image input" if module.get("image_input") == "raw" else "")
         sim = model["similarity"]
         params = ", ".join(f"{k} {v:g}" for k, v in sim.items() if k != "kind")
+        # PVSE's switches (methods.models.set_embedding), named only when set off DivE's
+        projection = model.get("image_projection", {})
+        pvse = [text for text, on in (("image fc without MLP", projection.get("mlp", True) is False),
+                                      ("global image feature of the mean cell", projection.get("global_pool") == "mean"),
+                                      (f"text global {model.get('text_global')}",
+                                       model.get("text_global", "average_final") != "average_final")) if on]
         return (f"D {model['embed_dim']}, K {model['set_size']}, {arch}, "
-                f"{sim['kind']}{f' ({params})' if params else ''}, {gru_text(model['text'])}")
+                f"{sim['kind']}{f' ({params})' if params else ''}, {gru_text(model['text'])}"
+                + "".join(f", {text}" for text in pvse))
 
 
 @MODEL_KINDS.register("set_embedding")

@@ -26,6 +26,17 @@ element k = LayerNorm(global) + slot_k) or ``pie`` (PIE-Net: LayerNorm(global + 
 Each element is l2-normalised; a pair of sets is scored by a registered set similarity
 (``methods.models.set_similarity``).
 
+PVSE's own encoders (yalesong/pvse model.py EncoderImage / EncoderText, the ResNet-152 recipe
+whose released checkpoints ``methods.released.pvse`` imports) are switches whose absence keeps
+the above: ``image_projection.mlp: false`` (fc only: EncoderImage.fc), ``image_projection.
+global_pool: mean`` (global = the projection of the cells' average: avgpool -> fc -> dropout;
+``global_pass`` is then not read), ``set_module.image_input: raw`` (PIE-Net attends over the
+image input itself, d_h = C/2 and fc C -> D, with dropout, instead of the projected locals) and
+``text_global`` (``average_final``: the directions' final states averaged, a GRU of D units;
+``concatenate_final``: [forward final, backward final] of a GRU of D/2 units, PVSE's EncoderText;
+``concatenate_last_outputs``: the bi-GRU's output at the last word, [forward final, backward
+after the last word alone], PVSE's ``--legacy`` with which its released models were trained).
+
 ``evaluation_statistics`` gives the within-set circular variance of the test sets (the paper's
 Table 3): per set 1 - |mean of its unit elements|, averaged over the sets, reported as its
 natural log for images, texts and both (none for one-element sets).
@@ -36,7 +47,7 @@ import math
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from methods.features.backbone import ResNetBackbone
 from methods.models.base import EmbeddingModel, register_model
@@ -52,6 +63,9 @@ PROJECTION_INITS = ("pytorch", "xavier")
 # max-pooled global feature (residual_connection), so in training BatchNorm's running statistics
 # move twice a step and the global feature has its own dropout draw; shared: pool the local features
 GLOBAL_PASSES = ("separate", "shared")
+GLOBAL_POOLS = ("max", "mean")          # max over the projected locals (DivE); projection of the mean input (PVSE)
+SET_INPUTS = ("projected", "raw")       # what the image PIE-Net attends over: projected locals (DivE) or the input (PVSE)
+TEXT_GLOBALS = ("average_final", "concatenate_final", "concatenate_last_outputs")
 REGION_PADDINGS = ("batch_longest", "all")
 BLOCK_ELEMENTS = {"cuda": 2 ** 28, "cpu": 2 ** 23}   # element cosines per scoring block
 
@@ -62,23 +76,27 @@ class RegionMLP(nn.Module):
     (EncoderImage.init_weights runs only with ``--spm_xavier_init``, which it does not pass);
     ``xavier``: that init_weights (Xavier uniform fc, Xavier normal MLP, zero biases)."""
 
-    def __init__(self, in_dim: int, dim: int, init: str = "xavier"):
+    def __init__(self, in_dim: int, dim: int, init: str = "xavier", mlp: bool = True):
         super().__init__()
         if init not in PROJECTION_INITS:
             raise ValueError(f"image projection init must be one of {PROJECTION_INITS}, not {init!r}")
         self.fc = nn.Linear(in_dim, dim)
-        self.mlp_in = nn.Linear(dim, dim // 2)
-        self.bn = nn.BatchNorm1d(dim // 2)
-        self.mlp_out = nn.Linear(dim // 2, dim)
+        self.has_mlp = mlp   # false: fc alone (PVSE's EncoderImage.fc)
+        if mlp:
+            self.mlp_in = nn.Linear(dim, dim // 2)
+            self.bn = nn.BatchNorm1d(dim // 2)
+            self.mlp_out = nn.Linear(dim // 2, dim)
         if init == "xavier":
             nn.init.xavier_uniform_(self.fc.weight)
             nn.init.zeros_(self.fc.bias)
-            for layer in (self.mlp_in, self.mlp_out):
+            for layer in (self.mlp_in, self.mlp_out) if mlp else ():
                 nn.init.xavier_normal_(layer.weight)
                 nn.init.zeros_(layer.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         base = self.fc(x)
+        if not self.has_mlp:
+            return base
         hidden = self.mlp_in(base)
         # BatchNorm over every position of the batch, padded ones included (SequenceBN)
         hidden = self.bn(hidden.reshape(-1, hidden.shape[-1])).reshape(hidden.shape)
@@ -116,21 +134,34 @@ class SetEmbeddingModel(EmbeddingModel):
     def __init__(self, input_dim: int, embed_dim: int, set_size: int, text: GRUTextEncoder, set_module: dict,
                  similarity: dict, dropout: float = 0.0, lr_scale: dict | None = None,
                  image_positional: str = "none", grid: tuple[int, int] | None = None,
-                 image_projection: dict | None = None):
+                 image_projection: dict | None = None, text_global: str = "average_final"):
         super().__init__()
         projection = image_projection or {"init": "xavier", "global_pass": "shared"}
         if projection["global_pass"] not in GLOBAL_PASSES:
             raise ValueError(f"image_projection.global_pass must be one of {GLOBAL_PASSES}, "
                              f"not {projection['global_pass']!r}")
         self.global_pass = projection["global_pass"]
+        self.global_pool = projection.get("global_pool", "max")
+        if self.global_pool not in GLOBAL_POOLS:
+            raise ValueError(f"image_projection.global_pool must be one of {GLOBAL_POOLS}, not {self.global_pool!r}")
         kind = set_module["kind"]
         if kind not in SET_MODULES:
             raise ValueError(f"set_module.kind must be one of {SET_MODULES}, not {kind!r}")
-        if text.gru.hidden_size != embed_dim:
+        self.set_input = set_module.get("image_input", "projected")
+        if self.set_input not in SET_INPUTS or (kind != "pie" and self.set_input != "projected"):
+            raise ValueError(f"set_module.image_input must be one of {SET_INPUTS} (raw: PIE-Net only), "
+                             f"not {self.set_input!r} for a {kind} set module")
+        if text_global not in TEXT_GLOBALS:
+            raise ValueError(f"text_global must be one of {TEXT_GLOBALS}, not {text_global!r}")
+        self.text_global = text_global
+        if text_global == "average_final" and text.gru.hidden_size != embed_dim:
             raise ValueError(f"the text GRU's hidden_dim ({text.gru.hidden_size}) must equal embed_dim "
                              f"({embed_dim}): its final state is the global text feature")
+        if text_global != "average_final" and (not text.bidirectional or 2 * text.gru.hidden_size != embed_dim):
+            raise ValueError(f"text_global {text_global} concatenates the two directions of a bidirectional GRU: "
+                             f"its hidden_dim ({text.gru.hidden_size}) must be half of embed_dim ({embed_dim})")
         self.embed_dim, self.set_size = embed_dim, set_size
-        self.region = RegionMLP(input_dim, embed_dim, projection["init"])
+        self.region = RegionMLP(input_dim, embed_dim, projection["init"], projection.get("mlp", True))
         self.local_dropout = nn.Dropout(dropout)     # --img_1x1_dropout
         self.text = text
         self.global_dropout = nn.Dropout(dropout)    # EncoderText's dropout on the GRU outputs
@@ -142,6 +173,9 @@ class SetEmbeddingModel(EmbeddingModel):
                     set_module["head_dim"], set_module["ff_mult"], dropout, set_module["competition"],
                     set_module["padding"], positional, grid), embed_dim)
             self.image_set, self.text_set = slots(embed_dim, image_positional, grid), slots(word_dim, "sine")
+        elif self.set_input == "raw":   # PIE-Net as PVSE's EncoderImage builds it: over the input, d_h = C/2
+            self.image_set = PIENet(set_size, input_dim, embed_dim, input_dim // 2, dropout)
+            self.text_set = PIENet(set_size, word_dim, embed_dim, word_dim // 2, dropout)
         else:   # PIE-Net as DivE's model_spm.py builds it: image d_h = D/2, text d_h = word_dim/2
             self.image_set = PIENet(set_size, embed_dim, embed_dim, embed_dim // 2)
             self.text_set = PIENet(set_size, word_dim, embed_dim, word_dim // 2, dropout)
@@ -173,20 +207,31 @@ class SetEmbeddingModel(EmbeddingModel):
 
     def encode_image_sets(self, batch: dict) -> dict[str, torch.Tensor]:
         inputs, lengths = self.image_locals(batch)
-        local = self.local_dropout(self.region(inputs))
-        # in eval mode a second pass gives the same values (running statistics, no dropout): skipped
-        pooled = (self.local_dropout(self.region(inputs)) if self.training and self.global_pass == "separate"
-                  else local)
-        valid = torch.arange(local.shape[1], device=local.device)[None, :] < lengths[:, None]
-        glob = pooled.masked_fill(~valid[..., None], -torch.finfo(local.dtype).max).amax(dim=1)
-        elements, residuals, attn = self.image_set(local, glob, lengths)
+        valid = torch.arange(inputs.shape[1], device=inputs.device)[None, :] < lengths[:, None]
+        local = (self.local_dropout(self.region(inputs))
+                 if self.global_pool == "max" or self.set_input == "projected" else None)
+        if self.global_pool == "max":
+            # in eval mode a second pass gives the same values (running statistics, no dropout): skipped
+            pooled = (self.local_dropout(self.region(inputs)) if self.training and self.global_pass == "separate"
+                      else local)
+            glob = pooled.masked_fill(~valid[..., None], -torch.finfo(local.dtype).max).amax(dim=1)
+        else:   # PVSE's EncoderImage: avgpool over the cells, then fc, then dropout
+            mean = (inputs * valid[..., None]).sum(dim=1) / lengths[:, None].to(inputs.dtype)
+            glob = self.local_dropout(self.region(mean))
+        elements, residuals, attn = self.image_set(local if self.set_input == "projected" else inputs, glob, lengths)
         return {"sets": l2norm(elements, eps=PLAIN_L2NORM_EPS), "residuals": residuals, "attention": attn}
 
     def encode_text_sets(self, tokens: torch.Tensor, lengths: torch.Tensor) -> dict[str, torch.Tensor]:
         words = self.text.dropout(self.text.embed(tokens))
         packed = pack_padded_sequence(words, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        _, hidden = self.text.gru(packed)
-        glob = (hidden[-2] + hidden[-1]) / 2 if self.text.bidirectional else hidden[-1]
+        outputs, hidden = self.text.gru(packed)
+        if self.text_global == "average_final":
+            glob = (hidden[-2] + hidden[-1]) / 2 if self.text.bidirectional else hidden[-1]
+        elif self.text_global == "concatenate_final":   # PVSE EncoderText: h_n permuted to (B, 2, H), viewed (B, 2H)
+            glob = torch.cat([hidden[-2], hidden[-1]], dim=-1)
+        else:   # PVSE --legacy: the padded outputs gathered at each caption's last word
+            padded, _ = pad_packed_sequence(outputs, batch_first=True)
+            glob = padded[torch.arange(len(lengths), device=padded.device), lengths.to(padded.device) - 1]
         elements, residuals, attn = self.text_set(words, self.global_dropout(glob), lengths.to(words.device))
         return {"sets": l2norm(elements, eps=PLAIN_L2NORM_EPS), "residuals": residuals, "attention": attn}
 
@@ -228,9 +273,10 @@ class SetEmbedding(SetEmbeddingModel):
 
     def __init__(self, region_dim: int, embed_dim: int, set_size: int, text: GRUTextEncoder, set_module: dict,
                  similarity: dict, dropout: float = 0.0, region_drop: float = 0.0,
-                 lr_scale: dict | None = None, image_projection: dict | None = None, region_padding: str = "all"):
+                 lr_scale: dict | None = None, image_projection: dict | None = None, region_padding: str = "all",
+                 text_global: str = "average_final"):
         super().__init__(region_dim, embed_dim, set_size, text, set_module, similarity, dropout, lr_scale,
-                         image_projection=image_projection)
+                         image_projection=image_projection, text_global=text_global)
         if region_padding not in REGION_PADDINGS:
             raise ValueError(f"region_padding must be one of {REGION_PADDINGS}, not {region_padding!r}")
         self.region_drop, self.region_padding = region_drop, region_padding
@@ -250,7 +296,7 @@ class SetEmbeddingGrid(GridBackbone, SetEmbeddingModel):
     def __init__(self, backbone: ResNetBackbone | str, scale_shapes: dict[str, list[int]], grid_scales: list[str],
                  backbone_bn: str, embed_dim: int, set_size: int, text: GRUTextEncoder, set_module: dict,
                  similarity: dict, dropout: float = 0.0, lr_scale: dict | None = None,
-                 image_projection: dict | None = None):
+                 image_projection: dict | None = None, text_global: str = "average_final"):
         if len(grid_scales) != 1:
             raise ValueError(f"grid_scales must name one scale, not {grid_scales}")
         (scale,) = grid_scales
@@ -259,7 +305,7 @@ class SetEmbeddingGrid(GridBackbone, SetEmbeddingModel):
         height, width, channels = scale_shapes[scale]
         super().__init__(channels, embed_dim, set_size, text, set_module, similarity, dropout, lr_scale,
                          "sine_2d" if set_module["kind"] == "slot" else "none",
-                         (height, width) if set_module["kind"] == "slot" else None, image_projection)
+                         (height, width) if set_module["kind"] == "slot" else None, image_projection, text_global)
         self.init_backbone(backbone, backbone_bn, [scale], scale_shapes)
 
     def grid_dtype(self) -> torch.dtype:

@@ -19,7 +19,7 @@ from methods.plan.datasets import data_kind, reported_dataset, reported_shown, s
 from methods.plan.method_files import check_method_file, load_method_file, model_kind, resolve_method_config
 from methods.plan.records import ENSEMBLE_SEED_STRIDE, Claim, Experiment, Figure, ReleasedMember, Row, Table
 from methods.plugins import file_root
-from methods.released.importers import released_code
+from methods.released.importers import RELEASED_NOTES, released_code
 from methods.report.claim_form import parse_comparison
 
 
@@ -71,6 +71,7 @@ class PaperCatalogue:
         # (table, dataset) of every table a paper file declares, built or left out by datasets.<name>.skip_tables
         self.declared_tables: set[tuple[str, str]] = set()
         self._method_files: dict[Path, dict] = {}
+        self._released: dict[tuple[str, str, str], tuple[ReleasedMember, str]] = {}   # one import per checkpoint
         stated = []
         for paper_file in cfg["papers"]:
             path = REPO_ROOT / paper_file if not Path(paper_file).is_absolute() else Path(paper_file)
@@ -241,9 +242,19 @@ class PaperCatalogue:
         where = f"{path}: table {table_name} row '{row['id']}'"
         ds_cfg = self.cfg["datasets"][dataset]
         spec = row["released"]
+        keys = [spec["checkpoint"]] if isinstance(spec["checkpoint"], str) else list(spec["checkpoint"])
+        stray = sorted(set(spec.get("expect") or {}) - set(keys))
+        if stray:
+            raise HarnessError(f"{where}: released.expect names {', '.join(stray)}, which is not one of its "
+                               f"checkpoints ({', '.join(keys)})")
+        if row["method"] not in paper["methods"]:
+            raise HarnessError(f"{where} names unknown method '{row['method']}' "
+                               f"(declared: {', '.join(sorted(paper['methods']))})")
+        method_file = file_root(path) / paper["methods"][row["method"]]
+        kind = model_kind(self.method_file(method_file))
+        code = released_code(kind, where)   # checked on every dataset
         if data_kind(ds_cfg) == "synthetic":   # the built-in data: no released weights exist for them
             return {}
-        keys = [spec["checkpoint"]] if isinstance(spec["checkpoint"], str) else list(spec["checkpoint"])
         files = ds_cfg.get("released") or {}
         unset = [f"datasets.{dataset}.released.{k}" for k in [*keys, spec["vocab"]] if k not in files]
         if unset:
@@ -252,20 +263,23 @@ class PaperCatalogue:
             if not Path(files[key]).expanduser().is_file():
                 raise HarnessError(f"datasets.{dataset}.released.{key}: file not found: {files[key]} (the authors' "
                                    f"released file that {where} evaluates)")
-        if row["method"] not in paper["methods"]:
-            raise HarnessError(f"{where} names unknown method '{row['method']}' "
-                               f"(declared: {', '.join(sorted(paper['methods']))})")
-        method_file = file_root(path) / paper["methods"][row["method"]]
         exp = self.resolve_experiment(method_file, dataset, {}, [])
-        code = released_code(exp.config["model"]["kind"], where)
         source = source_ledger(self.method_file(method_file), [], reported_dataset(dataset, ds_cfg))
         # trained by the authors: no switch of ours ran; the captions are still tokenised here
         ledger = {"code": f"{code} (the authors' released weights)", "switches": [],
                   "deviations": [asdict(d) for d in tokenizer_deviation(dataset, ds_cfg, source)]}
         members = tuple(ReleasedMember(exp.id, k, spec["vocab"], str(Path(files[k]).expanduser()),
-                                       str(Path(files[spec["vocab"]]).expanduser())) for k in keys)
+                                       str(Path(files[spec["vocab"]]).expanduser()),
+                                       tuple(sorted((spec.get("expect") or {}).get(k, {}).items()))) for k in keys)
+        for member in members:   # one import per checkpoint and experiment: every row must say the same of it
+            known = self._released.setdefault((dataset, member.exp, member.checkpoint), (member, where))
+            if (known[0].vocab, known[0].expect) != (member.vocab, member.expect):
+                raise HarnessError(f"{where}: checkpoint '{member.checkpoint}' is imported with vocabulary "
+                                   f"'{member.vocab}' and expect {dict(member.expect)}, but {known[1]} imports it "
+                                   f"with '{known[0].vocab}' and {dict(known[0].expect)}: one import serves both rows")
         ran = (f"the authors' released weights ({code}): "
-               + " + ".join(f"{k} ({Path(files[k]).name})" for k in keys) + f", vocabulary {spec['vocab']}")
+               + " + ".join(f"{k} ({Path(files[k]).name})" for k in keys) + f", vocabulary {spec['vocab']}"
+               + "".join(f"; {note}" for note in [RELEASED_NOTES.get(kind)] if note))
         return Row(table_name, row["id"], row["label"], paper["key"], seeds=[0], members=[], reported=reported,
                    not_reported=row.get("not_reported"), ledger=[ledger], ran=ran, released=members)
 
@@ -288,6 +302,11 @@ class PaperCatalogue:
                                    f"(tables: {', '.join(paper['tables'])})")
             comparison = parse_comparison(claim["compare"], f"{where}.compare")
             check_claimable(comparison.metric, f"{where}.compare")
+            released = [r["id"] for r in paper["tables"][claim["table"]]["rows"]
+                        if "released" in r and r["id"] in comparison.rows]
+            if released:   # a claim is tested on the harness's runs; a released row is absent where unconfigured
+                raise HarnessError(f"{where}.compare: row '{released[0]}' is the authors' released weights: claims "
+                                   f"compare rows the harness trains")
             for dataset in self._built_on(claim["table"], paper["tables"][claim["table"]]["datasets"]):
                 rows = {r.id: r for r in self.tables[(claim["table"], dataset)].rows}
                 for row_id in comparison.rows:
@@ -369,6 +388,9 @@ class PaperCatalogue:
             if not base.runs_models:
                 raise HarnessError(f"{path}: row '{row.id}' of table {tbl.name} compares to '{row.compare_to}', "
                                    f"which is reported only: there are no runs to pair with")
+            if base.released:
+                raise HarnessError(f"{path}: row '{row.id}' of table {tbl.name} compares to '{row.compare_to}', "
+                                   f"the authors' released weights: paired differences need the same seeds' runs")
             if base.seeds != row.seeds:
                 raise HarnessError(f"{path}: row '{row.id}' and the row it compares to ('{base.id}') need the same "
                                    f"seeds for paired differences ({row.seeds} vs {base.seeds})")

@@ -49,6 +49,7 @@ class ReleasedMember:
     vocab: str                    # config key
     checkpoint_path: str
     vocab_path: str
+    expect: tuple[tuple[str, object], ...] = ()   # options the checkpoint must hold (sorted pairs)
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,8 @@ def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: di
         raise HarnessError(f"{where}: data_name {opt.data_name!r} is not one of {sorted(SOURCE_DATASETS)}")
     cfg = model_config(opt, base_model_config, where)
     image_shape = {"dim": opt.img_dim, "regions": n_regions}
-    model = build_model(cfg, BuildContext(opt.vocab_size, image_shape, {}, cnn=False))
+    with torch.device("meta"):   # names, shapes and dtypes only: no weights allocated for the file's widths
+        model = build_model(cfg, BuildContext(opt.vocab_size, image_shape, {}, cnn=False))
     source = {f"{part}.{k}": v for part, state in zip(PARTS, ckpt["model"]) for k, v in state.items()}
     state = map_tensors(source, model.state_dict(), rules(HEADS[opt.module_name]), where, IGNORED)
     provenance = {"code": "Paranioar/SGRAF", "epoch": ckpt.get("epoch"), "best_rsum": ckpt.get("best_rsum"),

@@ -38,12 +38,11 @@ from methods.features.architectures import CHANNELS, layer_channels
 from methods.models.base import BuildContext, build_model
 from methods.released.mapping import map_tensors
 from methods.released.record import Importer, ReleasedModel
-from methods.released.safe_load import PickledObject, load_checkpoint, load_pickle
+from methods.released.safe_load import load_checkpoint
+from methods.released.vocabulary import check_eval_transform, read_pickled_vocabulary
 
 CODE = "fartashf/vsepp"
 CHECKPOINT_GLOBALS = (argparse.Namespace,)   # their options object; nothing else but tensors and plain data
-# vocab.py run as a script pickles __main__.Vocabulary; one pickled from an import of vocab.py names vocab.Vocabulary
-VOCABULARY_CLASSES = frozenset({"__main__.Vocabulary", "vocab.Vocabulary"})
 SOURCE_DATASETS = {"coco": "coco", "f30k": "flickr"}
 PRECOMP_DATASETS = {"coco_precomp", "f30k_precomp", "f8k_precomp", "10crop_precomp"}
 PARTS = ("img_enc", "txt_enc")
@@ -74,6 +73,7 @@ RULES = [
     (r"txt_enc\.rnn\.(\w+)", r"text.gru.\1"),
 ]
 STEP_COUNTER = "num_batches_tracked"
+EVAL_TRANSFORM = (256, 224)   # data.py: transforms.Resize(256), transforms.CenterCrop(224) for val and test
 
 
 def read_checkpoint(path: str | Path) -> dict:
@@ -141,11 +141,12 @@ def target_state(cfg: dict, opt: argparse.Namespace, image_shape: dict) -> dict[
 
 def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: dict) -> ReleasedModel:
     """Their ``model_best.pth.tar`` as the project's model (``base_model_config``: the method's model
-    block; ``dataset_cfg``: the dataset's config, not read: a full-image run reads images)."""
+    block; ``dataset_cfg``: the dataset's config, whose image transform must be theirs)."""
     where = str(path)
     ckpt = read_checkpoint(path)
     opt = ckpt["opt"]
     check_options(opt, where)
+    check_eval_transform(dataset_cfg, EVAL_TRANSFORM, where)
     cfg = model_config(opt, base_model_config)
     image_shape = {"dim": layer_channels(opt.cnn_type, "conv5")}   # as training saves a pooled-input model's
     target = target_state(cfg, opt, image_shape)
@@ -166,28 +167,8 @@ def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: di
 
 
 def read_vocabulary(path: str | Path, tokenizer: Tokenizer) -> Vocabulary:
-    """Their vocabulary pickle (vocab.tar's ``<data_name>_vocab.pkl``: a ``Vocabulary`` with
-    ``word2idx``, ``idx2word`` {index: word} and ``idx``, pickled by Python 2) as the project's,
-    words in their id order."""
-    where = str(path)
-    loaded = load_pickle(path, VOCABULARY_CLASSES)
-    state = loaded.state if isinstance(loaded, PickledObject) else None
-    if not isinstance(state, dict) or not all(k in state for k in ("word2idx", "idx2word", "idx")):
-        raise HarnessError(f"{where}: not a VSE++ vocabulary (expected a pickled Vocabulary with word2idx, "
-                           f"idx2word and idx, as {CODE}'s vocab.py writes it)")
-    size, idx2word = state["idx"], state["idx2word"]
-    if not isinstance(size, int) or not isinstance(idx2word, dict) or not isinstance(state["word2idx"], dict):
-        raise HarnessError(f"{where}: 'idx' must be the word count, 'idx2word' and 'word2idx' dicts")
-    gap = next((i for i in range(size) if not isinstance(idx2word.get(i), str)), None)
-    if gap is not None:
-        raise HarnessError(f"{where}: idx2word has no word for index {gap} ('idx' is {size})")
-    try:
-        vocab = Vocabulary([idx2word[i] for i in range(size)], tokenizer)
-    except HarnessError as exc:
-        raise HarnessError(f"{where}: {exc}") from None
-    if state["word2idx"] != vocab.word2idx:   # their encoder reads word2idx: it must say what idx2word says
-        raise HarnessError(f"{where}: word2idx and idx2word disagree")
-    return vocab
+    """Their vocabulary pickle (vocab.tar's ``<data_name>_vocab.pkl``, pickled by Python 2)."""
+    return read_pickled_vocabulary(path, tokenizer, CODE)
 
 
 IMPORTER = Importer(CODE, import_checkpoint, read_vocabulary)

@@ -27,16 +27,16 @@ from pathlib import Path
 import torch
 
 from methods.data.inputs import region_shape
-from methods.data.text import SPECIALS, Vocabulary
+from methods.data.text import Vocabulary
 from methods.data.tokenizers import Tokenizer
 from methods.errors import HarnessError
 from methods.models.base import BuildContext, build_model
 from methods.released.mapping import Rules, map_tensors
 from methods.released.record import Importer, ReleasedModel
-from methods.released.safe_load import PickledObject, load_checkpoint, load_pickle
+from methods.released.safe_load import load_checkpoint
+from methods.released.vocabulary import read_pickled_vocabulary
 
 CHECKPOINT_GLOBALS = (argparse.Namespace,)   # their options object; nothing else but tensors and plain data
-VOCAB_CLASSES = {"__main__.Vocabulary", "vocab.Vocabulary"}   # vocab.py run as a script, or imported
 SOURCE_DATASETS = {"f30k_precomp": "flickr", "coco_precomp": "coco"}
 FINAL_BN_DATA = "f30k_precomp"   # EncoderImagePrecompAttn: `if self.data_name == 'f30k_precomp'`
 PARTS = ("img_enc", "txt_enc")
@@ -130,7 +130,8 @@ def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: di
                            f"image BatchNorm in KunpengLi1994/VSRN, but the checkpoint holds "
                            f"{'none' if cfg['final_bn'] else 'img_enc.bn tensors'} (another code base's VSRN?)")
     image_shape = {"dim": opt.img_dim, "regions": n_regions}
-    model = build_model(cfg, BuildContext(opt.vocab_size, image_shape, {}, cnn=False))
+    with torch.device("meta"):   # names, shapes and dtypes only: no weights allocated for the file's widths
+        model = build_model(cfg, BuildContext(opt.vocab_size, image_shape, {}, cnn=False))
     state = map_tensors(source_tensors(ckpt["model"]), model.state_dict(), rules(), where)
     provenance = {"code": "KunpengLi1994/VSRN", "epoch": ckpt.get("epoch"), "best_rsum": ckpt.get("best_rsum"),
                   "options": {k: getattr(opt, k) for k in ARCHITECTURE_OPTIONS}}
@@ -142,31 +143,9 @@ def read_vocabulary(path: str | Path, tokenizer: Tokenizer) -> Vocabulary:
     without running it; a vocabulary JSON (SCAN's layout, ``Vocabulary.load``) is read as such:
     SCAN's f30k_precomp JSON equals VSRN's pickle word for word, its coco_precomp JSON does not
     (11,353 words, refused by the import's size check)."""
-    path = Path(path)
-    if path.suffix == ".json":
+    if Path(path).suffix == ".json":
         return Vocabulary.load(path, tokenizer)
-    loaded = load_pickle(path, VOCAB_CLASSES)
-    state = loaded.state if isinstance(loaded, PickledObject) else None
-    fields = state if isinstance(state, dict) else {}
-    idx2word, word2idx, size = fields.get("idx2word"), fields.get("word2idx"), fields.get("idx")
-    if not (isinstance(idx2word, dict) and isinstance(word2idx, dict) and isinstance(size, int)):
-        raise HarnessError(f"{path}: not a VSRN vocabulary pickle (expected a Vocabulary object with word2idx, "
-                           f"idx2word and idx, as KunpengLi1994/VSRN's vocab.py pickles it)")
-    gap = next((i for i in range(size) if not isinstance(idx2word.get(i), str)), None)
-    if gap is not None or len(idx2word) != size:
-        raise HarnessError(f"{path}: idx2word has {len(idx2word)} words for idx {size}"
-                           + (f" and no word for index {gap}" if gap is not None else ""))
-    words = [idx2word[i] for i in range(size)]
-    if words[: len(SPECIALS)] != list(SPECIALS):   # their data.py looks the specials up by name; the project by id
-        raise HarnessError(f"{path}: the vocabulary starts with {words[:len(SPECIALS)]}, not {list(SPECIALS)} "
-                           f"at ids 0-{len(SPECIALS) - 1}, where the project's captions put them")
-    try:
-        vocab = Vocabulary(words, tokenizer)
-    except HarnessError as exc:   # duplicate words
-        raise HarnessError(f"{path}: {exc}") from None
-    if word2idx != vocab.word2idx:
-        raise HarnessError(f"{path}: word2idx and idx2word disagree")
-    return vocab
+    return read_pickled_vocabulary(path, tokenizer, "KunpengLi1994/VSRN")
 
 
 IMPORTER = Importer("KunpengLi1994/VSRN", import_checkpoint, read_vocabulary)

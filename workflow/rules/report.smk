@@ -55,7 +55,7 @@ rule table:
 # The rows of the authors' released weights alone (tables/released/<table>_<dataset>), beside the
 # paper's numbers with their verdicts, without the retrained rows' training: `snakemake released_<dataset>`
 # builds every such table of a dataset (one target rule per dataset).
-rule released_table_spec:
+rule released_rows_table_spec:
     """The released rows of one table."""
     output:
         LAYOUT.spec("{dataset}", "released_tables", "{table}"),
@@ -65,12 +65,12 @@ rule released_table_spec:
     conda:
         CONDA_ENV
     log:
-        f"{R}/logs/released_table_spec/{{dataset}}/{{table}}.log",
+        f"{R}/logs/released_rows_table_spec/{{dataset}}/{{table}}.log",
     shell:
         logged("python -m methods.io --out {output} --json {params.spec:q} ")
 
 
-rule released_table:
+rule released_rows_table:
     """A table's released rows: reproduced beside reported, difference and verdict."""
     input:
         unpack(released_table_inputs),
@@ -83,9 +83,9 @@ rule released_table:
     conda:
         CONDA_ENV
     log:
-        f"{R}/logs/released_table/{{table}}_{{dataset}}.log",
+        f"{R}/logs/released_rows_table/{{table}}_{{dataset}}.log",
     benchmark:
-        benchmark_file("released_table", "{table}_{dataset}")
+        benchmark_file("released_rows_table", "{table}_{dataset}")
     shell:
         logged("python -m methods.report.table --spec {input.spec} --out-csv {output.csv} --out-md {output.md} "
                "{input.rows} ")
@@ -98,7 +98,6 @@ for _name in HARNESS["datasets"]:
             f"released_{_name}"
         input:
             lambda w, name=_name: released_tables_of(name),
-        localrule: True
 
 
 rule figure_reproduced_vs_reported:

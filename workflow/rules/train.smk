@@ -82,6 +82,7 @@ for _name in HARNESS["datasets"]:
             numerics=numerics_env(_name, dataset_resource(_name, "evaluate", "threads")),
             features=lambda w, name=_name: image_features_dir(name, w.exp),
             run_dir=lambda w, name=_name: LAYOUT.released_dir(name, w.exp, w.checkpoint),
+            expect=lambda w, name=_name: json.dumps(dict(PLAN.released_member(name, w.exp, w.checkpoint).expect)),
             splits=" ".join(_tests),
             device=DEVICE,
             block_elements=BLOCK_ELEMENTS,
@@ -100,7 +101,7 @@ for _name in HARNESS["datasets"]:
         shell:
             logged("{params.numerics}python -m methods.import_released --dataset-config {input.cfg} "
                    "--experiment {input.exp} --checkpoint {input.checkpoint:q} --vocab {input.vocab:q} "
-                   "--run-dir {params.run_dir} --evaluate {params.splits} --features-dir {params.features} "
+                   "--run-dir {params.run_dir} --expect {params.expect:q} --evaluate {params.splits} --features-dir {params.features} "
                    "--device {params.device} --threads {threads} --block-elements {params.block_elements} ")
 
 
