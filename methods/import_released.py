@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from methods.cli import run_command
@@ -25,6 +24,7 @@ from methods.data.datasets import load_dataset_payload, payload_tokenizer
 from methods.data.inputs import region_shape
 from methods.errors import HarnessError, first_line
 from methods.evaluate import evaluate_run
+from methods.io import new_temp_folder
 from methods.metrics.evaluation import split_relevances
 from methods.models.checkpoint import save_trained_model
 from methods.paths import model_file, run_vocab
@@ -79,10 +79,7 @@ def import_released(payload: dict, cfg: dict, checkpoint: str | Path, vocab_path
     training = {k: v for k, v in cfg["training"].items() if k not in ("caption_augment", "masked_prediction")}
     run_cfg = {**cfg, "model": released.model_config, "training": training}
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", dir=run_dir.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    staging.chmod(0o777 & ~umask)   # mkdtemp's 0700 would stay with the run folder: others may read it
+    staging = new_temp_folder(run_dir)
     try:
         vocab.save(run_vocab(staging))
         # seed 0 stands for the authors' one training (no public code sets a seed); ``best`` says whose

@@ -27,16 +27,30 @@ NPY_MAGIC = b"\x93NUMPY"
 FULL_DISK_BYTES = 1 << 20
 
 
-def _new_temp_file(path: Path, suffix: str) -> Path:
-    """An empty, new file beside ``path`` (never one that existed), created with ``NEW_FILE_MODE``."""
+def _new_temp(path: Path, suffix: str, create) -> Path:
+    """A new name beside ``path`` (never one that existed), made by ``create(name)``, which fails
+    with FileExistsError on a name taken meanwhile."""
     for _ in range(100):
         tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp{suffix}"
         try:
-            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, NEW_FILE_MODE))
+            create(tmp)
             return tmp
         except FileExistsError:
             continue
-    raise FileExistsError(errno.EEXIST, "no unused temporary file name", str(path))
+    raise FileExistsError(errno.EEXIST, "no unused temporary name", str(path))
+
+
+def _new_temp_file(path: Path, suffix: str) -> Path:
+    """An empty, new file beside ``path``, created with ``NEW_FILE_MODE``."""
+    return _new_temp(path, suffix, lambda tmp: os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                                                                NEW_FILE_MODE)))
+
+
+def new_temp_folder(path: str | Path) -> Path:
+    """An empty, new folder beside ``path``, to be renamed onto it once filled; created with mode
+    0o777 before the umask and default ACLs, as a folder made by the shell (tempfile.mkdtemp's
+    fixed 0700 would survive the rename)."""
+    return _new_temp(Path(path), "", lambda tmp: os.mkdir(tmp, 0o777))
 
 
 def _disk_full(folder: Path) -> bool:

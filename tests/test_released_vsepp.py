@@ -26,7 +26,6 @@ from methods.features import architectures
 from methods.import_released import import_released
 from methods.models.base import BuildContext, build_model
 from methods.models.checkpoint import read_model_file
-from methods.released import vsepp
 from methods.released.safe_load import load_checkpoint
 from methods.released.vsepp import import_checkpoint, read_vocabulary
 from methods.scoring import encode_images, encode_texts, score_matrix
@@ -133,7 +132,7 @@ def test_a_full_size_resnet152_checkpoint_is_placed_whole(monkeypatch, base_mode
     opt = load_checkpoint(checkpoint("coco_vse++_resnet_restval"), [argparse.Namespace])["opt"]
     opt.embed_size, opt.word_dim, opt.num_layers, opt.vocab_size = 1024, 300, 1, 10000
     ckpt = {"epoch": 26, "model": [img_enc, txt_enc], "best_rsum": 400.0, "opt": opt, "Eiters": 1}
-    monkeypatch.setattr(vsepp, "load_checkpoint", lambda path, allowed: ckpt)
+    monkeypatch.setattr("methods.released.record.load_checkpoint", lambda path, allowed: ckpt)
     released = import_checkpoint("runs/coco_vse++_resnet_restval_finetune/model_best.pth.tar", base_model, DATASET)
     assert released.image_shape == {"dim": 2048} and released.model_config["embed_dim"] == 1024
     assert len({k.split(".")[2] for k in released.state_dict if k.startswith("backbone.layer3.")}) == 36   # blocks

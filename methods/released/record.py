@@ -3,12 +3,17 @@ project's model (``ReleasedModel``) and the vocabulary released with it, read wi
 tokenizer; ``Importer`` names both readers and the code base they read."""
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from methods.data.text import Vocabulary
 from methods.data.tokenizers import Tokenizer
+from methods.errors import HarnessError
+from methods.released.safe_load import load_checkpoint
+
+CHECKPOINT_GLOBALS = (argparse.Namespace,)   # the options train.py saves; nothing else but tensors and plain data
 
 
 @dataclass(frozen=True)
@@ -38,3 +43,27 @@ class Importer:
     code: str   # the public repository, e.g. Paranioar/SGRAF
     import_checkpoint: Callable[[Path, dict, dict], ReleasedModel]
     read_vocabulary: Callable[[Path, Tokenizer], Vocabulary]
+
+
+def read_train_checkpoint(path: str | Path, name: str, code: str, n_parts: int, required: Sequence[str],
+                          foreign: Sequence[str] = (), others: str = "another code base's checkpoint?") -> dict:
+    """What the train.py of VSE++ and of the code bases grown from it (VSRN, SCAN, SGRAF) saves,
+    ``{'epoch', 'model': [state dicts], 'best_rsum', 'opt': argparse.Namespace, 'Eiters'}``, loaded
+    safely and checked to be ``name``'s (``code``): options holding every ``required`` one and no
+    ``foreign`` one, ``n_parts`` state dicts; otherwise one line saying what differs (``others``:
+    which checkpoints it may be instead)."""
+    ckpt = load_checkpoint(path, CHECKPOINT_GLOBALS)
+    opt = ckpt.get("opt") if isinstance(ckpt, dict) else None
+    parts = ckpt.get("model") if isinstance(ckpt, dict) else None
+    if not isinstance(opt, argparse.Namespace) or not isinstance(parts, (list, tuple)):
+        raise HarnessError(f"{path}: not {name} checkpoint (expected 'opt' options and 'model' as a list of "
+                           f"state dicts, as {code}'s train.py saves them)")
+    missing = [k for k in required if not hasattr(opt, k)]
+    found = [k for k in foreign if hasattr(opt, k)]
+    what = (f"its options have no {', '.join(missing)}" if missing else
+            f"its options have {', '.join(found)}" if found else
+            f"it holds {len(parts)} state dicts, not {n_parts}" if len(parts) != n_parts else
+            "'model' holds something other than state dicts" if not all(isinstance(p, dict) for p in parts) else None)
+    if what is not None:
+        raise HarnessError(f"{path}: not {name} checkpoint ({what}; {others})")
+    return ckpt

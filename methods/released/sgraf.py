@@ -23,10 +23,8 @@ from methods.data.inputs import region_shape
 from methods.data.text import Vocabulary
 from methods.data.tokenizers import Tokenizer
 from methods.released.mapping import Rules, map_tensors
-from methods.released.record import Importer, ReleasedModel
-from methods.released.safe_load import load_checkpoint
+from methods.released.record import Importer, ReleasedModel, read_train_checkpoint
 
-CHECKPOINT_GLOBALS = (argparse.Namespace,)   # their options object; nothing else but tensors and plain data
 SOURCE_DATASETS = {"f30k_precomp": "flickr", "coco_precomp": "coco"}
 HEADS = {"SGR": "sgr", "SAF": "saf"}
 PARTS = ("img_enc", "txt_enc", "sim_enc")
@@ -67,17 +65,8 @@ IGNORED = [(r"sim_enc\.SAF_module\.bn\.num_batches_tracked", "a step count that 
 
 def read_checkpoint(path: str | Path) -> dict:
     """Their checkpoint, loaded safely and checked to be SGRAF's (not another code base's)."""
-    ckpt = load_checkpoint(path, CHECKPOINT_GLOBALS)
-    opt = ckpt.get("opt") if isinstance(ckpt, dict) else None
-    parts = ckpt.get("model") if isinstance(ckpt, dict) else None
-    if not isinstance(opt, argparse.Namespace) or not isinstance(parts, (list, tuple)):
-        raise HarnessError(f"{path}: not an SGRAF checkpoint (expected 'opt' options and 'model' as a list of "
-                           f"state dicts, as Paranioar/SGRAF's train.py saves them)")
-    missing = [k for k in ARCHITECTURE_OPTIONS if not hasattr(opt, k)]
-    if missing or len(parts) != len(PARTS):
-        what = f"its options have no {', '.join(missing)}" if missing else f"it holds {len(parts)} state dicts, not 3"
-        raise HarnessError(f"{path}: not an SGRAF checkpoint ({what}; a VSE++, VSRN or SCAN checkpoint?)")
-    return ckpt
+    return read_train_checkpoint(path, "an SGRAF", "Paranioar/SGRAF", len(PARTS), ARCHITECTURE_OPTIONS,
+                                 others="a VSE++, VSRN or SCAN checkpoint?")
 
 
 def model_config(opt: argparse.Namespace, base: dict, where: str) -> dict:

@@ -37,12 +37,10 @@ from methods.errors import HarnessError
 from methods.features.architectures import CHANNELS, layer_channels
 from methods.models.base import BuildContext, build_model
 from methods.released.mapping import map_tensors
-from methods.released.record import Importer, ReleasedModel
-from methods.released.safe_load import load_checkpoint
+from methods.released.record import Importer, ReleasedModel, read_train_checkpoint
 from methods.released.vocabulary import check_eval_transform, read_pickled_vocabulary
 
 CODE = "fartashf/vsepp"
-CHECKPOINT_GLOBALS = (argparse.Namespace,)   # their options object; nothing else but tensors and plain data
 SOURCE_DATASETS = {"coco": "coco", "f30k": "flickr"}
 PRECOMP_DATASETS = {"coco_precomp", "f30k_precomp", "f8k_precomp", "10crop_precomp"}
 PARTS = ("img_enc", "txt_enc")
@@ -78,21 +76,9 @@ EVAL_TRANSFORM = (256, 224)   # data.py: transforms.Resize(256), transforms.Cent
 
 def read_checkpoint(path: str | Path) -> dict:
     """Their checkpoint, loaded safely and checked to be VSE++'s (not another code base's)."""
-    ckpt = load_checkpoint(path, CHECKPOINT_GLOBALS)
-    opt = ckpt.get("opt") if isinstance(ckpt, dict) else None
-    parts = ckpt.get("model") if isinstance(ckpt, dict) else None
-    if not isinstance(opt, argparse.Namespace) or not isinstance(parts, (list, tuple)):
-        raise HarnessError(f"{path}: not a VSE++ checkpoint (expected 'opt' options and 'model' as a list of "
-                           f"state dicts, as {CODE}'s train.py saves them)")
-    missing = [k for k in REQUIRED_OPTIONS if not hasattr(opt, k)]
-    foreign = [k for k in FOREIGN_OPTIONS if hasattr(opt, k)]
-    if missing or foreign or len(parts) != len(PARTS):
-        what = (f"its options have no {', '.join(missing)}" if missing else
-                f"its options have {', '.join(foreign)}" if foreign else f"it holds {len(parts)} state dicts, not 2")
-        raise HarnessError(f"{path}: not a VSE++ checkpoint ({what}; an SGRAF, SCAN or VSRN checkpoint?)")
-    if not all(isinstance(part, dict) for part in parts):
-        raise HarnessError(f"{path}: not a VSE++ checkpoint ('model' holds something other than state dicts)")
-    other = next((k for k in parts[0] if not str(k).startswith(("fc.", "cnn."))), None)
+    ckpt = read_train_checkpoint(path, "a VSE++", CODE, len(PARTS), REQUIRED_OPTIONS, FOREIGN_OPTIONS,
+                                 others="an SGRAF, SCAN or VSRN checkpoint?")
+    other = next((k for k in ckpt["model"][0] if not str(k).startswith(("fc.", "cnn."))), None)
     if other is not None:   # VSRN shares VSE++'s options and layout; its image encoder has more than fc and cnn
         raise HarnessError(f"{path}: not a VSE++ checkpoint (its image encoder holds '{other}'; VSE++'s holds only "
                            f"'cnn.*' and 'fc.*': a VSRN checkpoint?)")

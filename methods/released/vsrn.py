@@ -32,11 +32,9 @@ from methods.data.tokenizers import Tokenizer
 from methods.errors import HarnessError
 from methods.models.base import BuildContext, build_model
 from methods.released.mapping import Rules, map_tensors
-from methods.released.record import Importer, ReleasedModel
-from methods.released.safe_load import load_checkpoint
+from methods.released.record import Importer, ReleasedModel, read_train_checkpoint
 from methods.released.vocabulary import read_pickled_vocabulary
 
-CHECKPOINT_GLOBALS = (argparse.Namespace,)   # their options object; nothing else but tensors and plain data
 SOURCE_DATASETS = {"f30k_precomp": "flickr", "coco_precomp": "coco"}
 FINAL_BN_DATA = "f30k_precomp"   # EncoderImagePrecompAttn: `if self.data_name == 'f30k_precomp'`
 PARTS = ("img_enc", "txt_enc")
@@ -69,17 +67,8 @@ def rules() -> Rules:
 
 def read_checkpoint(path: str | Path) -> dict:
     """Their checkpoint, loaded safely and checked to be VSRN's (not another code base's)."""
-    ckpt = load_checkpoint(path, CHECKPOINT_GLOBALS)
-    opt = ckpt.get("opt") if isinstance(ckpt, dict) else None
-    parts = ckpt.get("model") if isinstance(ckpt, dict) else None
-    if not isinstance(opt, argparse.Namespace) or not isinstance(parts, (list, tuple)):
-        raise HarnessError(f"{path}: not a VSRN checkpoint (expected 'opt' options and 'model' as a list of "
-                           f"state dicts, as KunpengLi1994/VSRN's train.py saves them)")
-    missing = [k for k in ARCHITECTURE_OPTIONS + VSRN_OPTIONS if not hasattr(opt, k)]
-    if missing or len(parts) != len(PARTS) or not all(isinstance(p, dict) for p in parts):
-        what = f"its options have no {', '.join(missing)}" if missing else f"it holds {len(parts)} state dicts, not 2"
-        raise HarnessError(f"{path}: not a VSRN checkpoint ({what}; a VSE++, SCAN or SGRAF checkpoint?)")
-    return ckpt
+    return read_train_checkpoint(path, "a VSRN", "KunpengLi1994/VSRN", len(PARTS),
+                                 ARCHITECTURE_OPTIONS + VSRN_OPTIONS, others="a VSE++, SCAN or SGRAF checkpoint?")
 
 
 def model_config(opt: argparse.Namespace, base: dict, where: str) -> dict:
