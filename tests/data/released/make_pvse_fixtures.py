@@ -67,6 +67,8 @@ from nltk.tokenize import word_tokenize
 from torch import nn
 from torchvision.models.resnet import Bottleneck, ResNet
 
+from fixture_weights import randomise   # this folder's (the script's path)
+
 WORDS = ["<pad>", "<start>", "<end>", "<unk>", "a", "dog", "runs", "on", "the", "grass", "two", "men", "play",
          "football", "in", "park", "red", "car", "street", "woman", "with", "an", "umbrella", "café", "."]
 CAPTIONS = ["A dog runs on the grass.", "Two men play football in the park", "A red car on the street",
@@ -109,19 +111,6 @@ def tiny_resnet(pretrained=False, weights=None, **kwargs) -> ResNet:
     net = TinyResNet(Bottleneck, [1, 1, 1, 1], num_classes=10, replace_stride_with_dilation=[True, True, True])
     net.fc = nn.Linear(16 * Bottleneck.expansion, 10)   # their EncoderImage reads fc.in_features
     return net
-
-
-def randomise(module: nn.Module, gen: torch.Generator) -> None:
-    """Every parameter and BatchNorm statistic random (their init leaves biases zero, LayerNorm and
-    BatchNorm at identity, which would hide a swapped tensor); running variances positive."""
-    with torch.no_grad():
-        for name, tensor in module.state_dict().items():
-            if name.endswith("num_batches_tracked"):
-                tensor.fill_(7)
-            elif name.endswith("running_var"):
-                tensor.copy_(torch.rand(tensor.shape, generator=gen) + 0.5)
-            else:
-                tensor.copy_(torch.randn(tensor.shape, generator=gen) * 0.5)
 
 
 def their_code(source: Path):

@@ -28,6 +28,8 @@ import numpy as np
 import torch
 from nltk.tokenize import word_tokenize
 
+from fixture_weights import randomise   # this folder's (the script's path)
+
 WORDS = ["<pad>", "<start>", "<end>", "<unk>", "a", "dog", "runs", "on", "the", "grass", "two", "men", "play",
          "football", "in", "park", "red", "car", "street", "woman", "with", "an", "umbrella", "."]
 CAPTIONS = ["A dog runs on the grass.", "Two men play football in the park", "A red car on the street",
@@ -44,19 +46,6 @@ def options(module_name: str) -> argparse.Namespace:
         log_step=10, val_step=1000, grad_clip=2.0, margin=0.2, max_violation=True, img_dim=IMG_DIM, word_dim=6,
         embed_size=8, sim_dim=5, num_layers=1, bi_gru=True, no_imgnorm=False, no_txtnorm=False,
         module_name=module_name, sgr_step=2, vocab_size=len(WORDS), resume="")
-
-
-def randomise(module: torch.nn.Module, gen: torch.Generator) -> None:
-    """Every parameter and BatchNorm statistic random (their init leaves biases zero and BN at
-    identity, which would hide a swapped tensor); running variances positive."""
-    with torch.no_grad():
-        for name, tensor in module.state_dict().items():
-            if name.endswith("num_batches_tracked"):
-                tensor.fill_(7)
-            elif name.endswith("running_var"):
-                tensor.copy_(torch.rand(tensor.shape, generator=gen) + 0.5)
-            else:
-                tensor.copy_(torch.randn(tensor.shape, generator=gen) * 0.5)
 
 
 def main() -> None:

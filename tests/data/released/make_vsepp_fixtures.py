@@ -67,6 +67,8 @@ from nltk.tokenize import word_tokenize
 from torch import nn
 from torchvision.models.resnet import Bottleneck, ResNet
 
+from fixture_weights import randomise   # this folder's (the script's path)
+
 WORDS = ["<pad>", "<start>", "<end>", "<unk>", "a", "dog", "runs", "on", "the", "grass", "two", "men", "play",
          "football", "in", "park", "red", "car", "street", "woman", "with", "an", "umbrella", "café", "."]
 CAPTIONS = ["A dog runs on the grass.", "Two men play football in the park", "A red car on the street",
@@ -122,19 +124,6 @@ def options(run: str, spec: dict) -> argparse.Namespace:
         logger_name="runs/" + run, resume="", max_violation=True, img_dim=4096, finetune=spec["finetune"],
         cnn_type="resnet152", use_restval=spec["use_restval"], measure="cosine", use_abs=False, no_imgnorm=False,
         reset_train=False, vocab_size=len(WORDS))
-
-
-def randomise(module: nn.Module, gen: torch.Generator) -> None:
-    """Every parameter and BatchNorm statistic random (their init leaves biases zero and BN at
-    identity, which would hide a swapped tensor); running variances positive."""
-    with torch.no_grad():
-        for name, tensor in module.state_dict().items():
-            if name.endswith("num_batches_tracked"):
-                tensor.fill_(7)
-            elif name.endswith("running_var"):
-                tensor.copy_(torch.rand(tensor.shape, generator=gen) + 0.5)
-            else:
-                tensor.copy_(torch.randn(tensor.shape, generator=gen) * 0.5)
 
 
 def their_model(source: Path, work: Path):

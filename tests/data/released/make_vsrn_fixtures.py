@@ -45,6 +45,8 @@ import numpy as np
 import torch
 from nltk.tokenize import word_tokenize
 
+from fixture_weights import randomise   # this folder's (the script's path)
+
 WORDS = ["<pad>", "<start>", "<end>", "<unk>", "a", "dog", "runs", "on", "the", "grass", "two", "men", "play",
          "football", "in", "park", "red", "car", "street", "woman", "with", "an", "umbrella", ".", "café"]
 CAPTIONS = ["A dog runs on the grass.", "Two men play football in the park", "A red car on the street",
@@ -97,19 +99,6 @@ def options(data_name: str, num_layers: int) -> argparse.Namespace:
         img_dim=IMG_DIM, finetune=False, cnn_type="vgg19", use_restval=False, measure="cosine", use_abs=False,
         no_imgnorm=False, reset_train=False, dim_vid=8, dim_hidden=5, bidirectional=0, input_dropout_p=0.2,
         rnn_type="gru", rnn_dropout_p=0.5, dim_word=6, max_len=60, vocab_size=len(WORDS))
-
-
-def randomise(module: torch.nn.Module, gen: torch.Generator) -> None:
-    """Every parameter and BatchNorm statistic random (their init leaves biases zero and the GCN's
-    BatchNorms at zero scale, which would hide a swapped tensor); running variances positive."""
-    with torch.no_grad():
-        for name, tensor in module.state_dict().items():
-            if name.endswith("num_batches_tracked"):
-                tensor.fill_(7)
-            elif name.endswith("running_var"):
-                tensor.copy_(torch.rand(tensor.shape, generator=gen) + 0.5)
-            else:
-                tensor.copy_(torch.randn(tensor.shape, generator=gen) * 0.5)
 
 
 def patched_copy(source: Path, into: Path) -> Path:
