@@ -5,7 +5,8 @@ dataset-level choice, ``datasets.<name>.tokenizer``, so a row on a dataset of ca
 otherwise lists it as a deviation), and lists
 - ``switches``: config keys whose value the source code fixes (``value``; ``by_dataset`` where
   it differs per dataset), with what the source does (``behaviour``). A row whose resolved
-  config runs another value shows the switch in its deviation ledger.
+  config runs another value shows the switch in its deviation ledger. A key the method schema
+  makes optional names the value a config without it runs (``absent``).
 - ``deviations``: behaviours of the source code that the harness does not reproduce and has no
   switch for (``source``, ``ours``, ``why``). They are in the ledger of every row of the method.
 
@@ -23,12 +24,16 @@ from methods.config import deep_merge, dotted_value, load_yaml, validate
 from methods.errors import HarnessError
 
 
+NO_DEFAULT = object()   # a switch whose key every resolved config holds
+
+
 @dataclass(frozen=True)
 class Switch:
     name: str
     key: str            # dotted config key, e.g. model.region_l2norm
     value: object       # what the source code runs
     behaviour: str      # what that value does, with the citation
+    absent: object = NO_DEFAULT   # what a config without the key runs (an optional model key's default)
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,8 @@ def source_ledger(raw: dict, variants: list[str] | None, dataset: str) -> Source
             raise HarnessError(f"method '{raw['method']}': source switch '{name}' needs key, value and behaviour "
                                f"(a variant may only change the value of a switch the method declares)")
     switches = HARNESS_SWITCHES + tuple(
-        Switch(name, s["key"], (s.get("by_dataset") or {}).get(dataset, s["value"]), s["behaviour"])
+        Switch(name, s["key"], (s.get("by_dataset") or {}).get(dataset, s["value"]), s["behaviour"],
+               s.get("absent", NO_DEFAULT))
         for name, s in block["switches"].items() if s is not None)
     deviations = tuple(Deviation(name, d["source"], d["ours"], d["why"]) for name, d in block["deviations"].items()
                        if d is not None and dataset in d.get("datasets", [dataset]))
@@ -116,11 +122,13 @@ def stand_in_deviation(dataset: str, ds_cfg: dict, image_input: str, model_cfg: 
                      "a run without the real data; its numbers are not comparable with the reported ones")
 
 
-def config_value(cfg: dict, dotted: str, where: str) -> object:
+def config_value(cfg: dict, switch: Switch, where: str) -> object:
     try:
-        return dotted_value(cfg, dotted)
+        return dotted_value(cfg, switch.key)
     except KeyError:
-        raise HarnessError(f"{where}: source switch key '{dotted}' is not in the resolved config") from None
+        if switch.absent is not NO_DEFAULT:
+            return switch.absent
+        raise HarnessError(f"{where}: source switch key '{switch.key}' is not in the resolved config") from None
 
 
 def row_ledger(cfg: dict, ledger: SourceLedger, where: str, extra: tuple[Deviation, ...] = ()) -> dict:
@@ -128,7 +136,7 @@ def row_ledger(cfg: dict, ledger: SourceLedger, where: str, extra: tuple[Deviati
     (with the value it runs), and the fixed deviations (then ``extra`` ones, e.g. stand-in data)."""
     off = []
     for s in ledger.switches:
-        value = config_value(cfg, s.key, where)
+        value = config_value(cfg, s, where)
         if value != s.value:
             off.append({"name": s.name, "key": s.key, "runs": value, "source": s.value, "behaviour": s.behaviour})
     return {"code": ledger.code, "switches": off, "deviations": [asdict(d) for d in (*ledger.deviations, *extra)]}

@@ -6,12 +6,15 @@ config/methods: a method config that drifts from its source fails here even if i
 ``source`` block drifts with it. Each model's oracle (``tests/oracles/<kind>.py``) gives it for the
 method files of that model.
 """
+import inspect
+
 import pytest
 import yaml
 
 from methods.config import REPO_ROOT, load_harness_config
 from methods.errors import HarnessError
 from methods.fidelity import load_method_file, row_ledger, source_ledger
+from methods.models.base import model_class
 from methods.plan import Plan, resolve_method_config
 from tests.conftest import config_with_every_table
 from tests.oracles import merged_oracle_parts
@@ -216,3 +219,43 @@ def test_the_ledger_says_how_a_rows_captions_were_tokenised(plan):
     assert "word_tokenize" in synthetic["tokenizer"]["source"] and "ascii_lowercase" in synthetic
     assert "tokenizer" not in deviations("label_wise_t1", "synthtags", "ours")
     assert "ascii_lowercase" not in deviations("metric_learning", "coco", "vsepp_triplet_hardest")
+
+
+def test_vse0_runs_its_sources_unnormalised_image_embedding_and_a_row_off_it_lists_the_switch(plan):
+    """fartashf/vsepp's README trains VSE0 with --no_imgnorm: the vse0 variant runs it as its source
+    value; VSE++ configs, which leave the optional key out, run the normalised embedding of theirs."""
+    path = REPO_ROOT / "config" / "methods" / "vsepp.yaml"
+    raw = load_method_file(path)
+    vsepp, vse0 = source_ledger(raw, [], "coco"), source_ledger(raw, ["vse0"], "coco")
+
+    def switched(cfg, ledger):
+        return [(s["key"], s["runs"], s["source"]) for s in row_ledger(cfg, ledger, "row x")["switches"]]
+    plain = resolve_method_config(path, "coco")
+    assert "image_l2norm" not in plain["model"] and switched(plain, vsepp) == []
+    assert switched(resolve_method_config(path, "coco", {"model.image_l2norm": False}), vsepp) == \
+        [("model.image_l2norm", False, True)]
+    vse0_cfg = resolve_method_config(path, "coco", variants=["vse0"])
+    assert vse0_cfg["model"]["image_l2norm"] is False and vse0_cfg["loss"]["kind"] == "triplet_sum"
+    assert switched(vse0_cfg, vse0) == []
+    assert switched(resolve_method_config(path, "coco", {"model.image_l2norm": True}, ["vse0"]), vse0) == \
+        [("model.image_l2norm", True, False)]
+    (row,) = [r for r in plan.table("table1", "coco").rows if r.id == "vse0_resnet152_ft"]
+    assert plan.experiment("coco", row.members[0]).config["model"]["image_l2norm"] is False
+
+
+def test_a_switchs_value_when_absent_is_the_models_default():
+    """``absent`` (a switch of an optional model key) says what the model's constructor does
+    without the key; checked against that constructor, for every method file."""
+    checked = 0
+    for path in sorted((REPO_ROOT / "config" / "methods").glob("*.yaml")):
+        raw = load_method_file(path)
+        blocks = [raw["source"]] + [v["source"] for v in (raw.get("variants") or {}).values() if v.get("source")]
+        for block in blocks:
+            for name, switch in (block.get("switches") or {}).items():
+                if switch and "absent" in switch:
+                    key = (switch.get("key") or raw["source"]["switches"][name]["key"]).split(".")
+                    assert key[0] == "model" and len(key) == 2, (path, name)
+                    default = inspect.signature(model_class(raw["base"]["model"]["kind"])).parameters[key[1]].default
+                    assert switch["absent"] == default, (path, name)
+                    checked += 1
+    assert checked >= 1

@@ -1,7 +1,10 @@
 """Rows of the authors' released weights in the plan (paper-file rows with ``released``): their
 files come from ``datasets.<name>.released``; a row whose files are not configured is left out of
 its table, which says so; they plan an import and evaluation, never a training run."""
+import re
+
 import pytest
+import yaml
 
 from methods.config import load_harness_config
 from methods.errors import HarnessError
@@ -116,3 +119,19 @@ def test_a_released_row_naming_an_unknown_method_fails_on_every_dataset(tmp_path
                     f"    datasets: [synthetic]\n    rows:\n      - {row}\n")
     with pytest.raises(HarnessError, match="row 'x' names unknown method 'sgrf'"):
         Plan(load_harness_config(CONFIG, {"papers": [str(path)]}))
+
+
+def test_the_readmes_flickr_keys_plan_every_released_row_of_the_flickr30k_tables(tmp_path):
+    """The README's example block of released files: set as it is written (with files at those
+    names), every Flickr30K table has all its released rows, VSE0's among them."""
+    readme = (REPO / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "released:" in b]
+    keys = yaml.safe_load(block)["datasets"]["flickr"]["released"]
+    files = released_files(tmp_path, tuple(keys))
+    plan = Plan(load_harness_config(CONFIG, {"datasets": {"flickr": {"released": files}}}))
+    tables = [t for (t, d) in plan.tables if d == "flickr"]
+    assert all(not plan.table_spec(t, "flickr").unconfigured for t in tables)
+    released = {r.id for t in tables for r in plan.table(t, "flickr").rows if r.released}
+    assert {"released_sgraf", "released_vsrn", "released_vsepp_resnet152_ft", "released_vse0_resnet152_ft"} <= released
+    (vse0,) = [r for r in plan.table("table1", "flickr").rows if r.id == "released_vse0_resnet152_ft"]
+    assert [m.checkpoint for m in vse0.released] == ["vse0_resnet_finetune"] and vse0.members == []

@@ -153,7 +153,8 @@ def register_model(kind: str) -> Callable[[type[RetrievalModel]], type[Retrieval
 
 @SIMILARITIES.register("cosine")
 def cosine_similarity(img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
-    """(N, D) x (M, D) unit vectors -> (N, M) cosines."""
+    """(N, D) x (M, D) -> (N, M) dot products: the cosines of a model's unit vectors (VSE0's
+    unnormalised image embeddings score by their dot products, as its source)."""
     return img @ txt.t()
 
 

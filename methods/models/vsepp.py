@@ -1,5 +1,9 @@
 """VSE++ (Faghri et al., BMVC 2018): ResNet pooled feature -> fc -> l2; GRU caption -> l2; cosine.
 
+``image_l2norm: false`` leaves the image embedding unnormalised, as fartashf/vsepp's
+``--no_imgnorm`` (its README's VSE0 runs): a score is then the image embedding's dot product
+with the unit caption vector, so the image's norm weighs its scores against other images'.
+
 The frozen stage reads cached pooled features (a DAG output) instead of running the CNN;
 the fine-tune stage runs the CNN on images. Both feed the same ``project_pooled``.
 """
@@ -16,13 +20,14 @@ from methods.models.text import GRUTextEncoder
 @register_model("vsepp")
 class VSEPP(EmbeddingModel):
     def __init__(self, backbone: ResNetBackbone, embed_dim: int, text: GRUTextEncoder,
-                 pre_fc_l2norm: bool = True, backbone_bn: str = "frozen"):
+                 pre_fc_l2norm: bool = True, backbone_bn: str = "frozen", image_l2norm: bool = True):
         super().__init__()
         self.backbone = backbone
         self.fc = xavier_linear(backbone.out_dim, embed_dim)
         self.text = text
         self.pre_fc_l2norm = pre_fc_l2norm
         self.backbone_bn = backbone_bn
+        self.image_l2norm = image_l2norm
         self.finetune = False
 
     @classmethod
@@ -47,7 +52,8 @@ class VSEPP(EmbeddingModel):
 
     def project_pooled(self, pooled: torch.Tensor) -> torch.Tensor:
         x = l2norm(pooled, eps=PLAIN_L2NORM_EPS) if self.pre_fc_l2norm else pooled
-        return l2norm(self.fc(x), eps=PLAIN_L2NORM_EPS)
+        embedded = self.fc(x)
+        return l2norm(embedded, eps=PLAIN_L2NORM_EPS) if self.image_l2norm else embedded
 
     def encode_images(self, batch: dict) -> torch.Tensor:
         pooled = self.backbone.pooled(batch["images"]) if "images" in batch else batch["features"]

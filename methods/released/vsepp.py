@@ -14,12 +14,12 @@ statistics follow the training images (fartashf/vsepp#4); the import therefore s
 on the images at evaluation (``runs_cnn``), on a 224-px centre crop of the image resized to 256 as
 their data.py evaluates (the datasets' ``features: {resize: 256, crop: 224}``).
 
-Refused by name, as the project's model does not compute them: precomputed-feature runs
-(``*_precomp``: a 4096-d VGG19 vector per image from their data.tar, while the project's
-``vsepp`` model reads its own ResNet backbone's pooled features, whose width fixes its fc), VGG19
-full-image runs (``*_vggfull*``; the project has ResNet backbones only), order embeddings
-(``--measure order --use_abs``) and VSE0 as their README trains it (``--no_imgnorm``: image
-embeddings not normalised, which changes image retrieval's ranking). Their vocabulary is a
+VSE0 as their README trains it (``--no_imgnorm``: the image embedding left unnormalised) is
+the project's ``image_l2norm: false``. Refused by name, as the project's model does not compute
+them: precomputed-feature runs (``*_precomp``: a 4096-d VGG19 vector per image from their
+data.tar, while the project's ``vsepp`` model reads its own ResNet backbone's pooled features,
+whose width fixes its fc), VGG19 full-image runs (``*_vggfull*``; the project has ResNet
+backbones only) and order embeddings (``--measure order --use_abs``). Their vocabulary is a
 Python 2 pickle of ``Vocabulary`` (``__main__.Vocabulary`` as vocab.py writes it), read without
 running code (``methods.released.safe_load``).
 """
@@ -54,8 +54,6 @@ FOREIGN_OPTIONS = ("precomp_enc_type", "cross_attn", "raw_feature_norm", "sim_di
 DEFAULT_ONLY = {
     "measure": ("cosine", "order embeddings' similarity is not the project's vsepp cosine"),
     "use_abs": (False, "embeddings' absolute values (order embeddings) are not taken by the project's vsepp"),
-    "no_imgnorm": (False, "the project's vsepp always l2-normalises the image embedding; VSE0 as their README "
-                          "trains it (--no_imgnorm) does not, which changes the ranking of images per caption"),
 }
 PROVENANCE_OPTIONS = ("data_name", "cnn_type", "finetune", "use_restval", "max_violation", "measure", "use_abs",
                       "no_imgnorm", "embed_size", "word_dim", "num_layers", "vocab_size", "margin", "crop_size")
@@ -110,7 +108,8 @@ def model_config(opt: argparse.Namespace, base: dict) -> dict:
     backbone is named by their ``cnn_type`` (config ``backbones`` has a ``resnet152`` of arch
     resnet152; the weights come from the checkpoint)."""
     cfg = copy.deepcopy(base)
-    cfg.update(embed_dim=opt.embed_size, backbone=opt.cnn_type, pre_fc_l2norm=True)   # EncoderImageFull: l2 before fc
+    cfg.update(embed_dim=opt.embed_size, backbone=opt.cnn_type, pre_fc_l2norm=True,   # EncoderImageFull: l2 before fc
+               image_l2norm=not getattr(opt, "no_imgnorm", False))   # and after it, unless --no_imgnorm (VSE0)
     cfg["text"] = {**cfg["text"], "word_dim": opt.word_dim, "hidden_dim": opt.embed_size,
                    "num_layers": opt.num_layers, "bidirectional": False}   # EncoderText: nn.GRU, one direction
     return cfg

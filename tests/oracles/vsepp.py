@@ -9,16 +9,20 @@ from tests.oracles._float64 import EMBED, N_IMAGES, build, caption_vectors, cosi
 from tests.test_sgraf import linear
 
 
-def vsepp_reference(model, images, text_batch, pre_fc_l2norm):
-    image_vectors = [plain_l2(linear(model.fc, plain_l2(p) if pre_fc_l2norm else p)) for p in images["features"]]
+def vsepp_reference(model, images, text_batch, pre_fc_l2norm, image_l2norm=True):
+    """Per image: [l2], fc, then l2 unless VSE0's --no_imgnorm; scores the dot products (evaluation.py)."""
+    embed = plain_l2 if image_l2norm else (lambda v: v)
+    image_vectors = [embed(linear(model.fc, plain_l2(p) if pre_fc_l2norm else p)) for p in images["features"]]
     return cosine_matrix(image_vectors, caption_vectors(model, text_batch))
 
 
 def float64_cases():
-    for pre_fc_l2norm in (True, False):
-        model = build(VSEPP, ResNetBackbone("resnet18", "none"), EMBED, pre_fc_l2norm=pre_fc_l2norm)
-        yield (f"pre_fc_l2norm={pre_fc_l2norm}", model, {"features": features(N_IMAGES, 512)},
-               partial(vsepp_reference, pre_fc_l2norm=pre_fc_l2norm))
+    for pre_fc_l2norm, image_l2norm in ((True, True), (False, True), (True, False)):
+        model = build(VSEPP, ResNetBackbone("resnet18", "none"), EMBED, pre_fc_l2norm=pre_fc_l2norm,
+                      image_l2norm=image_l2norm)
+        yield (f"pre_fc_l2norm={pre_fc_l2norm}, image_l2norm={image_l2norm}", model,
+               {"features": features(N_IMAGES, 512)},
+               partial(vsepp_reference, pre_fc_l2norm=pre_fc_l2norm, image_l2norm=image_l2norm))
 
 
 # (run config, dataset config block, the description written by hand)

@@ -33,11 +33,15 @@ model.py (the checkout is not touched) or in this process, and why:
 - ``forward_emb(..., volatile=True)`` (their evaluation's call) is run under ``torch.no_grad()``:
   today's torch ignores ``volatile`` with a warning.
 
-The two checkpoints: ``f30k_vse++_resnet_finetune`` as master's train.py saves it under today's
+The three checkpoints: ``f30k_vse++_resnet_finetune`` as master's train.py saves it under today's
 torch (zip file, BatchNorm ``num_batches_tracked`` counters), and ``coco_vse++_resnet_restval`` as
 a file of 2017 (the released ``runs.tar``; PyTorch 0.2/0.3): the legacy (non-zip) ``torch.save``
 format and no ``num_batches_tracked`` counters, which PyTorch added in 0.4.1. Its text encoder has
 two GRU layers (released runs have one) so that the mapping of every layer is checked.
+``coco_vse0_resnet_restval_finetune`` is VSE0 as their README trains it (no ``--max_violation``,
+``--no_imgnorm``), a 2017 file too: its image embeddings are not normalised, so its scores are
+not cosines. Runs are made in this order from one random generator, so adding one at the end
+leaves the others' tensors as they were.
 
 The vocabulary: their vocab.py, run as a script, pickles ``__main__.Vocabulary`` with
 ``pickle.HIGHEST_PROTOCOL`` (2 in Python 2.7); its ``<pad> <start> <end> <unk>`` are Python 2
@@ -86,6 +90,9 @@ RUNS = {
                                        legacy_file=False),
     "coco_vse++_resnet_restval": dict(data_name="coco", finetune=False, use_restval=True, num_layers=2,
                                       legacy_file=True),
+    # VSE0 as their README trains it: no --max_violation, --no_imgnorm (unnormalised image embeddings)
+    "coco_vse0_resnet_restval_finetune": dict(data_name="coco", finetune=True, use_restval=True, num_layers=1,
+                                              legacy_file=True, max_violation=False, no_imgnorm=True),
 }
 PYTHON2_VOCAB = r"""
 import json, pickle, sys
@@ -121,8 +128,9 @@ def options(run: str, spec: dict) -> argparse.Namespace:
         data_path="/w/31/faghri/vsepp_data/", data_name=spec["data_name"], vocab_path="./vocab/", margin=0.2,
         num_epochs=30, batch_size=128, word_dim=6, embed_size=8, grad_clip=2.0, crop_size=224,
         num_layers=spec["num_layers"], learning_rate=0.0002, lr_update=15, workers=10, log_step=10, val_step=500,
-        logger_name="runs/" + run, resume="", max_violation=True, img_dim=4096, finetune=spec["finetune"],
-        cnn_type="resnet152", use_restval=spec["use_restval"], measure="cosine", use_abs=False, no_imgnorm=False,
+        logger_name="runs/" + run, resume="", max_violation=spec.get("max_violation", True), img_dim=4096,
+        finetune=spec["finetune"], cnn_type="resnet152", use_restval=spec["use_restval"], measure="cosine",
+        use_abs=False, no_imgnorm=spec.get("no_imgnorm", False),
         reset_train=False, vocab_size=len(WORDS))
 
 
