@@ -109,4 +109,4 @@ def test_table_shows_what_ran_beside_the_label():
     assert list(rows.columns[:5]) == ["table", "dataset", "row", "label", "ran"]
     assert set(rows["ran"]) == {"ResNet-18 (toy pre-trained), CNN frozen"}
     md = table.to_markdown(spec, rows)
-    assert "| A (ResNet-152) · ran: ResNet-18 (toy pre-trained), CNN frozen | 0 1 | 1 |" in md
+    assert "| A (ResNet-152) [1] | 0 1 | 1 |" in md and "- [1] ran: ResNet-18 (toy pre-trained), CNN frozen" in md

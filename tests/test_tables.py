@@ -75,7 +75,11 @@ def test_two_seed_cell_worked_by_hand(tmp_path, two_seeds):
         ("10.0", "0.0", "2.5", "outside")
     t2i = next(c for c in cells if c["metric"] == "t2i_r1")
     assert (t2i["reported"], t2i["difference"], t2i["verdict"]) == ("", "", "not reported")
-    assert "| TWO | 0 1 | 1 | 51.5 ± 1.5 / 53.5 — within | 10.0 ± 0.0 / 7.5 — outside | 10.0 ± 0.0 |" in md
+    # the cells' verdicts differ: the row's verdict column names each with its metrics
+    assert "| TWO | 0 1 | 1 | 51.5 ± 1.5 / 53.5 | 10.0 ± 0.0 / 7.5 | 10.0 ± 0.0 |" in md
+    assert md.splitlines()[[i for i, l in enumerate(md.splitlines()) if l.startswith("| TWO")][0]].endswith(
+        "| within: i2t_r1; outside: i2t_r5 |")
+    assert "| row | seeds | ens. | " + " | ".join(EXPECTED_COLUMNS) + " | verdict |" in md
 
     cells, _ = _table(tmp_path, [_spec_row("two", {"i2t_r1": 49.0})], [two_seeds])
     assert next(c for c in cells if c["metric"] == "i2t_r1")["verdict"] == "outside"
@@ -93,12 +97,16 @@ def test_one_seed_has_no_std_and_verdicts_not_comparable(tmp_path):
     assert next(c for c in cells if c["metric"] == "i2t_r1")["verdict"] == "not comparable (ensemble of 2 vs 1)"
 
 
+EXPECTED_COLUMNS = ["i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum", "i2t_medr", "t2i_medr"]
+
+
 def test_columns_are_the_protocols_in_table_metrics(tmp_path, two_seeds):
     cells, md = _table(tmp_path, [_spec_row("two")], [two_seeds])
     expected = [m for m in get_protocol("f30k_1k").metrics if METRICS.get(m).in_table]
-    assert "i2t_meanr" not in expected and "rsum" in expected  # computed for every run, not a column
+    assert expected == EXPECTED_COLUMNS   # i2t_meanr: computed for every run, not a column
     assert [c["metric"] for c in cells] == expected
-    assert "| row | seeds | ens. | " + " | ".join(expected) + " |" in md
+    # no reported number anywhere: no verdict column, one line says so
+    assert "| row | seeds | ens. | " + " | ".join(expected) + " |" in md and "| verdict |" not in md
     assert {c["reported_source"] for c in cells} == {"no reported number in the sources"}
     for c in cells:
         assert float(c["tolerance"]) == TOLERANCE[METRICS.get(c["metric"]).tolerance]
@@ -176,8 +184,52 @@ def test_a_reported_only_row_shows_the_papers_cells_beside_the_runs(tmp_path, tw
     assert [c["reported"] for c in mine] == ["70.1", "478.6"] and mine[0]["reported_source"] == "paper, Table 1"
     assert next(c for c in cells if c["row"] == "two" and c["metric"] == "i2t_r1")["verdict"] == "within"
     line = next(line for line in md.splitlines() if line.startswith("| CAAN"))
-    assert line.startswith("| CAAN · not run: method not built |  |  | — / 70.1 — reported only |")
-    assert "|  | — / 478.6 — reported only |" in line            # its other cells blank
+    assert line.startswith("| CAAN [1] |  |  | — / 70.1 |") and line.endswith("|  | — / 478.6 |  |  |")
+    assert "Verdict of every reproduced cell with a reported number: **within**." in md
+    assert "- [1] not run: method not built" in md                 # why, in the row's note
     out = tmp_path / "scatter.png"
     figure.main(["--dataset", "f30k", "--out", str(out), str(tmp_path / "t.csv")])
     assert out.exists()
+
+
+def test_one_verdict_for_the_table_where_every_row_shares_it(tmp_path):
+    one = _row(tmp_path, "one", [_eval(tmp_path, "one", 7, i2t_r1=52.9)])
+    other = _row(tmp_path, "other", [_eval(tmp_path, "other", 7)])
+    cells, md = _table(tmp_path, [_spec_row("one", {"i2t_r1": 52.9, "t2i_r1": 40.0}), _spec_row("other")],
+                       [one, other], kind="synthetic")
+    assert "Verdict of every reproduced cell with a reported number: **not comparable (synthetic data)**." in md
+    assert "| verdict |" not in md and "not comparable" not in md.split("## Protocol")[1].split("Sources")[0]
+    assert "| ONE | 7 | 1 | 52.9 / 52.9 | 10.0 | 10.0 | 10.0 / 40.0 |" in md
+
+
+def test_the_rsum_of_a_source_that_prints_every_recall_is_computed_and_marked(tmp_path):
+    """Diao et al. print six recalls and no RSUM: the reported RSUM is their sum, judged like a
+    printed one and marked as computed; a printed RSUM is kept as printed."""
+    recalls = {"i2t_r1": 77.8, "i2t_r5": 94.1, "i2t_r10": 97.4, "t2i_r1": 58.5, "t2i_r5": 83.0, "t2i_r10": 88.8}
+    one = _row(tmp_path, "one", [_eval(tmp_path, "one", 0, rsum=498.0)])
+    cells, md = _table(tmp_path, [_spec_row("one", recalls)], [one])
+    rsum = next(c for c in cells if c["metric"] == "rsum")
+    assert (rsum["reported"], rsum["difference"], rsum["verdict"]) == ("499.6", "-1.6", "within")  # 499.6 by hand
+    assert rsum["reported_computed"] == "sum of the printed i2t_r1, i2t_r5, i2t_r10, t2i_r1, t2i_r5, t2i_r10"
+    assert "498.0 / 499.6Σ" in md and "Σ: a sum the source does not print" in md
+    printed = {**recalls, "rsum": 499.0}   # a printed RSUM that is not the sum of the printed recalls stays
+    cells, md = _table(tmp_path, [_spec_row("one", printed)], [one])
+    rsum = next(c for c in cells if c["metric"] == "rsum")
+    assert (rsum["reported"], rsum["reported_computed"]) == ("499.0", "") and "Σ" not in md
+    partial = {k: v for k, v in recalls.items() if k != "t2i_r10"}   # a part missing: nothing computed
+    cells, _ = _table(tmp_path, [_spec_row("one", partial)], [one])
+    assert next(c for c in cells if c["metric"] == "rsum")["reported"] == ""
+
+
+def test_the_ledger_has_one_section_per_source_code(tmp_path):
+    """Two rows of one code whose deviations differ share a section; a deviation of some of its
+    rows names them."""
+    shared = {"name": "vocabulary", "source": "train+dev", "ours": "train", "why": "no dev data"}
+    own = {"name": "saf_batchnorm", "source": "per caption", "ours": "per block", "why": "speed"}
+    ledger = lambda *devs: [{"code": "org/repo (model.py)", "switches": [], "deviations": list(devs)}]  # noqa: E731
+    a = _row(tmp_path, "a", [_eval(tmp_path, "a", 0)])
+    b = _row(tmp_path, "b", [_eval(tmp_path, "b", 0)])
+    _, md = _table(tmp_path, [_spec_row("a", ledger=ledger(shared, own)), _spec_row("b", ledger=ledger(shared))], [a, b])
+    assert md.count("### org/repo (model.py)") == 1
+    assert "- vocabulary. Source code: train+dev. Here: train. Why: no dev data.\n" in md
+    assert "- saf_batchnorm. Source code: per caption. Here: per block. Why: speed. Rows: A." in md

@@ -38,13 +38,14 @@ from methods.cli import run_command
 from methods.errors import HarnessError
 from methods.io import write_text
 from methods.job_records import RowAggregate, TableRowSpec, TableSpec
+from methods.report.cells import escape_cell
 from methods.metrics.protocols import CHECKED_PROTOCOLS, STATISTICS_PROTOCOL, get_protocol
-from methods.metrics.declarations import METRICS, table_metrics
+from methods.metrics.declarations import METRICS, table_metrics, value_from
 from methods.metrics.training_check import NOT_TRAINED, TRAINED, UNKNOWN, TrainingThresholds, row_training, saturated
 
 COLUMNS = ("table", "dataset", "row", "label", "ran", "paper", "protocol", "metric", "reproduced", "reproduced_std",
-           "n_seeds", "seeds", "ensemble_size", "reported", "reported_std", "reported_ensemble_size", "difference",
-           "tolerance",
+           "n_seeds", "seeds", "ensemble_size", "reported", "reported_std", "reported_computed",
+           "reported_ensemble_size", "difference", "tolerance",
            "verdict", "trained", "training_check", "reported_source", "run_configs", "compared_to", "paired_difference",
            "paired_difference_std", "paired_p", "non_source_switches", "source_deviations")
 KEYS = ["row", "protocol", "metric"]
@@ -59,6 +60,7 @@ def tolerance_for(metric: str, tolerance: dict) -> float:
 
 
 REPORTED_ONLY = "reported only"
+NOT_REPORTED = "not reported"
 
 
 def verdict(reproduced: float, reported: float | None, synthetic: bool, ens_repro: int, ens_reported: int | None,
@@ -66,7 +68,7 @@ def verdict(reproduced: float, reported: float | None, synthetic: bool, ens_repr
     if reported_only:
         return REPORTED_ONLY
     if reported is None:
-        return "not reported"
+        return NOT_REPORTED
     if synthetic:
         return "not comparable (synthetic data)"
     if ens_reported != ens_repro:
@@ -111,7 +113,7 @@ def cells(spec: TableSpec) -> pd.DataFrame:
     the cells the sources give a number for."""
     def shown(row: TableRowSpec, protocol: str, metric: str) -> bool:
         given = (row.reported.get(protocol) or {}).get("metrics") or {}
-        return not row.reported_only or given.get(metric) is not None
+        return not row.reported_only or given.get(metric) is not None or metric in computed_sums(given, protocol)
     return _frame(((row.id, protocol, metric) for row in spec.rows for protocol in spec.protocols
                    for metric in table_metrics(get_protocol(protocol).metrics) if shown(row, protocol, metric)), KEYS)
 
@@ -131,12 +133,29 @@ def reported_protocols(spec: TableSpec) -> pd.DataFrame:
                   ["row", "protocol", "has_reported_entry", "reported_ensemble_size", "source"])
 
 
+def computed_sums(metrics: dict, protocol: str) -> dict[str, tuple[float, str]]:
+    """The table's sums (RSUM) a source does not print but whose every part it prints: metric ->
+    (the sum, rounded as the parts are printed, and how it was computed)."""
+    out = {}
+    for name in table_metrics(get_protocol(protocol).metrics):
+        parts = METRICS.get(name).components
+        if parts and metrics.get(name) is None and all(metrics.get(c) is not None for c in parts):
+            digits = max(len(str(metrics[c]).partition(".")[2]) for c in parts)
+            out[name] = (round(value_from(metrics, name), digits), f"sum of the printed {', '.join(parts)}")
+    return out
+
+
 def reported_values(spec: TableSpec) -> pd.DataFrame:
-    """The reported numbers (and their spread where given), one line per row, protocol and metric."""
-    return _frame(((row.id, protocol, metric, value, (rep.get("metrics_std") or {}).get(metric))
+    """The reported numbers (and their spread where given), one line per row, protocol and metric;
+    a sum the source does not print is computed from its printed parts (``reported_computed`` says so)."""
+    def values(rep: dict, protocol: str):
+        yield from ((m, v, (rep.get("metrics_std") or {}).get(m), "") for m, v in rep["metrics"].items()
+                    if v is not None)
+        yield from ((m, v, None, how) for m, (v, how) in computed_sums(rep["metrics"], protocol).items())
+    return _frame(((row.id, protocol, metric, value, spread, how)
                    for row in spec.rows for protocol, rep in row.reported.items() if rep
-                   for metric, value in rep["metrics"].items() if value is not None),
-                  [*KEYS, "reported", "reported_std"])
+                   for metric, value, spread, how in values(rep, protocol)),
+                  [*KEYS, "reported", "reported_std", "reported_computed"])
 
 
 def reproduced_values(aggregates: dict[str, RowAggregate]) -> pd.DataFrame:
@@ -269,6 +288,7 @@ def build_rows(spec: TableSpec, aggregates: dict[str, RowAggregate]) -> pd.DataF
                      reproduced_std=_blank(_rounded(df["std"], df["metric"]).where(~df["reported_only"] & (df["n_seeds"] > 1))),
                      reported=_blank(df["reported"]),
                      reported_std=_blank(df["reported_std"]),
+                     reported_computed=_blank(df["reported_computed"]),
                      reported_ensemble_size=_blank(df["reported_ensemble_size"]),
                      reported_source=_source(df, "no reported number in the sources"),
                      compared_to=_blank(df["compared_to"]),
@@ -283,9 +303,13 @@ def to_csv(rows: pd.DataFrame | list[dict]) -> str:
     return pd.DataFrame(rows, columns=list(COLUMNS)).astype(object).to_csv(index=False, lineterminator="\n")
 
 
+COMPUTED_MARK = "Σ"   # a reported sum the source does not print, computed from its printed parts
+
+
 def _cell_text(rows: pd.DataFrame) -> pd.Series:
-    """``reproduced[ ± std][ / reported[ ± spread] — verdict]`` per table cell (``—`` reproduced for
-    a reported-only row)."""
+    """``reproduced[ ± std][ / reported[ ± spread]]`` per table cell (``—`` reproduced for a
+    reported-only row; a computed reported sum marked ``Σ``); the verdicts are the row's
+    (``row_verdicts``)."""
     has_std, has_reported = rows["reproduced_std"] != "", rows["reported"] != ""
     digits = _digits(rows["metric"], SHOWN_DIGITS, 1)
     shown = lambda column: pd.Series([f"{v:.{d}f}" if v != "" else "" for v, d in zip(rows[column], digits)],  # noqa: E731
@@ -293,9 +317,8 @@ def _cell_text(rows: pd.DataFrame) -> pd.Series:
     text = shown("reproduced").where(rows["reproduced"] != "", "—")
     text = text.where(~has_std, text + " ± " + shown("reproduced_std"))
     spread = (" ± " + rows["reported_std"].astype(str)).where(rows["reported_std"] != "", "")
-    text = text.where(~has_reported, text + " / " + rows["reported"].astype(str) + spread + " — " + rows["verdict"])
-    untrained = rows["trained"] == TRAINED_CELLS[NOT_TRAINED]   # with a reported number, the verdict says so
-    text = text.where(~untrained | has_reported, text + " — " + NOT_TRAINED)
+    mark = pd.Series(COMPUTED_MARK, index=rows.index).where(rows["reported_computed"] != "", "")
+    text = text.where(~has_reported, text + " / " + rows["reported"].astype(str) + mark + spread)
     compared = rows["compared_to"] != ""
     delta = (" (Δ " + rows["paired_difference"].map(lambda v: f"{v:+.2f}" if v != "" else "")
              + rows["paired_difference_std"].map(lambda v: f" ± {v:.2f}" if v != "" else "") + ")")
@@ -313,19 +336,76 @@ def tolerance_text(spec: TableSpec) -> str:
     return ", ".join(f"{TOLERANCE_NAMES.get(f, f)} ±{spec.tolerance[f]}" for f in families if f is not None)
 
 
+
+
+def row_verdict(cells: pd.DataFrame) -> str:
+    """One row's verdict under one protocol, from its cells: ``did not train`` for a row that did
+    not train, ``reported only`` for a row the harness does not run, ``not reported`` without a
+    reported number, the verdict of its cells with a reported number where they share one, else
+    each verdict with its metrics (``within: i2t_r5, ...; outside: i2t_r1``)."""
+    if (cells["verdict"] == REPORTED_ONLY).all():
+        return REPORTED_ONLY
+    if (cells["trained"] == TRAINED_CELLS[NOT_TRAINED]).any():
+        return NOT_TRAINED
+    judged = cells[cells["reported"] != ""]
+    if judged.empty:
+        return NOT_REPORTED
+    groups: dict[str, list[str]] = {}
+    for metric, value in zip(judged["metric"], judged["verdict"]):
+        groups.setdefault(value, []).append(metric)
+    if len(groups) == 1:
+        return next(iter(groups))
+    return "; ".join(f"{value}: {', '.join(metrics)}" for value, metrics in groups.items())
+
+
+def row_verdicts(rows: pd.DataFrame) -> pd.Series:
+    """``row_verdict`` per (row, protocol)."""
+    return rows.groupby(["row", "protocol"], sort=False).apply(row_verdict, include_groups=False)
+
+
+def table_verdicts(rows: pd.DataFrame) -> set[str]:
+    """The verdicts of the table's judged cells (with a reported number, of a row the harness
+    runs), and ``did not train`` where a row did not."""
+    judged = (rows["reported"] != "") & (rows["verdict"] != REPORTED_ONLY)
+    untrained = rows["trained"] == TRAINED_CELLS[NOT_TRAINED]
+    return set(rows.loc[judged | untrained, "verdict"].where(~untrained[judged | untrained], NOT_TRAINED))
+
+
+def row_notes(order: pd.DataFrame) -> tuple[dict[str, int], list[str]]:
+    """What each row ran (or why it is not run) as a numbered note: row -> its note's number, and
+    the notes; rows with the same text share one."""
+    texts = [f"ran: {r.ran}" if r.ran else "" for r in order.itertuples()]
+    texts = [f"not run: {r.not_run}" if r.not_run else t for r, t in zip(order.itertuples(), texts)]
+    numbers = {text: n for n, text in enumerate(dict.fromkeys(t for t in texts if t), start=1)}
+    return ({row: numbers[t] for row, t in zip(order["row"], texts) if t},
+            [f"- [{n}] {text}" for text, n in numbers.items()])
+
+
 def to_markdown(spec: TableSpec, rows: pd.DataFrame | list[dict]) -> str:
     rows = pd.DataFrame(rows, columns=list(COLUMNS)).astype(object)
     rows = rows.assign(cell=_cell_text(rows))
     order = spec_rows(spec)
+    verdicts = row_verdicts(rows)
+    given = table_verdicts(rows)   # one of them (or none): said once, no verdict column
+    note_of, notes = row_notes(order)
     lines = [f"# {spec.table} on {spec.dataset}", ""]
     lines += [f"- {t}" for t in spec.titles]
-    lines += ["", "Cells: reproduced (± std over seeds) / reported — verdict; for a row compared with another, "
-              "(Δ mean ± std over seeds of the paired differences); a row whose runs did not train says so in "
-              "every cell. "
-              f"Tolerance: {tolerance_text(spec)}.", ""]
-    if (order["ran"] != "").any():
-        lines += ["Rows: the paper's setting the row stands for, then (· ran:) what its runs really ran: backbone "
-                  "or image input, dimensions, epochs per stage and batch, from the resolved run configs.", ""]
+    lines += ["", "Cells: reproduced (± std over seeds) / reported; for a row compared with another, "
+              "(Δ mean ± std over seeds of the paired differences). "
+              f"Tolerance: {tolerance_text(spec)}."]
+    if (rows["reported_computed"] != "").any():
+        lines += [f"{COMPUTED_MARK}: a sum the source does not print, computed from the parts it prints."]
+    if len(given) == 1:
+        lines += [f"Verdict of every reproduced cell with a reported number: **{next(iter(given))}**."]
+    elif not given:
+        lines += ["Verdict: none; no reproduced cell has a reported number here."]
+    else:
+        lines += ["Verdict: per row, in its last column (of its cells with a reported number)."]
+    if notes:
+        lines += ["Rows: the paper's setting the row stands for; [n] is the note under the tables on what its "
+                  "runs really ran (backbone or image input, dimensions, epochs per stage and batch, from the "
+                  "resolved run configs) or why it is not run."]
+    lines.append("")
     reported = reported_protocols(spec)
     for protocol in spec.protocols:
         metrics = table_metrics(get_protocol(protocol).metrics)
@@ -333,22 +413,31 @@ def to_markdown(spec: TableSpec, rows: pd.DataFrame | list[dict]) -> str:
         grid = (of_protocol.pivot(index="row", columns="metric", values="cell").reindex(columns=metrics)
                 .fillna("").apply(" | ".join, axis=1, result_type="reduce"))   # a reported-only row: its cells only
         shown = order[order["row"].isin(of_protocol["row"])]   # rows with cells under this protocol
-        table = (shown[["row", "label", "ran", "not_run"]]
+        table = (shown[["row", "label"]]
                  .merge(of_protocol.drop_duplicates("row")[["row", "seeds", "ensemble_size"]], on="row", how="left")
                  .merge(grid.rename("cells"), left_on="row", right_index=True, how="left"))
+        labels = [f"{label} [{note_of[row]}]" if row in note_of else label
+                  for row, label in zip(table["row"], table["label"])]
+        verdict_column = [] if len(given) <= 1 else [verdicts[(row, protocol)] for row in table["row"]]
         lines += [f"## Protocol `{protocol}`", "",
-                  "| row | seeds | ens. | " + " | ".join(metrics) + " |",
-                  "|---|---|---|" + "---|" * len(metrics)]
-        lines += ("| " + _label_text(table) + " | " + table["seeds"].astype(str) + " | "
-                  + table["ensemble_size"].astype(str) + " | " + table["cells"] + " |").tolist()
+                  "| row | seeds | ens. | " + " | ".join(metrics) + (" | verdict |" if verdict_column else " |"),
+                  "|---|---|---|" + "---|" * (len(metrics) + bool(verdict_column))]
+        lines += [f"| {escape_cell(label)} | {seeds} | {ens} | {cells} |" + (f" {verdict} |" if verdict_column else "")
+                  for label, seeds, ens, cells, verdict in zip(labels, table["seeds"], table["ensemble_size"],
+                                                                table["cells"], verdict_column or [""] * len(labels))]
         lines.append("")
-        lines.append("Sources of reported numbers:")
+        lines.append("Sources of reported numbers (rows with the same source together):")
         sources = shown.merge(reported[reported["protocol"] == protocol], on="row", how="left")
-        lines += ("- " + sources["label"] + ": " + _source(sources, "none").astype(str)).tolist()
+        by_source: dict[str, list[str]] = {}
+        for label, source in zip(sources["label"], _source(sources, "none").astype(str)):
+            by_source.setdefault(source, []).append(label)
+        lines += [f"- {'; '.join(labels)}: {source}" for source, labels in by_source.items()]
         lines.append("")
         lines += _training_lines(spec, of_protocol)
         lines += _saturated_lines(spec, of_protocol, metrics)
         lines += _paired_lines(spec, of_protocol)
+    if notes:
+        lines += ["## What the rows ran", "", *notes, ""]
     lines += unconfigured_lines(spec)
     lines += ledger_lines(spec)
     return "\n".join(lines) + "\n"
@@ -362,13 +451,6 @@ def unconfigured_lines(spec: TableSpec) -> list[str]:
     lines = ["Rows of the authors' released weights left out (their files are not configured for this dataset):"]
     lines += [f"- {r['label']}: set {', '.join(r['keys'])}" for r in spec.unconfigured]
     return lines + [""]
-
-
-def _label_text(rows: pd.DataFrame) -> pd.Series:
-    """A row's label, then what its runs ran where the spec says (``label · ran: ...``), or why it
-    is not run (``label · not run: ...``)."""
-    text = rows["label"].where(rows["ran"] == "", rows["label"] + " · ran: " + rows["ran"])
-    return text.where(rows["not_run"] == "", rows["label"] + " · not run: " + rows["not_run"])
 
 
 def _training_lines(spec: TableSpec, of_protocol: pd.DataFrame) -> list[str]:
@@ -415,31 +497,33 @@ def _paired_lines(spec: TableSpec, of_protocol: pd.DataFrame) -> list[str]:
 
 
 def ledger_lines(spec: TableSpec) -> list[str]:
-    """The deviation ledger under the tables, per source code: the switches each row runs at a
-    value other than that code's, what the source values do, and the behaviours not reproduced."""
+    """The deviation ledger under the tables, one section per source code: the switches each row
+    runs at a value other than that code's, what the source values do, and the behaviours not
+    reproduced, each once, with the rows it concerns where not all of the section's."""
     groups: dict[str, dict] = {}
     for row in spec.rows:
         for ledger in row.ledger:
-            group = groups.setdefault(ledger["code"] + repr(ledger["deviations"]),
-                                      {"code": ledger["code"], "deviations": ledger["deviations"], "rows": [],
-                                       "behaviour": {}})
-            group["rows"].append((row.label, ledger["switches"]))
+            group = groups.setdefault(ledger["code"], {"rows": {}, "behaviour": {}, "deviations": {}})
+            switched = group["rows"].setdefault(row.label, {})   # an ensemble's members: each switch once
+            switched.update({f"`{s['key']}` = {s['runs']} (source: {s['source']})": None for s in ledger["switches"]})
             for switch in ledger["switches"]:
                 group["behaviour"].setdefault((switch["key"], repr(switch["source"])),
                                               f"`{switch['key']}` = {switch['source']}: {switch['behaviour']}")
+            for d in ledger["deviations"]:
+                text = f"{d['name']}. Source code: {d['source']}. Here: {d['ours']}. Why: {d['why']}."
+                group["deviations"].setdefault(text, {})[row.label] = None
     lines = ["## What each row runs against its source code", ""]
-    for group in groups.values():
-        lines += [f"### {group['code']}", "", "Switches each row runs at a value other than this code's:", ""]
-        lines += [f"- {label}: " + ("; ".join(f"`{s['key']}` = {s['runs']} (source: {s['source']})" for s in switches)
-                                    or "none (every switch at the source value)")
-                  for label, switches in group["rows"]]
+    for code, group in groups.items():
+        lines += [f"### {code}", "", "Switches each row runs at a value other than this code's:", ""]
+        lines += [f"- {label}: " + ("; ".join(switched) or "none (every switch at the source value)")
+                  for label, switched in group["rows"].items()]
         if group["behaviour"]:
             lines += ["", "What the source values do:", ""]
             lines += [f"- {text}" for text in group["behaviour"].values()]
         if group["deviations"]:
-            lines += ["", "Source behaviours not reproduced (every row above):", ""]
-            lines += [f"- {d['name']}. Source code: {d['source']}. Here: {d['ours']}. Why: {d['why']}."
-                      for d in group["deviations"]]
+            lines += ["", "Source behaviours not reproduced (every row above unless named):", ""]
+            lines += [f"- {text}" + ("" if len(labels) == len(group["rows"]) else f" Rows: {'; '.join(labels)}.")
+                      for text, labels in group["deviations"].items()]
         lines.append("")
     return lines
 
