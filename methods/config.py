@@ -16,6 +16,7 @@ import jsonschema
 import yaml
 
 from methods.errors import HarnessError, shorten
+from methods.paths import ResultsLayout
 from methods.plugins import schema_files
 
 # libyaml's safe loader where PyYAML was built with it: the plan reads the method files and
@@ -174,7 +175,24 @@ def load_harness_config(path: str | Path, overrides: Mapping | None = None) -> d
     cfg = load_yaml(path)
     if overrides:
         cfg = deep_merge(cfg, overrides)
-    return validate(cfg, "config", str(path))
+    return harness_config(cfg, str(path))
+
+
+def harness_config(raw: Mapping, where: str) -> dict:
+    """The harness config ``raw`` validated, each backbone the DAG pre-trains (``pretrain``) with
+    the weights path that rule writes under ``results_dir`` (so a config that moves
+    ``results_dir`` moves them too); a ``weights`` given for such a backbone must be that path."""
+    cfg = validate(copy.deepcopy(dict(raw)), "config", where)
+    layout = ResultsLayout(cfg["results_dir"])
+    for name, bb in cfg["backbones"].items():
+        if "pretrain" not in bb:
+            continue
+        written = layout.backbone_weights(bb["pretrain"]["dataset"], name)
+        if bb.get("weights") not in (None, written):
+            raise HarnessError(f"{where}: backbones.{name}: pre-trained by the DAG, which writes its weights to "
+                               f"'{written}' (results_dir + dataset); leave 'weights' out, or give that path")
+        bb["weights"] = written
+    return cfg
 
 
 # Keywords whose value is a schema, a list of schemas, or a map of names to schemas (JSON Schema

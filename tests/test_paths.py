@@ -3,6 +3,10 @@ with wildcards, and no other module or rule writing those names by hand."""
 import re
 from pathlib import Path
 
+import pytest
+
+from methods.config import load_harness_config
+from methods.errors import HarnessError
 from methods.paths import ResultsLayout, eval_file, eval_name, model_file, sims_file, sims_name, train_log
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,3 +44,18 @@ def test_no_rule_or_module_builds_a_results_path_by_hand():
              for path in files if path.name != "paths.py"
              for number, line in enumerate(path.read_text().splitlines(), 1) if built.search(line)]
     assert not found, "\n".join(found)
+
+
+def test_a_backbone_the_dag_pretrains_has_its_weights_where_the_results_are():
+    """Its weights are a DAG output: the config need not name them, and one that moves
+    results_dir moves them; a path elsewhere is refused naming the key and the path."""
+    config = REPO / "config" / "config.yaml"
+    moved = load_harness_config(config, {"results_dir": "/lab/itr"})
+    assert moved["backbones"]["resnet18_synthetic"]["weights"] == "/lab/itr/synthetic/backbones/resnet18_synthetic.pt"
+    assert load_harness_config(config)["backbones"]["resnet18_synthetic"]["weights"] == \
+        "results/synthetic/backbones/resnet18_synthetic.pt"
+    with pytest.raises(HarnessError, match=r"backbones\.resnet18_synthetic: pre-trained by the DAG, which writes its "
+                                           r"weights to 'results/synthetic/backbones/resnet18_synthetic\.pt'"):
+        load_harness_config(config, {"backbones": {"resnet18_synthetic": {"weights": "/elsewhere/r18.pt"}}})
+    with pytest.raises(HarnessError, match=r"backbones\.r50: 'weights' is a required property"):   # any other backbone
+        load_harness_config(config, {"backbones": {"r50": {"arch": "resnet50"}}})

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from methods.config import load_harness_config
 from methods.data.synthetic import generate
 from methods.data.tokenizers import Tokenizer
+from methods.plan import Plan
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -86,3 +88,69 @@ def worked_example_files() -> dict[str, str]:
     """The README's worked example of a new model: path -> the text its block gives that file."""
     section = README[README.index("### Worked example"):README.index("## Python API")]
     return dict(WORKED_EXAMPLE_FILE.findall(section))
+
+
+# -- the README's YAML examples work as written ----------------------------------------------------
+
+def readme_yaml_blocks() -> list[tuple[int, dict]]:
+    """(line, parsed block) of every ```yaml block of the README that is not a file of the worked
+    example (```yaml file=...: tests/test_plugins.py runs those)."""
+    blocks = []
+    for match in re.finditer(r"^```yaml\n(.*?)^```", README, re.S | re.M):
+        blocks.append((README[:match.start()].count("\n") + 1, yaml.safe_load(match.group(1))))
+    return blocks
+
+
+def planted(value, root: Path, key: str = ""):
+    """The block with every absolute or home path moved under ``root``, where an empty file (a
+    folder for the *_dir, nltk_data and results_dir keys) now stands: what the user's disk holds."""
+    if isinstance(value, dict):
+        return {k: planted(v, root, k) for k, v in value.items()}
+    if isinstance(value, str) and value.startswith(("/", "~")):
+        path = root / value.lstrip("~/")
+        if key.endswith("_dir") or key == "nltk_data":
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        return str(path)
+    return value
+
+
+def test_every_yaml_block_of_the_readme_is_used_as_written(tmp_path):
+    """A config example, set over config/config.yaml with its files present, loads and plans
+    every table (the README's results_dir example once failed on the synthetic backbone's
+    weights path); the claims example is a claim of a paper file, word for word."""
+    blocks = readme_yaml_blocks()
+    configs = [(line, b) for line, b in blocks if set(b) <= {"results_dir", "backbones", "datasets", "papers"}]
+    claims = [(line, b) for line, b in blocks if set(b) == {"claims"}]
+    assert len(configs) >= 2 and len(claims) == 1 and len(configs) + len(claims) == len(blocks), \
+        [line for line, _ in blocks]
+    for line, block in configs:
+        cfg = load_harness_config(REPO / "config" / "config.yaml", planted(block, tmp_path / f"disk{line}"))
+        plan = Plan(cfg)
+        assert plan.tables, line
+        if "results_dir" in block:   # the DAG's own backbone moves with the results
+            assert cfg["backbones"]["resnet18_synthetic"]["weights"].startswith(cfg["results_dir"] + "/synthetic/")
+    papers = {p.stem: yaml.safe_load(p.read_text()) for p in (REPO / "methods" / "papers").glob("*.yaml")}
+    (line, block), = claims
+    for claim_id, claim in block["claims"].items():
+        declared = [p["claims"][claim_id] for p in papers.values() if claim_id in (p.get("claims") or {})]
+        assert declared and all(declared[0][k] == v for k, v in claim.items()), (line, claim_id)
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_contents_name_every_section_and_every_link_to_a_section_resolves():
+    headings = re.findall(r"^#{2,3} (.+)$", README, re.M)
+    anchors = {github_anchor(h) for h in headings}
+    links = re.findall(r"\]\(#([^)]+)\)", README)
+    assert links and not [link for link in links if link not in anchors]
+    contents = README[README.index("**Contents.**"):].split("\n\n")[0]
+    sections = [h for h in re.findall(r"^## (.+)$", README, re.M)]
+    assert [s for s in sections if f"(#{github_anchor(s)})" not in contents] == []
+    # the set-up comes first, then the contents and the five steps, before anything long
+    assert README.index("**Contents.**") < README.index("## Your own Flickr30K / COCO in 5 steps") < 6000

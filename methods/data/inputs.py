@@ -222,7 +222,7 @@ class RegionInput(ImageInput):
                                    f"synthetic RoIAlign regions configured there")
             return
         if dataset_paths(cfg, dataset)["precomp_dir"] is None:
-            raise HarnessError(f"datasets.{dataset}.precomp_dir is not set: region models (VSRN, SGRAF) read "
+            raise HarnessError(f"datasets.{dataset}.precomp_dir is not set: region models (SCAN, SGRAF, VSRN, set embeddings) read "
                                f"precomputed BUTD features, expected layout {PRECOMP_LAYOUT}, one set per split "
                                f"({', '.join(ds['splits'])})")
         # its files are checked (shapes, caption counts) with the rest of the dataset, in check_dataset_inputs

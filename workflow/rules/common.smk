@@ -57,7 +57,7 @@ snakemake_logger.addFilter(HarnessErrorsInOneLine())
 # the variable is set before the rest of the package is imported.
 os.environ[PLUGINS_ENV] = environment_value(config.get("plugins", []))
 
-from methods.config import validate
+from methods.config import harness_config
 from methods.data.checks import check_backbone_weights, check_dataset_inputs
 from methods.data.word_vectors import check_word_vectors
 from methods.data.multilabel import check_model_labels, check_source as check_multilabel_source
@@ -78,7 +78,7 @@ from methods.retries import FAILED_JOBS_ENV, failed_jobs_dir
 _defaults = workflow.resource_settings.default_resources   # None without --default-resources or a profile
 check_resource_names(list(_defaults.keys()) if _defaults is not None else [],
                      workflow.resource_settings.overwrite_resources or {})
-HARNESS = validate(dict(config), "config", "config/config.yaml (with --config/--configfile overrides)")
+HARNESS = harness_config(config, "config/config.yaml (with --config/--configfile overrides)")
 PLAN = Plan(HARNESS)
 R = HARNESS["results_dir"]
 LAYOUT = PLAN.layout   # every folder and file name of the results tree (methods/paths.py)
