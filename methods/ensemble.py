@@ -30,7 +30,8 @@ def _ensemble(args) -> None:
     EnsembleEvaluation(
         kind="ensemble", ensemble_size=len(runs), dataset=payload["name"], split=args.split,
         members=[{"run_dir": str(r), "config_hash": m.config_hash, "seed": m.seed,
-                  "training_checks": {res["protocol"]: res.get("training_check") for res in m.results}}
+                  "training_checks": {res["protocol"]: res.get("training_check") for res in m.results},
+                  "provenance": m.provenance}
                  for r, m in zip(runs, members)],
         seed=members[0].seed, results=results, provenance=members[0].provenance,
         wall_seconds={"total": time.time() - t0}).write(args.out)

@@ -23,16 +23,27 @@ from methods.data.text import Vocabulary
 from methods.errors import HarnessError
 from methods.features.backbone import eval_transform
 from methods.features.images import ImageFiles
-from methods.io import save_npy
+from methods.io import read_json, save_npy
 from methods.job_records import RunEvaluation
 from methods.metrics.evaluation import evaluate_split, label_prediction_relevance, split_relevances
 from methods.metrics.protocols import get_protocol, statistics_result
 from methods.model_kinds import MODEL_KINDS, image_input_of
 from methods.model_kinds.element_views import check_elements, parse_view
-from methods.paths import eval_file, model_file, sims_file
+from methods.paths import eval_file, model_file, sims_file, train_log
 from methods.runtime import compute_setup, provenance, resolve_device
 from methods.scoring import add_block_argument, block_provenance, use_block_budget
 
+
+
+def training_environment(run_dir: str | Path) -> dict | None:
+    """Where and how the run's weights were trained (its train_log.json: the training job's
+    provenance and precision), so that an evaluation says it even when run on another machine;
+    None for an imported run of the authors' weights, trained elsewhere."""
+    log = Path(train_log(run_dir))
+    if not log.is_file():
+        return None
+    record = read_json(log, "a training log (train_log.json)")
+    return {**record["provenance"], "precision": record["precision"]}
 
 def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | Path, vocab_path: str | Path,
                  device, relevances: dict | None = None, views: list[str] | None = None,
@@ -102,7 +113,8 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
         save_npy(sims_file(run_dir, split, view), scores.numpy())
         RunEvaluation(kind="single", ensemble_size=1, dataset=payload["name"], split=split, view=view, config=cfg,
                       config_hash=ckpt["config_hash"], seed=ckpt["seed"], best_epoch=ckpt["best"], results=results,
-                      provenance={**provenance(device), **block_provenance(model)},
+                      provenance={**provenance(device), **block_provenance(model),
+                                  "training": training_environment(run_dir)},
                       wall_seconds={"encode_and_score": (t_encoded - t_enc) + (t_score - t_view),
                                     "total": time.time() - t0}).write(eval_file(run_dir, split, view))
         for r in results:

@@ -141,12 +141,14 @@ class RowAggregate(JobRecord):
     """A table row over its seeds (``methods.report.aggregate``): per protocol and metric the mean,
     population std, each seed's value and its seed; and every run's training check."""
     what: ClassVar[str] = "a row aggregate"
-    optional: ClassVar[frozenset[str]] = frozenset({"training_checks"})   # None: written before the check
+    # None: written before the training check, before the environments
+    optional: ClassVar[frozenset[str]] = frozenset({"training_checks", "environments"})
     seeds: list[int]
     ensemble_size: int
     config_hashes: list[str]
     protocols: dict[str, dict[str, dict]]   # protocol -> metric -> {mean, std, values, seeds}
     training_checks: list[dict] | None      # per run and protocol: seed, split, protocol, check (members)
+    environments: list[dict] | None = None   # each distinct environment of its models, with their seeds
 
 
 # -- the specs the plan writes for the report jobs (methods.plan.Plan) --------------------------

@@ -161,6 +161,7 @@ def provenance(device: torch.device) -> dict:
         "git_commit": git_commit(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,   # None: not used on a CPU
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({platform.processor() or platform.machine()})",
         "python": platform.python_version(),
         "host": platform.node(),

@@ -363,8 +363,17 @@ def test_report_holds_the_tables_and_figures_and_runs_carry_provenance(tiny_dag)
     for path in (tiny_dag / "results/synthetic/runs").glob("*/seed*/eval_test.json"):
         run = json.loads(path.read_text())
         assert {"config_hash", "seed", "provenance", "wall_seconds"} <= set(run), path
-        assert {"git_commit", "torch", "cuda", "device"} <= set(run["provenance"]), path
+        assert {"git_commit", "torch", "cuda", "cudnn", "device"} <= set(run["provenance"]), path
         assert run["wall_seconds"]["total"] > 0
+        # the training job's environment and precision, as its train_log.json says
+        log = json.loads((path.parent / "train_log.json").read_text())
+        assert run["provenance"]["training"] == {**log["provenance"], "precision": log["precision"]}, path
+    # each table row says where its models trained, and each report gathers them
+    rows = read_table(tiny_dag / "tables" / "table1_synthetic.csv")
+    assert all(r["environment"].startswith("trained with harness ") and ", cpu (" in r["environment"]
+               and "numerics " in r["environment"] for r in rows)
+    assert "## Environment" in (tiny_dag / "tables" / "table1_synthetic.md").read_text()
+    assert "### Environment" in (tiny_dag / "reports" / "sgraf_synthetic.md").read_text()
 
 
 def test_deviations_table_pairs_each_switch_with_the_source_row(tiny_dag):

@@ -9,6 +9,7 @@ import pandas as pd
 from methods.cli import run_command
 from methods.errors import HarnessError
 from methods.job_records import Evaluation, RowAggregate, read_evaluation
+from methods.report.environment import evaluation_environments
 
 
 def _mean(values: pd.Series) -> float:
@@ -67,7 +68,19 @@ def aggregate(evals: list[Evaluation]) -> RowAggregate:
         protocols.setdefault(protocol, {})[metric] = cell
     return RowAggregate(seeds=sorted(ev.seed for ev in evals), ensemble_size=sizes.pop(),
                         config_hashes=sorted({h for ev in evals for h in ev.config_hashes}),
-                        protocols=protocols, training_checks=training_checks(evals))
+                        protocols=protocols, training_checks=training_checks(evals),
+                        environments=environments(evals))
+
+
+def environments(evals: list[Evaluation]) -> list[dict]:
+    """Each distinct environment of the row's models (``methods.report.environment``), with the
+    seeds of the runs from it, in the order first met."""
+    seen: dict[str, list[int]] = {}
+    for ev in evals:
+        for text in evaluation_environments(ev):
+            if ev.seed not in seen.setdefault(text, []):
+                seen[text].append(ev.seed)
+    return [{"environment": text, "seeds": sorted(seeds)} for text, seeds in seen.items()]
 
 
 def _arguments(parser) -> None:

@@ -132,6 +132,24 @@ def what_was_run(spec: ReportSpec, table_specs: list[TableSpec], compared: set[t
     return lines + ledger_lines(list(run.values()))
 
 
+def environment_section(cells: dict[str, pd.DataFrame]) -> list[str]:
+    """Where this paper's rows were trained (``methods.report.environment``, from the tables'
+    ``environment`` column): each environment with its rows, per table."""
+    found: dict[str, list[str]] = {}
+    for table, frame in cells.items():
+        if "environment" not in frame:   # a table written before environments were recorded
+            continue
+        for row, text in frame.drop_duplicates("row")[["row", "environment"]].itertuples(index=False):
+            for env in filter(None, text.split("; ")):
+                found.setdefault(env, []).append(f"{table}/{row}")
+    if not found:
+        return []
+    lines = ["### Environment", ""]
+    if len(found) == 1:
+        return lines + [f"Every row: {next(iter(found))}.", ""]
+    return lines + [f"- {env}: {', '.join(rows)}" for env, rows in found.items()] + [""]
+
+
 def results(spec: ReportSpec, claims: pd.DataFrame | None, cells: dict[str, pd.DataFrame]) -> list[str]:
     """Section 3: each claim checked (paper vs ours, interval, verdict), and each table's cells by verdict."""
     lines = ["## 3. Results", "", "### Claims", ""]
@@ -249,7 +267,7 @@ def build_report(spec: ReportSpec, table_csvs: list[str], table_spec_paths: list
              "by hand." + (f" **Synthetic data** (standing in for {spec.reported_dataset}): the verdicts describe "
                            f"the harness's runs on it, not the paper." if spec.dataset_kind == "synthetic" else ""), ""]
     return "\n".join(title + scope(spec, claims) + what_was_run(spec, table_specs, compared)
-                     + results(spec, claims, cells)
+                     + environment_section(cells) + results(spec, claims, cells)
                      + not_reproduced(spec, claims, cells, table_specs, training))
 
 

@@ -47,7 +47,7 @@ COLUMNS = ("table", "dataset", "row", "label", "ran", "paper", "protocol", "metr
            "n_seeds", "seeds", "ensemble_size", "reported", "reported_std", "reported_computed",
            "reported_ensemble_size", "difference", "tolerance",
            "verdict", "trained", "training_check", "reported_source", "run_configs", "compared_to", "paired_difference",
-           "paired_difference_std", "paired_p", "non_source_switches", "source_deviations")
+           "paired_difference_std", "paired_p", "non_source_switches", "source_deviations", "environment")
 KEYS = ["row", "protocol", "metric"]
 
 
@@ -166,11 +166,20 @@ def reproduced_values(aggregates: dict[str, RowAggregate]) -> pd.DataFrame:
                   [*KEYS, "mean", "std"])
 
 
+def row_environment_text(agg: RowAggregate) -> str:
+    """A row's environments (``methods.report.environment``), ``; ``-separated, each with its seeds
+    where the row has several; empty for an aggregate written before they were recorded."""
+    envs = agg.environments or []
+    if len(envs) == 1:
+        return envs[0]["environment"]
+    return "; ".join(f"{e['environment']} (seeds {' '.join(map(str, e['seeds']))})" for e in envs)
+
+
 def row_runs(aggregates: dict[str, RowAggregate]) -> pd.DataFrame:
-    """Seeds, ensemble size and run configs of every row aggregate."""
+    """Seeds, ensemble size, run configs and environments of every row aggregate."""
     return _frame(((row, len(agg.seeds), " ".join(map(str, agg.seeds)), agg.ensemble_size,
-                    " ".join(agg.config_hashes)) for row, agg in aggregates.items()),
-                  ["row", "n_seeds", "seeds", "ensemble_size", "run_configs"])
+                    " ".join(agg.config_hashes), row_environment_text(agg)) for row, agg in aggregates.items()),
+                  ["row", "n_seeds", "seeds", "ensemble_size", "run_configs", "environment"])
 
 
 TRAINED_CELLS = {TRAINED: "yes", NOT_TRAINED: "no", UNKNOWN: "unknown"}   # the ``trained`` column
@@ -284,6 +293,7 @@ def build_rows(spec: TableSpec, aggregates: dict[str, RowAggregate]) -> pd.DataF
                      reproduced=_blank(_rounded(df["mean"], df["metric"]).where(~df["reported_only"])),
                      n_seeds=_blank(df["n_seeds"]), seeds=_blank(df["seeds"]),
                      ensemble_size=_blank(df["ensemble_size"]), run_configs=_blank(df["run_configs"]),
+                     environment=_blank(df["environment"]),
                      trained=_blank(df["trained"]), training_check=_blank(df["training_check"]),
                      reproduced_std=_blank(_rounded(df["std"], df["metric"]).where(~df["reported_only"] & (df["n_seeds"] > 1))),
                      reported=_blank(df["reported"]),
@@ -438,9 +448,26 @@ def to_markdown(spec: TableSpec, rows: pd.DataFrame | list[dict]) -> str:
         lines += _paired_lines(spec, of_protocol)
     if notes:
         lines += ["## What the rows ran", "", *notes, ""]
+    lines += environment_lines(rows, order)
     lines += unconfigured_lines(spec)
     lines += ledger_lines(spec)
     return "\n".join(lines) + "\n"
+
+
+def environment_lines(rows: pd.DataFrame, order: pd.DataFrame) -> list[str]:
+    """Each environment the rows' models were trained in (or evaluated in, for the authors'
+    weights), with the rows from it."""
+    of_row = rows.drop_duplicates("row").set_index("row")["environment"]
+    by_environment: dict[str, list[str]] = {}
+    for row, label in zip(order["row"], order["label"]):
+        for text in filter(None, str(of_row.get(row, "")).split("; ")):
+            by_environment.setdefault(text, []).append(label)
+    if not by_environment:
+        return []
+    lines = ["## Environment", ""]
+    if len(by_environment) == 1:
+        return lines + [f"Every row: {next(iter(by_environment))}.", ""]
+    return lines + [f"- {text}: {'; '.join(labels)}" for text, labels in by_environment.items()] + [""]
 
 
 def unconfigured_lines(spec: TableSpec) -> list[str]:
