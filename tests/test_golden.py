@@ -34,10 +34,19 @@ def cpu_vendor() -> str:
     return "unknown"
 
 
+# Results whose digests one vendor's host has written and the other's not yet: VSE0's synthetic
+# run since its config gained model.image_l2norm: false (its source's --no_imgnorm; the stale
+# digests of its former config were dropped from both files). An Intel host writes its own with
+# python -m tests.golden, then the entries leave this list.
+WRITTEN_ON_ONE_VENDOR = {"synthetic/runs/vsepp-5a5b24d507/seed0/model.pt": "AuthenticAMD",
+                         "synthetic/runs/vsepp-5a5b24d507/seed0/sims_test.npy": "AuthenticAMD"}
+
+
 def test_every_vendors_digests_cover_the_same_results_and_agree_before_the_backbone():
     golden = {vendor: json.loads(path.read_text()) for vendor, path in GOLDEN.items()}
     intel, amd = golden["GenuineIntel"], golden["AuthenticAMD"]
-    assert set(intel) == set(amd)
+    assert set(intel) ^ set(amd) == set(WRITTEN_ON_ONE_VENDOR)
+    assert all(key in golden[vendor] for key, vendor in WRITTEN_ON_ONE_VENDOR.items())
     assert intel["synthetic/data/images"] == amd["synthetic/data/images"]   # generated without torch
 
 

@@ -232,12 +232,13 @@ def test_snakemake_retries_a_preempted_job_but_not_a_bad_input(tmp_path):
 # --- SLURM: jobs without a GPU never wait for the GPU partition ---------------------------------
 
 # Every rule of the tiny DAG and where the SLURM profile must run it: `gpu` on the profile's GPU
-# partition, `cpu` on config slurm_cpu_partition, `local` on the submit host.
+# partition, `cpu` on config slurm_cpu_partition, `local` on the submit host. The built-in data run
+# portable numerics, on the CPU: their training, features and evaluations ask for no GPU.
 EXPECTED_PLACEMENT = {
     "generate_synthetic": "cpu", "vocab": "cpu", "region_features": "cpu", "ensemble": "cpu",
     "synthetic_tags_source": "cpu", "import_multilabel": "cpu", "multilabel_precomp": "cpu",
-    "multilabel_region_classes": "cpu", "train_synthtags": "gpu",
-    "pretrain_backbone": "gpu", "features_synthetic": "gpu", "train_synthetic": "gpu", "evaluate_views_*": "gpu",
+    "multilabel_region_classes": "cpu", "train_synthtags": "cpu",
+    "pretrain_backbone": "cpu", "features_synthetic": "cpu", "train_synthetic": "cpu", "evaluate_views_*": "cpu",
     "dataset_config": "local", "experiment_config": "local", "aggregate_row": "local", "table_spec": "local",
     "table": "local", "figure_spec": "local", "paper_figure": "local", "figure_reproduced_vs_reported": "local",
     "runtime_spec": "local", "runtime": "local", "claims": "cpu", "claims_spec": "local", "claims_figure": "local",

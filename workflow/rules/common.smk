@@ -134,6 +134,15 @@ def dataset_resource(dataset, rule_name, key):
     return HARNESS["datasets"][dataset].get("resources", {}).get(rule_name, {}).get(key, HARNESS["resources"][rule_name][key])
 
 
+def dataset_gpus(dataset, rule_name):
+    """GPUs a rule's jobs on ``dataset`` ask for: none for a dataset of portable numerics, whose
+    jobs run on the CPU whatever the node has (methods.runtime.resolve_device), so they go to the
+    CPU partition; else the dataset's override, else the rule's."""
+    if HARNESS["datasets"][dataset]["numerics"] == "portable":
+        return 0
+    return dataset_resource(dataset, rule_name, "gpus")
+
+
 def numerics_env(dataset, threads):
     """What a job of ``dataset`` writes before ``python -m``: its numerics mode's environment
     (``datasets.<name>.numerics``; portable: fixed kernels and ``threads``, the rule's configured

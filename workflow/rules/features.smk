@@ -1,3 +1,9 @@
+# GPUs of the pre-training jobs: one rule for every dataset a backbone pre-trains on, so the most
+# any of them asks for (the synthetic datasets, of portable numerics, run on the CPU: none)
+PRETRAIN_GPUS = max([dataset_gpus(bb["pretrain"]["dataset"], "train") for bb in HARNESS["backbones"].values()
+                     if "pretrain" in bb and bb["pretrain"]["dataset"] in HARNESS["datasets"]], default=0)
+
+
 rule pretrain_backbone:
     """Backbone pre-trained on a synthetic training split (stands in for ImageNet weights)."""
     input:
@@ -14,8 +20,8 @@ rule pretrain_backbone:
     resources:
         mem_mb=dataset_res("train", "mem_mb"),
         runtime=dataset_res("train", "runtime"),
-        gpu=res("train", "gpus"),
-        **cpu_partition(res("train", "gpus")),
+        gpu=PRETRAIN_GPUS,
+        **cpu_partition(PRETRAIN_GPUS),
     conda:
         CONDA_ENV
     log:
@@ -53,8 +59,8 @@ for _name, _ds in HARNESS["datasets"].items():
         resources:
             mem_mb=dataset_resource(_name, "features", "mem_mb"),
             runtime=dataset_resource(_name, "features", "runtime"),
-            gpu=res("features", "gpus"),
-            **cpu_partition(res("features", "gpus")),
+            gpu=dataset_gpus(_name, "features"),
+            **cpu_partition(dataset_gpus(_name, "features")),
         conda:
             CONDA_ENV
         log:

@@ -41,8 +41,8 @@ for _name in HARNESS["datasets"]:
         resources:
             mem_mb=dataset_resource(_name, "train", "mem_mb"),
             runtime=dataset_resource(_name, "train", "runtime"),
-            gpu=res("train", "gpus"),
-            **cpu_partition(res("train", "gpus")),
+            gpu=dataset_gpus(_name, "train"),
+            **cpu_partition(dataset_gpus(_name, "train")),
             # on SLURM, SIGUSR1 five minutes before the time limit: training writes a checkpoint
             # and stops, and the retry resumes from it (SIGTERM at the limit is handled the same way)
             slurm_extra="'--signal=USR1@300'",
@@ -90,8 +90,8 @@ for _name in HARNESS["datasets"]:
         resources:
             mem_mb=dataset_resource(_name, "evaluate", "mem_mb"),
             runtime=dataset_resource(_name, "evaluate", "runtime"),
-            gpu=res("evaluate", "gpus"),
-            **cpu_partition(res("evaluate", "gpus")),
+            gpu=dataset_gpus(_name, "evaluate"),
+            **cpu_partition(dataset_gpus(_name, "evaluate")),
         conda:
             CONDA_ENV
         log:
@@ -159,8 +159,8 @@ for _name in HARNESS["datasets"]:
             resources:
                 mem_mb=dataset_resource(_name, "evaluate", "mem_mb"),
                 runtime=dataset_resource(_name, "evaluate", "runtime"),
-                gpu=res("evaluate", "gpus"),
-                **cpu_partition(res("evaluate", "gpus")),
+                gpu=dataset_gpus(_name, "evaluate"),
+                **cpu_partition(dataset_gpus(_name, "evaluate")),
             conda:
                 CONDA_ENV
             log:
