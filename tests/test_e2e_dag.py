@@ -502,3 +502,14 @@ def test_dry_run_of_set_embeddings_table1_on_configured_coco(tiny_dag):
     proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "coco_set_swapped.yaml", "-n",
                      "tables/set_embeddings_t1_coco.csv", check=False)
     assert proc.returncode != 0 and "row 3 is COCO image" in proc.stdout + proc.stderr
+
+
+def test_every_figure_of_the_tiny_dag_passes_the_layout_check(tiny_dag):
+    """No figure job found text outside its canvas, text over text or a legend over data
+    (methods.report.figure_layout prints each problem as a `layout:` line in the job's log)."""
+    logs = tiny_dag / "results" / "logs"
+    figure_logs = [*(logs / "figure").glob("*.log"), *(logs / "claims_figure").glob("*.log")]
+    assert len(figure_logs) >= 10
+    problems = [line for p in figure_logs for line in p.read_text(errors="replace").splitlines()
+                if line.startswith("layout:")]
+    assert problems == []

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from methods.cli import run_command  # noqa: E402
 from methods.errors import HarnessError  # noqa: E402
-from methods.io import atomic_path  # noqa: E402
+from methods.report.figure_layout import save_figure  # noqa: E402
 
 COLOURS = {"supported": "tab:green", "contradicted": "tab:red", "inconclusive": "tab:gray", "undetermined": "tab:purple"}
 
@@ -21,7 +21,7 @@ def plot_claims(claims_csv: str, out: str) -> int:
     if frame.empty:
         raise HarnessError(f"{claims_csv} has no claim to plot")
     n = len(frame)
-    fig, ax = plt.subplots(figsize=(8.5, 1.4 + 0.45 * n))
+    fig, ax = plt.subplots(figsize=(10.0, 1.8 + 0.45 * n))
     ys = list(range(n))[::-1]   # first claim on top
     for y, r in zip(ys, frame.itertuples()):
         colour = next(c for v, c in COLOURS.items() if r.verdict.startswith(v))   # "undetermined: x did not train"
@@ -44,11 +44,9 @@ def plot_claims(claims_csv: str, out: str) -> int:
     handles = [plt.Line2D([], [], color=c, marker="o", ls="none", label=v) for v, c in COLOURS.items()]
     handles.append(plt.Line2D([], [], marker="D", mfc="none", mec="black", ls="none",
                               label=f"paper's difference{f' ({first.reported_dataset})' if synthetic else ''}"))
-    ax.legend(handles=handles, fontsize=7, loc="best")
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))   # beside, off the data
     fig.tight_layout()
-    with atomic_path(out, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
+    save_figure(fig, out)
     return n
 
 

@@ -9,10 +9,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from methods.cli import run_command  # noqa: E402
-from methods.io import atomic_path  # noqa: E402
+from methods.report.figure_layout import save_figure  # noqa: E402
 from methods.metrics.declarations import METRICS  # noqa: E402
 
-COLOURS = {"within": "tab:green", "outside": "tab:red"}
+EDGES = {"within": "tab:green", "outside": "tab:red"}   # a judged cell's outline; others their face colour
+MARKERS = {"i2t": "o", "t2i": "^"}                       # the retrieval direction
 
 
 def percent_cells(table_paths: list[str]) -> pd.DataFrame:
@@ -24,29 +25,43 @@ def percent_cells(table_paths: list[str]) -> pd.DataFrame:
 
 
 def scatter(table_paths: list[str], out: str, dataset: str) -> int:
+    """Reproduced against reported R@K, one point per cell: its paper's colour, its direction's
+    marker, outlined by its verdict where judged (green within, red outside); a dataset with no
+    such cell gets a figure that says so, not empty axes."""
     cells = percent_cells(table_paths)
-    points = list(zip(cells["reported"].astype(float), cells["reproduced"].astype(float), cells["verdict"],
-                      cells["row"]))
-    fig, ax = plt.subplots(figsize=(5.5, 5.5))
-    for verdict in sorted({p[2] for p in points}):
-        xs = [p[0] for p in points if p[2] == verdict]
-        ys = [p[1] for p in points if p[2] == verdict]
-        ax.scatter(xs, ys, s=22, alpha=0.8, label=f"{verdict} ({len(xs)})", color=COLOURS.get(verdict, "tab:gray"))
+    if cells.empty:
+        fig = plt.figure(figsize=(6.5, 1.4))
+        fig.text(0.5, 0.5, f"Reproduced vs reported — {dataset}\nno table cell of this dataset has a reported R@K\n"
+                           f"beside a reproduced one: nothing to compare", ha="center", va="center", fontsize=9)
+        save_figure(fig, out)
+        return 0
+    fig, ax = plt.subplots(figsize=(8.0, 5.5))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    papers = list(dict.fromkeys(cells["paper"]))
+    for i, paper in enumerate(papers):
+        for direction, marker in MARKERS.items():
+            mine = cells[(cells["paper"] == paper) & cells["metric"].str.startswith(direction)]
+            if mine.empty:
+                continue
+            colour = colours[i % len(colours)]
+            edges = [EDGES.get(v, colour) for v in mine["verdict"]]   # unjudged: no outline of its own
+            ax.scatter(mine["reported"].astype(float), mine["reproduced"].astype(float), s=26, alpha=0.85,
+                       color=colour, marker=marker, edgecolors=edges, linewidths=1.2,
+                       label=f"{paper}, {direction} ({len(mine)})")
     ax.plot([0, 100], [0, 100], "k--", lw=0.8)
     ax.set_xlim(0, 100)
     ax.set_ylim(0, 100)
+    ax.set_aspect("equal")
     ax.set_xlabel("reported R@K (%)")
     ax.set_ylabel("reproduced R@K (%), mean over seeds")
-    ax.set_title(f"Reproduced vs reported — {dataset}")
-    if points:
-        ax.legend(loc="upper left", fontsize=8)
-    else:
-        ax.text(50, 50, "no reported numbers for these tables", ha="center")
+    verdicts = sorted(set(cells["verdict"]))
+    judged = "; outlined green: within tolerance, red: outside" if set(verdicts) & set(EDGES) else ""
+    ax.set_title(f"Reproduced vs reported — {dataset}\nverdicts: {', '.join(verdicts)}{judged}", fontsize=9)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, title="paper, direction (cells)",
+              title_fontsize=7)   # beside the axes, off the data
     fig.tight_layout()
-    with atomic_path(out, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
-    return len(points)
+    save_figure(fig, out)
+    return len(cells)
 
 
 def _arguments(parser) -> None:

@@ -37,8 +37,8 @@ def training_curves(curves: dict[str, list[list[dict]]]):
         ax.set_xlabel("epoch")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, ncol=2, loc="lower right")
-    fig.subplots_adjust(top=0.77, bottom=0.2, wspace=0.25)
+        # under the panel, not over the curves
+        ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.22))
     return fig
 
 
@@ -58,5 +58,5 @@ def ndcg_against_weight(points: list[tuple[float, dict]], term: str, protocol: s
     ax.set_xlabel(f"weight of the {term} term (lambda)")
     ax.set_ylabel(f"NDCG@500 (%, {protocol})")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2)   # under the axes, off the data
     return fig

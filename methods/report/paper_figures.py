@@ -29,6 +29,7 @@ Each kind is declared, with what the DAG must give it (``needs``), in
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import textwrap
 from pathlib import Path
 from typing import Callable
@@ -47,7 +48,7 @@ from methods.data.datasets import load_dataset_payload  # noqa: E402
 from methods.data.positives import split_positives  # noqa: E402
 from methods.data.text import Vocabulary  # noqa: E402
 from methods.errors import HarnessError  # noqa: E402
-from methods.io import atomic_path, load_npy, read_json  # noqa: E402
+from methods.io import load_npy, read_json  # noqa: E402
 from methods.job_records import FigureSpec, RowAggregate, RunEvaluation  # noqa: E402
 from methods.metrics.protocols import get_protocol  # noqa: E402
 from methods.metrics.training_check import TrainingThresholds  # noqa: E402
@@ -56,6 +57,7 @@ from methods.models.checkpoint import load_trained_model  # noqa: E402
 from methods.paths import eval_file, model_file, sims_file, train_log  # noqa: E402
 from methods.registry import Registry  # noqa: E402
 from methods.report.figure_kinds import FIGURE_KINDS  # noqa: E402
+from methods.report.figure_layout import save_figure  # noqa: E402
 from methods.data.datasets import payload_splits  # noqa: E402
 from methods.features.backbone import eval_transform  # noqa: E402
 from methods.features.images import ImageFiles  # noqa: E402
@@ -100,11 +102,26 @@ def ran_note(spec: FigureSpec, width: int) -> str:
             described, _, schedule = row.ran.rpartition("; ")
             notes.setdefault((row.model, described), {}).setdefault(schedule, []).append(row.loss)
     lines = []
-    for (model, described), schedules in notes.items():
-        runs = " / ".join(f"{s} ({', '.join(dict.fromkeys(losses))})" if len(schedules) > 1 else s
-                          for s, losses in schedules.items())
-        lines.append(textwrap.fill(f"{model} ran: {described + '; ' if described else ''}{runs}", width))
+    for model in dict.fromkeys(model for model, _ in notes):
+        described = {d: schedules for (m, d), schedules in notes.items() if m == model}
+        if len(described) > 2:   # rows that differ in a setting or two: what they share once, then what differs
+            lines.append(textwrap.fill(condensed(model, described), width))
+            continue
+        for text, schedules in described.items():
+            runs = " / ".join(f"{s} ({', '.join(dict.fromkeys(losses))})" if len(schedules) > 1 else s
+                              for s, losses in schedules.items())
+            lines.append(textwrap.fill(f"{model} ran: {text + '; ' if text else ''}{runs}", width))
     return "\n".join(lines)
+
+
+def condensed(model: str, described: dict[str, dict[str, list[str]]]) -> str:
+    """One line for a model's rows of several descriptions: the parts (``, ``-separated) every
+    description has, then each description's own parts, then the schedules."""
+    parts = {text: text.split(", ") for text in described}
+    shared = [p for p in next(iter(parts.values())) if all(p in ps for ps in parts.values())]
+    own = " / ".join(", ".join(p for p in ps if p not in shared) or "as shared" for ps in parts.values())
+    schedules = " / ".join(dict.fromkeys(s for schedules in described.values() for s in schedules))
+    return f"{model} ran: {', '.join(shared)}; per row: {own}; {schedules}"
 
 
 def _ran_footnote(fig, spec: FigureSpec, width: int) -> None:
@@ -133,7 +150,7 @@ def rsum_by_loss(spec: FigureSpec, aggregates: dict[str, RowAggregate], args=Non
         ax.set_xticks(range(len(losses)), losses, rotation=15)
         ax.set_ylabel("RSUM (six recalls, %)")
         ax.set_title(f"protocol {protocol}", fontsize=10)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))   # beside the panel, off the bars
     fig.suptitle(_title(spec, int(10 * fig.get_figwidth())), fontsize=10)
     _ran_footnote(fig, spec, int(15 * fig.get_figwidth()))
     return fig
@@ -169,7 +186,7 @@ def gradient_counts(spec: FigureSpec, aggregates: dict | None = None, args=None)
             ax.grid(alpha=0.3)
             if row_idx == 1:
                 ax.set_xlabel("training epoch")
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))   # beside the panel, off the curves
     fig.suptitle(f"{_title(spec, int(11 * fig.get_figwidth()))}\ncounted: |∂L/∂s(q,n)| ≥ {threshold} × the query's largest over its negatives",
                  fontsize=9)
     _ran_footnote(fig, spec, int(15 * fig.get_figwidth()))
@@ -334,7 +351,8 @@ def set_element_projection(spec: FigureSpec, aggregates: dict, args, n_images: i
         models[labels[row_id]] = (img.numpy(), txt.numpy())
     fig = element_projection(models)
     fig.suptitle(_title(spec, int(10 * fig.get_figwidth())), fontsize=10)
-    _ran_footnote(fig, spec, int(15 * fig.get_figwidth()))
+    drawn = dataclasses.replace(spec, rows=[r for r in spec.rows if r.id in spec.trained])   # the panels' rows
+    _ran_footnote(fig, drawn, int(15 * fig.get_figwidth()))
     return fig
 
 
@@ -352,9 +370,8 @@ def label_training_curves(spec: FigureSpec, aggregates: dict | None = None, args
             seeds.append([h["val"] for h in history])
         curves[row.id] = seeds
     fig = training_curves(curves)
-    fig.text(0.5, 0.815, textwrap.fill("; ".join(f"{r.id}: {r.label}" for r in spec.rows), 210), fontsize=7,
-             ha="center", va="bottom")
-    fig.suptitle(_title(spec, int(10 * fig.get_figwidth())), fontsize=10)
+    rows = textwrap.fill("; ".join(f"{r.id}: {r.label}" for r in spec.rows), int(13 * fig.get_figwidth()))
+    fig.suptitle(_title(spec, int(10 * fig.get_figwidth())) + "\n" + rows, fontsize=9)   # the rows under the title
     _ran_footnote(fig, spec, int(15 * fig.get_figwidth()))
     return fig
 
@@ -376,9 +393,7 @@ def draw_figure(args) -> None:
     draw = DRAWINGS.get(spec.kind)
     fig = draw(spec, {Path(p).stem: RowAggregate.read(p) for p in args.rows}, args)
     fig.tight_layout()
-    with atomic_path(args.out, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
+    save_figure(fig, args.out)
 
 
 def _arguments(parser) -> None:

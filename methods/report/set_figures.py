@@ -42,7 +42,12 @@ def setting_panels(keys: list[str], rows: list[FigureRowSpec], aggregates: dict[
         ax.set_xticks(xs, [f"{x:g}" for x in xs])
         ax.set_xlabel(labels.get(key, key))
         ax.set_ylabel(f"RSUM ({protocol})")
-        ax.legend(fontsize=7, loc="lower right")
+        handles, names = ax.get_legend_handles_labels()
+        if reported:
+            more = twin.get_legend_handles_labels()
+            handles, names = handles + more[0], names + more[1]
+        # under the panel, off the data
+        ax.legend(handles, names, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2)
     return fig
 
 
@@ -69,5 +74,7 @@ def element_projection(models: dict[str, tuple[np.ndarray, np.ndarray]]):
         ax.set_title(label, fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
-        ax.legend(fontsize=7, markerscale=1.5, title="o image  x text", title_fontsize=7)
+    # one legend for every panel (the slots' colours are the same), beside the last one, off the data
+    axes[0][-1].legend(fontsize=7, markerscale=1.5, title="o image  x text", title_fontsize=7,
+                       loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return fig
