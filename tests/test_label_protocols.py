@@ -209,7 +209,8 @@ def test_micro_f1_cells_keep_three_decimals_and_the_tolerance_line_names_each_fa
     # mean 0.6869, population std 0.0056; |0.6869 - 0.690| = 0.0031 <= 0.02
     assert (cell["reproduced"], cell["reproduced_std"], cell["verdict"]) == ("0.6869", "0.0056", "within")
     md = out_md.read_text()
-    assert "0.687 ± 0.006 / 0.69 — within" in md and "89.0 ± 1.0" in md
+    assert "0.687 ± 0.006 / 0.69 |" in md and "89.0 ± 1.0" in md
+    assert "Verdict of every reproduced cell with a reported number: **within**." in md   # the only judged cell
     assert "Tolerance: mAP/NDCG ±2.0, R@K ±2.0, micro-F1 ±0.02." in md
 
 
