@@ -20,7 +20,8 @@ from methods.job_records import FigureRowSpec, RowAggregate
 def setting_panels(keys: list[str], rows: list[FigureRowSpec], aggregates: dict[str, RowAggregate], protocol: str, labels: dict[str, str]):
     """One panel per key; a row is drawn in the panel of the key it overrides (a row without
     overrides, the default, in every panel) at its value of that key."""
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.4 * len(keys) + 0.6, 3.8), squeeze=False)
+    # room beside each panel for its legend, and under them for the notes on what ran
+    fig, axes = plt.subplots(1, len(keys), figsize=(6.2 * len(keys) + 0.6, 5.2), squeeze=False)
     for ax, key in zip(axes[0], keys):
         points = sorted(((float(r.details["setting"][key]), r) for r in rows if set(r.details["overrides"]) <= {key}),
                         key=lambda p: p[0])
@@ -46,8 +47,8 @@ def setting_panels(keys: list[str], rows: list[FigureRowSpec], aggregates: dict[
         if reported:
             more = twin.get_legend_handles_labels()
             handles, names = handles + more[0], names + more[1]
-        # under the panel, off the data
-        ax.legend(handles, names, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2)
+        # beside the panel (past the paper's axis where it has one), off the data
+        ax.legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.25 if reported else 1.02, 1.0))
     return fig
 
 
