@@ -17,6 +17,11 @@ they cannot tell the rows apart).
 Each row also says what its runs really ran (``ran``: the backbone or image input, the
 dimensions and the schedule, from the resolved run configs; ``methods.model_kinds.description``),
 beside its label, which names the paper setting it stands for; on synthetic data the two differ.
+The markdown keys it to the label as a note (``[n]``) under the tables, says a verdict every
+judged cell shares once above them (else a verdict column per row), groups the rows of one source
+of reported numbers, and lists the environments the rows' models trained in
+(``methods.report.environment``). A sum a source does not print but whose parts it prints (RSUM
+from six printed recalls) is reported as their sum, marked as computed (``reported_computed``).
 
 Each row also carries its deviation ledger (``methods.fidelity``): the config switches it runs
 at a value other than the source code's, and the source behaviours not reproduced. A row that
