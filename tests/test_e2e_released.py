@@ -93,6 +93,9 @@ def test_released_rows_import_and_evaluate_without_training(tiny_dag, tmp_path):
                                                                       abs=0.006)
     ev = json.loads((imported / "vsrn_1" / "eval_test.json").read_text())
     assert ev["best_epoch"]["released"]["code"] == "KunpengLi1994/VSRN" and ev["config"]["model"]["final_bn"] is True
+    # no training of ours behind it: its environment is the evaluation's, said as such
+    assert ev["provenance"]["training"] is None
+    assert rsum["released_one"]["environment"].startswith("authors' weights (trained elsewhere), evaluated with harness ")
     md = (tiny_dag / "tables" / "releasedtest_flickr.md").read_text()
     assert "the authors' released weights (KunpengLi1994/VSRN): vsrn_1 (model_fliker_1.pth.tar)" in md
     assert "- A released row whose files are not configured here: set datasets.flickr.released.vsrn_other" in md
