@@ -6,7 +6,7 @@ import json
 from methods.job_records import EnsembleEvaluation, RowAggregate, RunEvaluation
 from methods.metrics.protocols import get_protocol
 from methods.report import aggregate, table
-from methods.report.environment import environment_text
+from methods.report.environment import environment_text, row_environment_text
 from tests.records import ensemble_evaluation, run_evaluation, table_spec
 
 CPU_TRAINING = {"git_commit": "2a846afcd505c9d2d1e89477e3eff24c1fd4b357", "torch": "2.14.1+cu130", "cuda": "13.0",
@@ -68,4 +68,4 @@ def test_an_aggregate_written_before_environments_reads_and_shows_none(tmp_path)
     path = tmp_path / "old.json"
     path.write_text(json.dumps({"seeds": [0], "ensemble_size": 1, "config_hashes": ["c"], "protocols": {},
                                 "training_checks": None}))
-    assert RowAggregate.read(path).environments is None and table.row_environment_text(RowAggregate.read(path)) == ""
+    assert RowAggregate.read(path).environments is None and row_environment_text(RowAggregate.read(path).environments) == ""

@@ -39,3 +39,31 @@ def evaluation_environments(ev: Evaluation) -> list[str]:
     if isinstance(ev, EnsembleEvaluation):
         return [environment_text(m.get("provenance") or ev.provenance) for m in ev.members]
     return [environment_text(ev.provenance)]
+
+
+SEPARATOR = "; "   # between the environments of one row in a table's `environment` column
+
+
+def row_environment_text(environments: list[dict] | None) -> str:
+    """A row aggregate's environments as its table cell, ``SEPARATOR``-separated, each with its
+    seeds where the row has several; empty for an aggregate written before they were recorded."""
+    envs = environments or []
+    if len(envs) == 1:
+        return envs[0]["environment"]
+    return SEPARATOR.join(f"{e['environment']} (seeds {' '.join(map(str, e['seeds']))})" for e in envs)
+
+
+def split_environments(cell: str) -> list[str]:
+    """The environments of a table cell written by ``row_environment_text``."""
+    return [text for text in str(cell).split(SEPARATOR) if text]
+
+
+def environment_lines(heading: str, found: dict[str, list[str]], joiner: str) -> list[str]:
+    """A section of each environment with the rows from it (``joiner`` between their names);
+    one line when every row shares one; nothing when none is known."""
+    if not found:
+        return []
+    lines = [heading, ""]
+    if len(found) == 1:
+        return lines + [f"Every row: {next(iter(found))}.", ""]
+    return lines + [f"- {env}: {joiner.join(rows)}" for env, rows in found.items()] + [""]

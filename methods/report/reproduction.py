@@ -19,6 +19,7 @@ from methods.io import write_text
 from methods.job_records import ReportSpec, TableRowSpec, TableSpec
 from methods.report.bootstrap import VERDICTS, verdict_kind
 from methods.report.cells import escape_cell, number, ours_difference
+from methods.report.environment import environment_lines, split_environments
 
 CELL_KINDS = ("within", "outside", "not comparable", "not reported", "reported only", "did not train")
 LISTED_CELLS = 25   # cells outside tolerance listed by name; the rest are counted
@@ -140,14 +141,9 @@ def environment_section(cells: dict[str, pd.DataFrame]) -> list[str]:
         if "environment" not in frame:   # a table written before environments were recorded
             continue
         for row, text in frame.drop_duplicates("row")[["row", "environment"]].itertuples(index=False):
-            for env in filter(None, text.split("; ")):
+            for env in split_environments(text):
                 found.setdefault(env, []).append(f"{table}/{row}")
-    if not found:
-        return []
-    lines = ["### Environment", ""]
-    if len(found) == 1:
-        return lines + [f"Every row: {next(iter(found))}.", ""]
-    return lines + [f"- {env}: {', '.join(rows)}" for env, rows in found.items()] + [""]
+    return environment_lines("### Environment", found, ", ")
 
 
 def results(spec: ReportSpec, claims: pd.DataFrame | None, cells: dict[str, pd.DataFrame]) -> list[str]:

@@ -44,6 +44,7 @@ from methods.errors import HarnessError
 from methods.io import write_text
 from methods.job_records import RowAggregate, TableRowSpec, TableSpec
 from methods.report.cells import escape_cell
+from methods.report.environment import environment_lines, row_environment_text, split_environments
 from methods.metrics.protocols import CHECKED_PROTOCOLS, STATISTICS_PROTOCOL, get_protocol
 from methods.metrics.declarations import METRICS, table_metrics, value_from
 from methods.metrics.training_check import NOT_TRAINED, TRAINED, UNKNOWN, TrainingThresholds, row_training, saturated
@@ -171,19 +172,10 @@ def reproduced_values(aggregates: dict[str, RowAggregate]) -> pd.DataFrame:
                   [*KEYS, "mean", "std"])
 
 
-def row_environment_text(agg: RowAggregate) -> str:
-    """A row's environments (``methods.report.environment``), ``; ``-separated, each with its seeds
-    where the row has several; empty for an aggregate written before they were recorded."""
-    envs = agg.environments or []
-    if len(envs) == 1:
-        return envs[0]["environment"]
-    return "; ".join(f"{e['environment']} (seeds {' '.join(map(str, e['seeds']))})" for e in envs)
-
-
 def row_runs(aggregates: dict[str, RowAggregate]) -> pd.DataFrame:
     """Seeds, ensemble size, run configs and environments of every row aggregate."""
     return _frame(((row, len(agg.seeds), " ".join(map(str, agg.seeds)), agg.ensemble_size,
-                    " ".join(agg.config_hashes), row_environment_text(agg)) for row, agg in aggregates.items()),
+                    " ".join(agg.config_hashes), row_environment_text(agg.environments)) for row, agg in aggregates.items()),
                   ["row", "n_seeds", "seeds", "ensemble_size", "run_configs", "environment"])
 
 
@@ -453,26 +445,21 @@ def to_markdown(spec: TableSpec, rows: pd.DataFrame | list[dict]) -> str:
         lines += _paired_lines(spec, of_protocol)
     if notes:
         lines += ["## What the rows ran", "", *notes, ""]
-    lines += environment_lines(rows, order)
+    lines += table_environment_lines(rows, order)
     lines += unconfigured_lines(spec)
     lines += ledger_lines(spec)
     return "\n".join(lines) + "\n"
 
 
-def environment_lines(rows: pd.DataFrame, order: pd.DataFrame) -> list[str]:
+def table_environment_lines(rows: pd.DataFrame, order: pd.DataFrame) -> list[str]:
     """Each environment the rows' models were trained in (or evaluated in, for the authors'
     weights), with the rows from it."""
     of_row = rows.drop_duplicates("row").set_index("row")["environment"]
-    by_environment: dict[str, list[str]] = {}
+    found: dict[str, list[str]] = {}
     for row, label in zip(order["row"], order["label"]):
-        for text in filter(None, str(of_row.get(row, "")).split("; ")):
-            by_environment.setdefault(text, []).append(label)
-    if not by_environment:
-        return []
-    lines = ["## Environment", ""]
-    if len(by_environment) == 1:
-        return lines + [f"Every row: {next(iter(by_environment))}.", ""]
-    return lines + [f"- {text}: {'; '.join(labels)}" for text, labels in by_environment.items()] + [""]
+        for text in split_environments(of_row.get(row, "")):
+            found.setdefault(text, []).append(label)
+    return environment_lines("## Environment", found, "; ")
 
 
 def unconfigured_lines(spec: TableSpec) -> list[str]:
