@@ -34,7 +34,6 @@ from methods.runtime import compute_setup, provenance, resolve_device
 from methods.scoring import add_block_argument, block_provenance, use_block_budget
 
 
-
 def training_environment(run_dir: str | Path) -> dict | None:
     """Where and how the run's weights were trained (its train_log.json: the training job's
     provenance and precision), so that an evaluation says it even when run on another machine;
@@ -44,6 +43,7 @@ def training_environment(run_dir: str | Path) -> dict | None:
         return None
     record = read_json(log, "a training log (train_log.json)")
     return {**record["provenance"], "precision": record["precision"]}
+
 
 def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | Path, vocab_path: str | Path,
                  device, relevances: dict | None = None, views: list[str] | None = None,
@@ -98,6 +98,8 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
     scored_protocols = [p for p in ds["protocols"]
                         if get_protocol(p).relevance != "label_predictions" or predictions is not None]
 
+    trained_in = training_environment(run_dir)   # read once for every view
+
     def evaluate_view(view: str | None) -> list[dict]:
         t_view = time.time()
         chosen = elements.get(view)
@@ -113,8 +115,7 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
         save_npy(sims_file(run_dir, split, view), scores.numpy())
         RunEvaluation(kind="single", ensemble_size=1, dataset=payload["name"], split=split, view=view, config=cfg,
                       config_hash=ckpt["config_hash"], seed=ckpt["seed"], best_epoch=ckpt["best"], results=results,
-                      provenance={**provenance(device), **block_provenance(model),
-                                  "training": training_environment(run_dir)},
+                      provenance={**provenance(device), **block_provenance(model), "training": trained_in},
                       wall_seconds={"encode_and_score": (t_encoded - t_enc) + (t_score - t_view),
                                     "total": time.time() - t0}).write(eval_file(run_dir, split, view))
         for r in results:
