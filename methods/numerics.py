@@ -127,11 +127,21 @@ def apply_torch_settings(torch, environ: Mapping[str, str] = os.environ) -> dict
         if capability != PORTABLE_ATEN_CAPABILITY:
             raise HarnessError(f"portable numerics need a CPU with AVX2 (ATen runs {capability} kernels here); "
                                f"use numerics: native for this dataset on this host")
-        torch.use_deterministic_algorithms(True)
+        deterministic_algorithms(torch)
         torch.backends.cudnn.benchmark = False
         torch.backends.mkldnn.enabled = False   # oneDNN's blocking follows the host's caches (module doc)
         torch.set_num_threads(int(environ[ENV_THREADS]))
     return describe(torch, environ)
+
+
+def deterministic_algorithms(torch) -> None:
+    """``torch.use_deterministic_algorithms(True)``, without the import of ``torch._inductor`` that
+    call makes to set inductor's flag too (1.9 s per process, ~90 processes in the tests' DAG): the
+    harness never compiles a model. Where inductor is loaded already, the public call sets both."""
+    if "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(True)
+    else:
+        torch._C._set_deterministic_algorithms(True, warn_only=False)   # the public call's own setter
 
 
 def describe(torch, environ: Mapping[str, str] = os.environ) -> dict:

@@ -109,3 +109,30 @@ def test_numpy_runs_without_its_avx512_loops_in_portable_mode():
                          text=True, check=True).stdout
     found = out.split("'found':")[1].split("]")[0]
     assert "X86_V2" in out and "X86_V4" not in found and "AVX512" not in found
+
+
+def test_portable_settings_ask_for_deterministic_algorithms_as_torchs_own_call_does():
+    """The setter portable mode calls leaves torch in the state ``torch.use_deterministic_algorithms(True)``
+    leaves it (errors, not warnings, for a non-deterministic kernel), without importing inductor; a
+    process that loaded inductor gets the public call."""
+    script = textwrap.dedent("""
+        import json, sys, torch
+        from methods import numerics
+        state = lambda: [torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()]
+        fresh = state()
+        numerics.deterministic_algorithms(torch)
+        ours = state() + ["torch._inductor" in sys.modules]
+        torch._C._set_deterministic_algorithms(False)
+        import torch._inductor.config as inductor_config   # a process that loaded inductor
+        numerics.deterministic_algorithms(torch)
+        ours_loaded = state() + [inductor_config.deterministic]
+        torch._C._set_deterministic_algorithms(False); inductor_config.deterministic = False
+        torch.use_deterministic_algorithms(True)            # the public call, as the oracle
+        print(json.dumps({"fresh": fresh, "ours": ours, "ours_loaded": ours_loaded,
+                          "public": state() + [inductor_config.deterministic]}))
+    """)
+    out = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                                    check=True).stdout)
+    assert out["fresh"] == [False, False] and out["public"] == [True, False, True]
+    assert out["ours"] == out["public"][:2] + [False]   # the same state, inductor not imported
+    assert out["ours_loaded"] == out["public"]
