@@ -357,9 +357,9 @@ def test_claims_and_reproduction_reports_of_every_paper(tiny_dag):
 def test_report_holds_the_tables_and_figures_and_runs_carry_provenance(tiny_dag):
     proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "--report", "report.html")
     html = (tiny_dag / "report.html").read_text(errors="replace")
-    for name in ("table1_synthetic.csv", "sgraf_t1_synthetic.csv", "metric_learning_synthetic.png",
-                 "sgraf_saf_weights_synthetic.png", "reproduced_vs_reported_synthetic.png", "claims_sgraf_synthetic.csv",
-                 "claims_sgraf_synthetic.png", "sgraf_synthetic.md"):
+    for name in ("table1_synthetic.html", "sgraf_t1_synthetic.html", "metric_learning_synthetic.png",
+                 "sgraf_saf_weights_synthetic.png", "reproduced_vs_reported_synthetic.png", "summary_synthetic.html",
+                 "claims_sgraf_synthetic.png", "reports/sgraf_synthetic.html"):
         assert name in html, f"{name} missing from the report ({proc.stderr[-500:]})"
     for path in (tiny_dag / "results/synthetic/runs").glob("*/seed*/eval_test.json"):
         run = json.loads(path.read_text())

@@ -48,7 +48,7 @@ def test_rows_against_chance_and_the_claims_verdicts(tmp_path):
     s = spec(tmp_path, str(claims))
     write_json(tmp_path / "spec.json", s)
     summary.write_summary(argparse.Namespace(spec=str(tmp_path / "spec.json"), out_csv=str(tmp_path / "s.csv"),
-                                             out_md=str(tmp_path / "s.md")))
+                                             out_md=str(tmp_path / "s.md"), out_html=str(tmp_path / "s.html")))
     rows = pd.read_csv(tmp_path / "s.csv").set_index("row")
     # the mean over seeds, the population std, and the mean over chance, worked by hand
     assert rows.loc["good", "value"] == 305.0 and rows.loc["good", "value_std"] == 5.0
@@ -67,6 +67,8 @@ def test_rows_against_chance_and_the_claims_verdicts(tmp_path):
     assert "| t1 | a plateau | 0 1 | rsum 165.0 ± 145.0 | 10.4 | 25.5 | **did not train**: seed 0" in md
     assert "| good_beats_flat | `good.rsum > flat.rsum` | synthetic_test | +12.50 | +142.50 | – | undetermined: flat did not train (synthetic data) |" in md
     assert "Claims: 1 undetermined." in md and "standing in for flickr" in md
+    page = (tmp_path / "s.html").read_text()   # the same text, as a page
+    assert "<td><strong>did not train</strong>: seed 0" in page and "<code>good.rsum &gt; flat.rsum</code>" in page
 
 
 def test_the_plan_summarises_every_run_row_and_the_claims_tables():

@@ -25,6 +25,7 @@ from methods.cli import run_command
 from methods.errors import HarnessError
 from methods.io import write_text
 from methods.job_records import RuntimeSpec
+from methods.report.html import write_markdown
 
 SHARED = "shared"
 ALL = "all jobs"
@@ -161,7 +162,7 @@ def to_markdown(table: pd.DataFrame) -> str:
 def write_runtime(args) -> None:
     table = build(RuntimeSpec.read(args.spec))
     write_text(args.out_csv, to_csv(table))
-    write_text(args.out_md, to_markdown(table))
+    write_markdown(args.out_md, args.out_html, to_markdown(table))
 
 
 def _arguments(parser) -> None:
@@ -169,6 +170,7 @@ def _arguments(parser) -> None:
                                                       "rules in pipeline order, papers ([key, name] pairs)")
     parser.add_argument("--out-csv", required=True)
     parser.add_argument("--out-md", required=True)
+    parser.add_argument("--out-html", help="the same Markdown as a page (snakemake --report shows it inline)")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,6 +19,7 @@ from methods.job_records import RowAggregate, SummarySpec
 from methods.metrics.training_check import NOT_TRAINED, TRAINED, UNKNOWN, TrainingThresholds, row_training
 from methods.report.bootstrap import verdict_kind
 from methods.report.cells import escape_cell, number
+from methods.report.html import write_markdown
 
 COLUMNS = ("dataset", "paper", "table", "row", "label", "seeds", "ensemble_size", "protocol", "main_metric", "value",
            "value_std", "chance", "times_chance", "gain_share", "trained", "training_check")
@@ -125,13 +126,14 @@ def write_summary(args) -> None:
     rows = summary_rows(spec, aggregates)
     claims = {p.paper: pd.read_csv(p.claims) for p in spec.papers if p.claims}
     write_text(args.out_csv, rows.to_csv(index=False))
-    write_text(args.out_md, to_markdown(spec, rows, claims))
+    write_markdown(args.out_md, args.out_html, to_markdown(spec, rows, claims))
 
 
 def _arguments(parser) -> None:
     parser.add_argument("--spec", required=True, help="the summary spec (methods.plan.Plan.summary_spec)")
     parser.add_argument("--out-csv", required=True)
     parser.add_argument("--out-md", required=True)
+    parser.add_argument("--out-html", help="the same Markdown as a page (snakemake --report shows it inline)")
 
 
 def main(argv: list[str] | None = None) -> None:

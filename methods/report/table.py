@@ -48,6 +48,7 @@ from methods.report.environment import environment_lines, row_environment_text, 
 from methods.metrics.protocols import CHECKED_PROTOCOLS, STATISTICS_PROTOCOL, get_protocol
 from methods.metrics.declarations import METRICS, table_metrics, value_from
 from methods.metrics.training_check import NOT_TRAINED, TRAINED, UNKNOWN, TrainingThresholds, row_training, saturated
+from methods.report.html import write_markdown
 
 COLUMNS = ("table", "dataset", "row", "label", "ran", "paper", "protocol", "metric", "reproduced", "reproduced_std",
            "n_seeds", "seeds", "ensemble_size", "reported", "reported_std", "reported_computed",
@@ -552,13 +553,14 @@ def write_table(args) -> None:
     aggregates = {Path(p).stem: RowAggregate.read(p) for p in args.rows}
     rows = build_rows(spec, aggregates)
     write_text(args.out_csv, to_csv(rows))
-    write_text(args.out_md, to_markdown(spec, rows))
+    write_markdown(args.out_md, args.out_html, to_markdown(spec, rows))
 
 
 def _arguments(parser) -> None:
     parser.add_argument("--spec", required=True)
     parser.add_argument("--out-csv", required=True)
     parser.add_argument("--out-md", required=True)
+    parser.add_argument("--out-html", help="the same Markdown as a page (snakemake --report shows it inline)")
     parser.add_argument("rows", nargs="*", help="row aggregate JSONs, named <row id>.json (none for a reported-only row)")
 
 

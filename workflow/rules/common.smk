@@ -528,6 +528,28 @@ def claims_inputs(w):
             "rows": PLAN.claims_row_aggregates(w.paper, w.dataset)}   # their training checks
 
 
+def paper_name(w):
+    """The report category of a paper's results: its name ("SGRAF (Diao et al., AAAI 2021)")."""
+    return PLAN.papers[w.paper]
+
+
+def figure_paper_name(w):
+    """The report category of a paper figure: the name of the paper that declares it."""
+    return PLAN.papers[PLAN.figure(w.figure, w.dataset).paper]
+
+
+def paper_page_inputs(w):
+    """A paper's page: its reproduction report, its tables and claims table (Markdown), and its
+    figures on the dataset (those its file declares, then its claims figure)."""
+    claims = PLAN.paper_claims(w.paper, w.dataset, f"reports/{w.paper}_{w.dataset}.html")
+    return {"report": f"reports/{w.paper}_{w.dataset}.md",
+            "tables": [f"tables/{t}_{w.dataset}.md" for t in PLAN.report_tables(w.paper, w.dataset)],
+            "claims": [f"tables/claims_{w.paper}_{w.dataset}.md"] if claims else [],
+            "figures": [f"figures/{name}_{w.dataset}.png" for (name, d), fig in PLAN.figures.items()
+                        if d == w.dataset and fig.paper == w.paper]
+                       + ([f"figures/claims_{w.paper}_{w.dataset}.png"] if claims else [])}
+
+
 def report_inputs(w):
     # an unknown paper, or a dataset it has no table on: one line
     claims = PLAN.paper_claims(w.paper, w.dataset, f"reports/{w.paper}_{w.dataset}.md")

@@ -35,8 +35,10 @@ rule table:
     input:
         unpack(table_inputs),
     output:
-        csv=report("tables/{table}_{dataset}.csv", category="Tables", caption="../report/table.rst"),
+        csv="tables/{table}_{dataset}.csv",
         md="tables/{table}_{dataset}.md",
+        html=report("tables/{table}_{dataset}.html", category="Tables", subcategory="{dataset}",
+                    caption="../report/table.rst"),
     wildcard_constraints:
         # tables/runtime_<dataset>, tables/summary_<dataset>: their own rules; tables/claims_*: rule claims
         table=r"(?!runtime_[a-z0-9]+\.)(?!summary_[a-z0-9]+\.)(?!claims_)[a-z0-9_]+",
@@ -49,7 +51,7 @@ rule table:
         benchmark_file("table", "{table}_{dataset}")
     shell:
         logged("python -m methods.report.table --spec {input.spec} --out-csv {output.csv} --out-md {output.md} "
-               "{input.rows} ")
+               "--out-html {output.html} {input.rows} ")
 
 
 # The rows of the authors' released weights alone (tables/released/<table>_<dataset>), beside the
@@ -75,8 +77,10 @@ rule released_rows_table:
     input:
         unpack(released_table_inputs),
     output:
-        csv=report("tables/released/{table}_{dataset}.csv", category="Tables", caption="../report/table.rst"),
+        csv="tables/released/{table}_{dataset}.csv",
         md="tables/released/{table}_{dataset}.md",
+        html=report("tables/released/{table}_{dataset}.html", category="Released weights", subcategory="{dataset}",
+                    caption="../report/table.rst"),
     wildcard_constraints:
         table=r"[a-z0-9_]+",
     localrule: True
@@ -88,7 +92,7 @@ rule released_rows_table:
         benchmark_file("released_rows_table", "{table}_{dataset}")
     shell:
         logged("python -m methods.report.table --spec {input.spec} --out-csv {output.csv} --out-md {output.md} "
-               "{input.rows} ")
+               "--out-html {output.html} {input.rows} ")
 
 
 for _name in HARNESS["datasets"]:
@@ -139,7 +143,8 @@ rule paper_figure:
     input:
         unpack(figure_inputs),
     output:
-        report("figures/{figure}_{dataset}.png", category="Figures", caption="../report/figure.rst"),
+        report("figures/{figure}_{dataset}.png", category=figure_paper_name, subcategory="{dataset}",
+               caption="../report/figure.rst"),
     params:
         numerics=numerics_env_of(lambda d: 1),
         extra=figure_extra_args,
@@ -177,7 +182,7 @@ rule claims:
     input:
         unpack(claims_inputs),
     output:
-        csv=report("tables/claims_{paper}_{dataset}.csv", category="Claims", caption="../report/claims.rst"),
+        csv="tables/claims_{paper}_{dataset}.csv",   # in the paper's page (rule paper_page)
         md="tables/claims_{paper}_{dataset}.md",
     params:
         numerics=numerics_env_of(lambda d: 1),
@@ -202,7 +207,8 @@ rule claims_figure:
     input:
         "tables/claims_{paper}_{dataset}.csv",
     output:
-        report("figures/claims_{paper}_{dataset}.png", category="Claims", caption="../report/claims_figure.rst"),
+        report("figures/claims_{paper}_{dataset}.png", category=paper_name, subcategory="{dataset}",
+               caption="../report/claims_figure.rst"),
     localrule: True
     conda:
         CONDA_ENV
@@ -234,7 +240,7 @@ rule reproduction_report:
     input:
         unpack(report_inputs),
     output:
-        report("reports/{paper}_{dataset}.md", category="Reports", caption="../report/reproduction.rst"),
+        "reports/{paper}_{dataset}.md",   # in the paper's page (rule paper_page)
     localrule: True
     conda:
         CONDA_ENV
@@ -245,6 +251,28 @@ rule reproduction_report:
     shell:
         logged("python -m methods.report.reproduction --spec {input.spec} --out {output} "
                "--tables {input.tables} --table-specs {input.table_specs} --claims {input.claims} ")
+
+
+rule paper_page:
+    """A paper's page on a dataset for snakemake --report: its reproduction report, each of its tables
+    and its claims table, its figures beside them (methods.report.html)."""
+    input:
+        unpack(paper_page_inputs),
+    output:
+        report("reports/{paper}_{dataset}.html", category=paper_name, subcategory="{dataset}",
+               caption="../report/reproduction.rst"),
+    params:
+        title=lambda w: f"{PLAN.papers[w.paper]} on {w.dataset}",
+    localrule: True
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/paper_page/{{paper}}_{{dataset}}.log",
+    benchmark:
+        benchmark_file("paper_page", "{paper}_{dataset}")
+    shell:
+        logged("python -m methods.report.html --title {params.title:q} --out {output} "
+               "--markdown {input.report} {input.tables} {input.claims} --figures {input.figures} ")
 
 
 # What the run found on a dataset, paper by paper: each row's main metric against chance, whether
@@ -270,8 +298,9 @@ rule summary:
         spec=LAYOUT.summary_spec("{dataset}"),
         rows=lambda w: PLAN.summary_inputs(w.dataset),
     output:
-        md=report("tables/summary_{dataset}.md", category="Summary", caption="../report/summary.rst"),
+        md="tables/summary_{dataset}.md",
         csv="tables/summary_{dataset}.csv",
+        html=report("tables/summary_{dataset}.html", category="Summary", caption="../report/summary.rst"),
     localrule: True
     conda:
         CONDA_ENV
@@ -280,4 +309,5 @@ rule summary:
     benchmark:
         benchmark_file("summary", "{dataset}")
     shell:
-        logged("python -m methods.report.summary --spec {input.spec} --out-csv {output.csv} --out-md {output.md} ")
+        logged("python -m methods.report.summary --spec {input.spec} --out-csv {output.csv} --out-md {output.md} "
+               "--out-html {output.html} ")

@@ -22,8 +22,9 @@ rule runtime:
         spec=LAYOUT.runtime_spec("{dataset}"),
         benchmarks=lambda w: list(runtime_jobs(w.dataset)),
     output:
-        csv=report("tables/runtime_{dataset}.csv", category="Runtime", caption="../report/runtime.rst"),
+        csv="tables/runtime_{dataset}.csv",
         md="tables/runtime_{dataset}.md",
+        html=report("tables/runtime_{dataset}.html", category="Runtime", caption="../report/runtime.rst"),
     localrule: True
     conda:
         CONDA_ENV
@@ -32,4 +33,4 @@ rule runtime:
     benchmark:
         benchmark_file("runtime", "{dataset}")
     shell:
-        logged("python -m methods.report.runtime --spec {input.spec} --out-csv {output.csv} --out-md {output.md} ")
+        logged("python -m methods.report.runtime --spec {input.spec} --out-csv {output.csv} --out-md {output.md} --out-html {output.html} ")

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 # datasets whose data the DAG makes: the synthetic one and those generated from it (synthetic tags)
-RUNTIME_TABLES = [f"tables/runtime_{name}.md" for name in HARNESS["default_datasets"]
+RUNTIME_TABLES = [f"tables/runtime_{name}.{ext}" for name in HARNESS["default_datasets"] for ext in ("md", "html")
                   if data_kind(HARNESS["datasets"][name]) == "synthetic"]
 _RUNTIME_JOBS = {}
 
@@ -97,6 +97,7 @@ def runtime_jobs(dataset):
     for paper in PLAN.papers:   # reproduction reports, and the claims of the papers that state some here
         if dataset in PLAN.paper_datasets(paper):
             add("reproduction_report", {paper}, paper=paper, dataset=dataset)
+            add("paper_page", {paper}, paper=paper, dataset=dataset)
         if PLAN.claims.get((paper, dataset)):
             add("claims", {paper}, paper=paper, dataset=dataset)
             add("claims_figure", {paper}, paper=paper, dataset=dataset)
