@@ -153,12 +153,12 @@ def test_dry_run_of_configured_flickr_plans_the_paper_runs(tiny_dag):
     # its own short, small slot (datasets.synthetic.resources, from its measured peaks)
     asked = job_resources(proc)
     assert asked["train_flickr"] == {("32000", "1440", "1")} and asked["features_flickr"] == {("16000", "240", "1")}
-    assert asked["ensemble"] == {("16000", "60", None)}
+    assert asked["ensemble"] == {("16000", "60", "0")}
     proc = snakemake(tiny_dag, "-n", "-F", "tables/table1_synthetic.csv")   # the default config's resources
     asked = job_resources(proc)
     # the built-in data run portable numerics, on the CPU: no GPU asked for
     assert asked["train_synthetic"] == {("3000", "15", "0")} and asked["pretrain_backbone"] == {("3000", "15", "0")}
-    assert asked["vocab"] == {("2000", "5", None)} and asked["features_synthetic"] == {("2000", "10", "0")}
+    assert asked["vocab"] == {("2000", "5", "0")} and asked["features_synthetic"] == {("2000", "10", "0")}
 
 
 def test_dry_run_of_the_mvsa_supplement_tables_on_configured_flickr(tiny_dag):

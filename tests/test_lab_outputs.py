@@ -1,6 +1,7 @@
 """Results for a lab: on a machine with several GPUs each local job gets a GPU of its own; the
 SLURM profile sends jobs without a GPU to the CPU partition (or runs them on the submit host);
 and a retry re-runs only a failure a retry can pass, never a bad config or input."""
+import logging
 import re
 import shutil
 import subprocess
@@ -8,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+from snakemake_executor_plugin_slurm.partitions import get_best_partition, read_partition_file
 
 from methods import runtime
 from methods.errors import HarnessError, run_cli
@@ -231,9 +233,10 @@ def test_snakemake_retries_a_preempted_job_but_not_a_bad_input(tmp_path):
 
 # --- SLURM: jobs without a GPU never wait for the GPU partition ---------------------------------
 
-# Every rule of the tiny DAG and where the SLURM profile must run it: `gpu` on the profile's GPU
-# partition, `cpu` on config slurm_cpu_partition, `local` on the submit host. The built-in data run
-# portable numerics, on the CPU: their training, features and evaluations ask for no GPU.
+# Every rule of the tiny DAG and where the SLURM profile must run it: `gpu` on the GPU partition of
+# the profile's partitions.yaml, `cpu` on its CPU partition, `local` on the submit host. The
+# built-in data run portable numerics, on the CPU: their training, features and evaluations ask
+# for no GPU.
 EXPECTED_PLACEMENT = {
     "generate_synthetic": "cpu", "vocab": "cpu", "region_features": "cpu", "ensemble": "cpu",
     "synthetic_tags_source": "cpu", "import_multilabel": "cpu", "multilabel_precomp": "cpu",
@@ -242,11 +245,13 @@ EXPECTED_PLACEMENT = {
     "dataset_config": "local", "experiment_config": "local", "aggregate_row": "local", "table_spec": "local",
     "table": "local", "figure_spec": "local", "paper_figure": "local", "figure_reproduced_vs_reported": "local",
     "runtime_spec": "local", "runtime": "local", "claims": "cpu", "claims_spec": "local", "claims_figure": "local",
-    "report_spec": "local", "reproduction_report": "local", "summary_spec": "local", "summary": "local",
+    "report_spec": "local", "reproduction_report": "local", "paper_page": "local", "summary_spec": "local",
+    "summary": "local",
 }
 # local rules the default job plans no job of: the tables of the authors' released weights (none on
 # the built-in data); their import-and-evaluate rules (evaluate_released_<dataset>) run where training does
 RELEASED_LOCAL = {"released_rows_table_spec", "released_rows_table"}
+PROFILE = REPO / "workflow" / "profiles" / "slurm"
 
 
 def planned_jobs(dry_run_output: str) -> list[tuple[str, dict]]:
@@ -260,8 +265,21 @@ def planned_jobs(dry_run_output: str) -> list[tuple[str, dict]]:
     return jobs
 
 
+class PlannedJob:
+    """What the SLURM plugin's partition selection reads of a job: its name, resources and threads."""
+
+    class Resources(dict):
+        __getattr__ = dict.get
+
+    def __init__(self, rule: str, resources: dict):
+        self.name, self.threads = rule, 1
+        self.resources = self.Resources({k: int(v) if v.isdigit() else v.strip("'") for k, v in resources.items()})
+
+
 @pytest.mark.e2e
 def test_slurm_profile_sends_jobs_without_a_gpu_to_the_cpu_partition(tmp_path):
+    """The profile names no partition for a job: the plugin picks one from partitions.yaml, by what
+    the job asks for (its own selection code, on each planned job's resources)."""
     work = copy_workflow(tmp_path)
     shutil.copy(REPO / "tests" / "data" / "tiny.yaml", work / "tiny.yaml")
     # a dry run shows each job's resources but runs every rule locally: the local rules are read
@@ -277,7 +295,15 @@ def test_slurm_profile_sends_jobs_without_a_gpu_to_the_cpu_partition(tmp_path):
     # one view-evaluation rule per experiment with evaluation views (its name holds the experiment)
     jobs = [("evaluate_views_*" if rule.startswith("evaluate_views_") else rule, r) for rule, r in jobs]
     assert {rule for rule, _ in jobs} == set(EXPECTED_PLACEMENT)
+    assert all("slurm_partition" not in resources for _, resources in jobs)   # no rule, no profile default names one
+    partitions = read_partition_file(PROFILE / "partitions.yaml")
+    assert {p.name for p in partitions} == {"gpu", "cpu"}
+    logger = logging.getLogger("slurm-placement")
     for rule, resources in jobs:
         if EXPECTED_PLACEMENT[rule] != "local":
-            assert resources.get("slurm_partition") == EXPECTED_PLACEMENT[rule], (rule, resources)
-            assert (int(resources.get("gpu", 0)) > 0) == (EXPECTED_PLACEMENT[rule] == "gpu"), (rule, resources)
+            job = PlannedJob(rule, resources)
+            assert get_best_partition(partitions, job, logger) == EXPECTED_PLACEMENT[rule], (rule, resources)
+            assert (job.resources.get("gpu", 0) > 0) == (EXPECTED_PLACEMENT[rule] == "gpu"), (rule, resources)
+    # a job of real data asks for a GPU: only the GPU partition fits it
+    assert get_best_partition(partitions, PlannedJob("train_flickr", {"gpu": "1", "runtime": "1440",
+                                                                      "mem_mb": "32000"}), logger) == "gpu"

@@ -57,13 +57,16 @@ def test_slurm_profile_runs_a_target_on_a_real_cluster_with_local_results(local_
     shutil.rmtree(work / "results/synthetic/rows/resumetest")   # the row's aggregate of the run's seeds
     for table in work.glob(TARGET.replace(".csv", ".*")):
         table.unlink()
+    partitions = work / "partitions.yaml"
+    partitions.write_text("partitions:\n  debug: {max_gpu: 1}\n")
     cmd = [sys.executable, "-m", "snakemake", "--workflow-profile", "workflow/profiles/slurm",
            "--configfile", "tiny.yaml", "slurm.yaml",
            # slurm.yaml's resources change the jobs' thread settings (their params), not their inputs:
            # only what is missing or out of date runs again
            "--rerun-triggers", "mtime",
-           # the partition of this cluster, as a site would set it (README); small defaults for local rules
-           "--default-resources", "slurm_partition=debug", "mem_mb=1000", "runtime=10",
+           # the partitions of this cluster, as a site sets them (the profile's partitions.yaml; one
+           # partition here, with the fake GPU): the plugin picks each job's; small default resources
+           "--slurm-partition-config", str(partitions), "--default-resources", "mem_mb=1000", "runtime=10",
            "--slurm-init-seconds-before-status-checks", "5", "--seconds-between-status-checks", "3",
            "--latency-wait", "10", "--jobs", "2", TARGET]
     proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=1800)
@@ -75,6 +78,7 @@ def test_slurm_profile_runs_a_target_on_a_real_cluster_with_local_results(local_
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+) \(log: \S*/slurm_logs/rule_(\w+)/", proc.stderr)
     assert "train_synthetic" in {rule for _, rule in submitted}, proc.stderr[-3000:]
     assert re.search(r"slurm_extra='?--signal=USR1@300", proc.stderr)   # the training rules' request
+    assert "Auto-selected partition 'debug' for job train_synthetic" in proc.stderr   # from partitions.yaml
 
     assert read_rows(work / TARGET) == read_rows(tiny_dag / TARGET)
     slurm_eval = runs[0] / "seed0" / "eval_test.json"

@@ -160,13 +160,6 @@ def dataset_res(rule_name, key):
     return lambda w: dataset_resource(w.dataset, rule_name, key)
 
 
-def cpu_partition(gpus):
-    """For a job's resources: a job that uses no GPU goes to the SLURM partition config names for
-    them (slurm_cpu_partition), not to the profile's default (GPU) one; local runs ignore it."""
-    partition = HARNESS.get("slurm_cpu_partition")
-    return {"slurm_partition": partition} if gpus == 0 and partition else {}
-
-
 # Every rule that computes something writes a Snakemake benchmark (wall and CPU seconds, max RSS)
 # to {R}/benchmarks/<rule>/<the wildcards of its log path>.tsv; the runtime table reads them
 # (workflow/rules/runtime.smk). Left out: dataset_config, experiment_config, table_spec,

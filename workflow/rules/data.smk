@@ -32,7 +32,7 @@ rule generate_synthetic:
     resources:
         mem_mb=dataset_res("generate", "mem_mb"),
         runtime=dataset_res("generate", "runtime"),
-        **cpu_partition(res("generate", "gpus")),
+        gpu=res("generate", "gpus"),
     conda:
         CONDA_ENV
     log:
@@ -59,7 +59,7 @@ rule vocab:
     resources:
         mem_mb=dataset_res("vocab", "mem_mb"),
         runtime=dataset_res("vocab", "runtime"),
-        **cpu_partition(res("vocab", "gpus")),
+        gpu=res("vocab", "gpus"),
     conda:
         CONDA_ENV
     log:
@@ -92,7 +92,7 @@ rule synthetic_tags_source:
     resources:
         mem_mb=dataset_res("generate", "mem_mb"),
         runtime=dataset_res("generate", "runtime"),
-        **cpu_partition(res("generate", "gpus")),
+        gpu=res("generate", "gpus"),
     conda:
         CONDA_ENV
     log:
@@ -119,7 +119,7 @@ rule import_multilabel:
     resources:
         mem_mb=dataset_res("generate", "mem_mb"),
         runtime=dataset_res("generate", "runtime"),
-        **cpu_partition(res("generate", "gpus")),
+        gpu=res("generate", "gpus"),
     conda:
         CONDA_ENV
     log:
@@ -148,7 +148,7 @@ rule multilabel_precomp:
     resources:
         mem_mb=dataset_res("regions", "mem_mb"),
         runtime=dataset_res("regions", "runtime"),
-        **cpu_partition(res("regions", "gpus")),
+        gpu=res("regions", "gpus"),
     conda:
         CONDA_ENV
     log:
@@ -175,7 +175,7 @@ rule multilabel_region_classes:
     resources:
         mem_mb=dataset_res("regions", "mem_mb"),
         runtime=dataset_res("regions", "runtime"),
-        **cpu_partition(res("regions", "gpus")),
+        gpu=res("regions", "gpus"),
     conda:
         CONDA_ENV
     log:

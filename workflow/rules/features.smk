@@ -21,7 +21,6 @@ rule pretrain_backbone:
         mem_mb=dataset_res("train", "mem_mb"),
         runtime=dataset_res("train", "runtime"),
         gpu=PRETRAIN_GPUS,
-        **cpu_partition(PRETRAIN_GPUS),
     conda:
         CONDA_ENV
     log:
@@ -60,7 +59,6 @@ for _name, _ds in HARNESS["datasets"].items():
             mem_mb=dataset_resource(_name, "features", "mem_mb"),
             runtime=dataset_resource(_name, "features", "runtime"),
             gpu=dataset_gpus(_name, "features"),
-            **cpu_partition(dataset_gpus(_name, "features")),
         conda:
             CONDA_ENV
         log:
@@ -93,7 +91,7 @@ rule region_features:
     resources:
         mem_mb=dataset_res("regions", "mem_mb"),
         runtime=dataset_res("regions", "runtime"),
-        **cpu_partition(res("regions", "gpus")),
+        gpu=res("regions", "gpus"),
     conda:
         CONDA_ENV
     log:

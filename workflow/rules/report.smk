@@ -190,7 +190,7 @@ rule claims:
     resources:
         mem_mb=dataset_res("evaluate", "mem_mb"),
         runtime=dataset_res("evaluate", "runtime"),
-        **cpu_partition(0),  # score matrices and resampling: no GPU
+        gpu=0,  # score matrices and resampling: no GPU
     conda:
         CONDA_ENV
     log:

@@ -42,7 +42,6 @@ for _name in HARNESS["datasets"]:
             mem_mb=dataset_resource(_name, "train", "mem_mb"),
             runtime=dataset_resource(_name, "train", "runtime"),
             gpu=dataset_gpus(_name, "train"),
-            **cpu_partition(dataset_gpus(_name, "train")),
             # on SLURM, SIGUSR1 five minutes before the time limit: training writes a checkpoint
             # and stops, and the retry resumes from it (SIGTERM at the limit is handled the same way)
             slurm_extra="'--signal=USR1@300'",
@@ -91,7 +90,6 @@ for _name in HARNESS["datasets"]:
             mem_mb=dataset_resource(_name, "evaluate", "mem_mb"),
             runtime=dataset_resource(_name, "evaluate", "runtime"),
             gpu=dataset_gpus(_name, "evaluate"),
-            **cpu_partition(dataset_gpus(_name, "evaluate")),
         conda:
             CONDA_ENV
         log:
@@ -121,7 +119,7 @@ rule ensemble:
     resources:
         mem_mb=dataset_res("evaluate", "mem_mb"),
         runtime=dataset_res("evaluate", "runtime"),
-        **cpu_partition(0),  # averages score matrices: no GPU
+        gpu=0,  # averages score matrices: no GPU
     conda:
         CONDA_ENV
     log:
@@ -160,7 +158,6 @@ for _name in HARNESS["datasets"]:
                 mem_mb=dataset_resource(_name, "evaluate", "mem_mb"),
                 runtime=dataset_resource(_name, "evaluate", "runtime"),
                 gpu=dataset_gpus(_name, "evaluate"),
-                **cpu_partition(dataset_gpus(_name, "evaluate")),
             conda:
                 CONDA_ENV
             log:
