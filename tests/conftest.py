@@ -1,4 +1,3 @@
-import contextlib
 import json
 import os
 import shutil
@@ -19,7 +18,6 @@ from methods.config import deep_merge, load_harness_config, load_yaml
 from methods.data.tokenizers import PUNKT_SUBDIR
 from methods.io import torch_save
 from methods.metrics.coco_ids import package_caption_ids, package_caption_images
-from methods.plan import Plan
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -133,21 +131,9 @@ def fitting_weights(path: Path, arch: str) -> Path:
 
 TINY_DAG = "tiny_dag"
 TINY_DAG_INPUTS = "tiny_dag_inputs"
-
-
-def dag_inputs(work: Path) -> list[str]:
-    """What the session DAG builds first: the synthetic data's dataset config, vocabulary, CNN
-    features and regions of every split, and every run config, all that a test needs to train or
-    evaluate a model of its own on the tiny data. (Named as files: snakemake's --until stops on
-    this DAG with "Out of jobs ready to be started".)"""
-    with contextlib.chdir(work):   # the config's paper files, as the DAG reads them
-        plan = Plan(load_harness_config("config/config.yaml", load_yaml("tiny.yaml")))
-    r = Path(plan.cfg["results_dir"]) / "synthetic"
-    splits = ("train", "dev", "test")
-    return [str(r / "dataset.json"), str(r / "vocab.json"),
-            *(str(r / "features" / "resnet18_synthetic" / f"{s}_pooled.npy") for s in splits),
-            *(str(r / "precomp" / f"{s}_ims.npy") for s in splits),
-            *sorted(str(r / "runs" / exp / "config.json") for d, exp in plan.experiments if d == "synthetic")]
+# the rules whose jobs the session DAG runs first: the data, vocabularies, features, regions and
+# run configs, all that a test needs to train or evaluate a model of its own on the tiny data
+INPUT_RULES = ("dataset_config", "experiment_config", "vocab", "features_synthetic", "region_features")
 
 
 def _dag_part(item) -> int:
@@ -185,11 +171,11 @@ def tiny_dag_build(request, tmp_path_factory):
                 staging = copy_workflow(Path(tempfile.mkdtemp(dir=work.parent, prefix=".dag-")))
                 shutil.copy(REPO / "tests" / "data" / "tiny.yaml", staging / "tiny.yaml")
                 staging.rename(work)   # complete before it has its name
-                cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile=tiny.yaml"]   # = : targets may follow
+                cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "tiny.yaml"]
                 # first the inputs (`inputs` appears once they are built), then the rest; rc appears
                 # once snakemake has ended, complete (written, then renamed)
-                (work / "inputs.txt").write_text("\n".join(dag_inputs(work)) + "\n")
-                script = '"$@" $(cat inputs.txt) && touch inputs; "$@"; echo $? > rc.tmp && mv rc.tmp rc'
+                script = ('"$@" --until ' + " ".join(INPUT_RULES) + ' && touch inputs; '
+                          '"$@"; echo $? > rc.tmp && mv rc.tmp rc')
                 with open(work / "snakemake.out", "w") as out:
                     proc = subprocess.Popen(["sh", "-c", script, "sh", *cmd],
                                             cwd=work, env=local_snakemake_env(), stdout=out, stderr=subprocess.STDOUT,
@@ -238,7 +224,7 @@ def tiny_dag(tiny_dag_build, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_dag_inputs(tiny_dag_build, tmp_path_factory):
-    """The folder of the session DAG once its inputs are built (``dag_inputs``: data, vocabulary,
+    """The folder of the session DAG once its inputs are built (``INPUT_RULES``: data, vocabularies,
     features, regions, run configs), while the rest of it may still run: for tests that train or
     evaluate models of their own on those inputs and read nothing else of it."""
     return _wait_for_dag(dag_build_folder(tmp_path_factory), "inputs")
