@@ -130,22 +130,13 @@ def fitting_weights(path: Path, arch: str) -> Path:
 
 
 TINY_DAG = "tiny_dag"
-TINY_DAG_INPUTS = "tiny_dag_inputs"
-# the rules whose jobs the session DAG runs first: the data, vocabularies, features, regions and
-# run configs, all that a test needs to train or evaluate a model of its own on the tiny data
-INPUT_RULES = ("dataset_config", "experiment_config", "vocab", "features_synthetic", "region_features")
-
-
-def _dag_part(item) -> int:
-    names = getattr(item, "fixturenames", ())
-    return 2 if TINY_DAG in names else 1 if TINY_DAG_INPUTS in names else 0
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
-    """The tests of the session DAG run last, those of its inputs before them: the DAG builds in the
-    background meanwhile (``tiny_dag_build``), its inputs first, beside the other tests."""
-    items.sort(key=_dag_part)   # stable: order kept within each part
+    """The tests of the session DAG run last: the DAG builds in the background meanwhile
+    (``tiny_dag_build``), beside the other tests."""
+    items.sort(key=lambda item: TINY_DAG in getattr(item, "fixturenames", ()))   # stable: order kept within each part
 
 
 def shared_temp(tmp_path_factory) -> Path:
@@ -164,7 +155,7 @@ def tiny_dag_build(request, tmp_path_factory):
     """Starts the whole default DAG on the tiny synthetic dataset as the session begins, when a
     collected test needs it: once for all workers (the first to come launches it, detached; it
     writes its exit status to ``rc``). ``tiny_dag`` waits for it."""
-    if any(_dag_part(item) for item in request.session.items):
+    if any(TINY_DAG in getattr(item, "fixturenames", ()) for item in request.session.items):
         work = dag_build_folder(tmp_path_factory)
         with FileLock(str(work) + ".lock"):
             if not work.exists():
@@ -172,12 +163,9 @@ def tiny_dag_build(request, tmp_path_factory):
                 shutil.copy(REPO / "tests" / "data" / "tiny.yaml", staging / "tiny.yaml")
                 staging.rename(work)   # complete before it has its name
                 cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "tiny.yaml"]
-                # first the inputs (`inputs` appears once they are built), then the rest; rc appears
-                # once snakemake has ended, complete (written, then renamed)
-                script = ('"$@" --until ' + " ".join(INPUT_RULES) + ' && touch inputs; '
-                          '"$@"; echo $? > rc.tmp && mv rc.tmp rc')
                 with open(work / "snakemake.out", "w") as out:
-                    proc = subprocess.Popen(["sh", "-c", script, "sh", *cmd],
+                    # rc appears once snakemake has ended, complete (written, then renamed)
+                    proc = subprocess.Popen(["sh", "-c", '"$@"; echo $? > rc.tmp && mv rc.tmp rc', "sh", *cmd],
                                             cwd=work, env=local_snakemake_env(), stdout=out, stderr=subprocess.STDOUT,
                                             start_new_session=True)   # its own process group: stopped as one
                 (work / "pgid").write_text(str(proc.pid))
@@ -204,27 +192,15 @@ def pytest_sessionfinish(session, exitstatus):
         stop_dag_build(dag_build_folder(session.config._tmp_path_factory))   # the workers' parent folder
 
 
-def _wait_for_dag(work: Path, done: str) -> Path:
-    """``work`` once the DAG build has written ``done`` (``inputs``, ``rc``); a failed build fails the test."""
-    rc, deadline = work / "rc", time.monotonic() + 1800
-    while not (work / done).exists() and not rc.exists():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the tiny DAG ({work}) did not write {done} within 1800 s")
-        time.sleep(1)
-    if not (work / done).exists() or (rc.exists() and rc.read_text().strip() != "0"):
-        raise AssertionError(f"the tiny DAG failed ({work}):\n{(work / 'snakemake.out').read_text()[-8000:]}")
-    return work
-
-
 @pytest.fixture(scope="session")
 def tiny_dag(tiny_dag_build, tmp_path_factory):
     """The whole default DAG run once on the tiny synthetic dataset."""
-    return _wait_for_dag(dag_build_folder(tmp_path_factory), "rc")
-
-
-@pytest.fixture(scope="session")
-def tiny_dag_inputs(tiny_dag_build, tmp_path_factory):
-    """The folder of the session DAG once its inputs are built (``INPUT_RULES``: data, vocabularies,
-    features, regions, run configs), while the rest of it may still run: for tests that train or
-    evaluate models of their own on those inputs and read nothing else of it."""
-    return _wait_for_dag(dag_build_folder(tmp_path_factory), "inputs")
+    work = dag_build_folder(tmp_path_factory)
+    rc, deadline = work / "rc", time.monotonic() + 1800
+    while not rc.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the tiny DAG ({work}) did not finish within 1800 s")
+        time.sleep(1)
+    if rc.read_text().strip() != "0":
+        raise AssertionError(f"the tiny DAG failed ({work}):\n{(work / 'snakemake.out').read_text()[-8000:]}")
+    return work

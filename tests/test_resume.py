@@ -28,12 +28,12 @@ def train_cmd(work, exp, run_dir):
     ("vsrn", "smooth_ap", None, None, signal.SIGKILL, None),
     ("sgraf", "triplet_hardest", ["sgr", "saf"], None, signal.SIGKILL, None),
     ("sgraf", "triplet_hardest", ["sgr", "saf"], 2, signal.SIGTERM, 5)])
-def test_stopped_then_rerun_equals_uninterrupted(tiny_dag_inputs, tmp_path, model, loss, heads, batch_size, sig, buckets):
+def test_stopped_then_rerun_equals_uninterrupted(tiny_dag, tmp_path, model, loss, heads, batch_size, sig, buckets):
     """A frozen-CNN VSE++ run on caption batches, VSRN with SmoothAP on image batches, and SGRAF
     trained jointly (dropout, BatchNorm over pairs, two heads), killed without warning; and SGRAF
     on length-bucketed batches sent SIGTERM inside an epoch of 100 steps, which must checkpoint
     there and resume there (the same batches in the same order)."""
-    cfg = next(c for c in (json.loads(p.read_text()) for p in (tiny_dag_inputs / "results/synthetic/runs").glob("*/config.json"))
+    cfg = next(c for c in (json.loads(p.read_text()) for p in (tiny_dag / "results/synthetic/runs").glob("*/config.json"))
                if c["model"]["kind"] == model and c["loss"]["kind"] == loss and len(c["training"]["stages"]) == 1
                and c["model"].get("heads") == heads and (batch_size is None or c["training"]["batch_size"] == batch_size))
     cfg["training"]["stages"][0]["epochs"] = 30 if sig == signal.SIGKILL else 3
@@ -43,11 +43,11 @@ def test_stopped_then_rerun_equals_uninterrupted(tiny_dag_inputs, tmp_path, mode
 
     # the uninterrupted run and the one to stop run side by side (one thread each, two cores)
     straight = tmp_path / "straight"
-    straight_proc = subprocess.Popen(train_cmd(tiny_dag_inputs, exp, straight), cwd=tiny_dag_inputs, stdout=subprocess.PIPE,
+    straight_proc = subprocess.Popen(train_cmd(tiny_dag, exp, straight), cwd=tiny_dag, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
     try:
         killed = tmp_path / "killed"
-        proc = subprocess.Popen(train_cmd(tiny_dag_inputs, exp, killed), cwd=tiny_dag_inputs, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(train_cmd(tiny_dag, exp, killed), cwd=tiny_dag, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         last = killed / "checkpoints" / "last.pt"
         deadline = time.time() + 120
@@ -63,7 +63,7 @@ def test_stopped_then_rerun_equals_uninterrupted(tiny_dag_inputs, tmp_path, mode
             assert re.search(r"received SIGTERM: checkpoint written at stage 'train' epoch 2 after step \d+ ", stopped_output), \
                 stopped_output[-2000:]
             assert torch.load(last, weights_only=True)["step"] > 0
-        out = subprocess.run(train_cmd(tiny_dag_inputs, exp, killed), cwd=tiny_dag_inputs, check=True, capture_output=True, text=True)
+        out = subprocess.run(train_cmd(tiny_dag, exp, killed), cwd=tiny_dag, check=True, capture_output=True, text=True)
     finally:
         straight_output, _ = straight_proc.communicate()
     assert straight_proc.returncode == 0, straight_output[-3000:]

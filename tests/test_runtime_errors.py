@@ -35,19 +35,19 @@ def written_files(run_dir):
     return sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file()) if run_dir.exists() else []
 
 
-def test_nan_loss_stops_with_stage_epoch_and_step(tiny_dag_inputs, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tiny_dag_inputs)
+def test_nan_loss_stops_with_stage_epoch_and_step(tiny_dag, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tiny_dag)
     monkeypatch.setattr("methods.losses.ranking.build_loss",
                         lambda loss_cfg, epoch: (lambda scores, positives: scores.sum() * float("nan")))
-    args, run_dir = vsepp_frozen_args(tiny_dag_inputs, tmp_path)
+    args, run_dir = vsepp_frozen_args(tiny_dag, tmp_path)
     err = run_expecting_error(args, capsys)
     assert re.search(r"error: loss is nan at stage '\w+' epoch 1 step 1; stopping \(last good checkpoint: \S+last.pt\)", err), err
     assert written_files(run_dir) == []
 
 
-def test_corrupt_checkpoint_of_a_rerun_is_named(tiny_dag_inputs, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tiny_dag_inputs)
-    args, run_dir = vsepp_frozen_args(tiny_dag_inputs, tmp_path)
+def test_corrupt_checkpoint_of_a_rerun_is_named(tiny_dag, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tiny_dag)
+    args, run_dir = vsepp_frozen_args(tiny_dag, tmp_path)
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "checkpoints/last.pt").write_bytes(b"\x80\x02half a checkpoint")
     err = run_expecting_error(args, capsys)
@@ -56,9 +56,9 @@ def test_corrupt_checkpoint_of_a_rerun_is_named(tiny_dag_inputs, tmp_path, monke
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible here")
-def test_gpu_asked_for_but_absent(tiny_dag_inputs, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tiny_dag_inputs)
-    args, run_dir = vsepp_frozen_args(tiny_dag_inputs, tmp_path, device="cuda")
+def test_gpu_asked_for_but_absent(tiny_dag, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tiny_dag)
+    args, run_dir = vsepp_frozen_args(tiny_dag, tmp_path, device="cuda")
     err = run_expecting_error(args, capsys)
     assert "error: device: cuda was asked for (config 'device: cuda') but no GPU is visible" in err
     assert written_files(run_dir) == []

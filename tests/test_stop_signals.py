@@ -82,7 +82,7 @@ def test_a_command_stopped_before_it_writes_says_nothing_was_written(tmp_path):
 
 
 @pytest.mark.e2e
-def test_features_job_stopped_mid_split_leaves_no_reserved_file(tiny_dag_inputs, tmp_path):
+def test_features_job_stopped_mid_split_leaves_no_reserved_file(tiny_dag, tmp_path):
     """The features job reserves its output arrays' disk space before it reads an image: stopped
     while reading (images held by a slow reader), it removes them and names each."""
     out = tmp_path / "features"
@@ -104,28 +104,28 @@ def test_features_job_stopped_mid_split_leaves_no_reserved_file(tiny_dag_inputs,
         main(["--dataset-config", "results/synthetic/dataset.json", "--backbone", "resnet18_synthetic",
               "--split", "test", "--out-dir", {str(out)!r}, "--device", "cpu", "--threads", "1"])
     """
-    proc = stop_when_ready(script, tiny_dag_inputs, signal.SIGTERM)
+    proc = stop_when_ready(script, tiny_dag, signal.SIGTERM)
     assert proc.returncode == 2
     lines = error_lines(proc.stderr)
     assert len(lines) == 1 and lines[0].startswith("error: received SIGTERM while running -c: stopped; removed "), lines
-    layers = json.loads((tiny_dag_inputs / "results/synthetic/dataset.json").read_text())["dataset"]["features"]["grid_layers"]
+    layers = json.loads((tiny_dag / "results/synthetic/dataset.json").read_text())["dataset"]["features"]["grid_layers"]
     for name in ["pooled", *layers]:
         assert str(out / f"test_{name}.npy") in lines[0]
     assert hidden_temporaries(out) == [] and list(out.iterdir()) == []
 
 
 @pytest.mark.e2e
-def test_training_job_stopped_while_writing_its_scores_leaves_no_partial_file(tiny_dag_inputs, tmp_path):
+def test_training_job_stopped_while_writing_its_scores_leaves_no_partial_file(tiny_dag, tmp_path):
     """Stopped during its evaluation (after training, outside the training loop's checkpointing),
     a training job removes the score matrix it was writing; the trained model stays, and the
     evaluation's outputs are not there."""
-    cfg = next(c for c in (json.loads(p.read_text()) for p in (tiny_dag_inputs / "results/synthetic/runs").glob("vsepp-*/config.json"))
+    cfg = next(c for c in (json.loads(p.read_text()) for p in (tiny_dag / "results/synthetic/runs").glob("vsepp-*/config.json"))
                if len(c["training"]["stages"]) == 1)
     cfg["training"]["stages"][0]["epochs"] = 1
     exp = tmp_path / "exp.json"
     exp.write_text(json.dumps(cfg))
     run_dir = tmp_path / "run"
-    r = tiny_dag_inputs / "results/synthetic"
+    r = tiny_dag / "results/synthetic"
     script = f"""
         import time
         import numpy as np
@@ -143,7 +143,7 @@ def test_training_job_stopped_while_writing_its_scores_leaves_no_partial_file(ti
               "--vocab", {str(r / 'vocab.json')!r}, "--device", "cpu", "--threads", "1", "--no-progress",
               "--evaluate", "test"])
     """
-    proc = stop_when_ready(script, tiny_dag_inputs, signal.SIGTERM)
+    proc = stop_when_ready(script, tiny_dag, signal.SIGTERM)
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert lines == [f"error: received SIGTERM while running -c: stopped; removed the unfinished "

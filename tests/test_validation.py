@@ -140,10 +140,10 @@ CASES = [case_unknown_table, case_unknown_method, case_hyperparameter_type, case
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.__name__[5:] for c in CASES])
-def test_bad_input_stops_the_dag_before_any_job(tiny_dag_inputs, tmp_path, case):
+def test_bad_input_stops_the_dag_before_any_job(tiny_dag, tmp_path, case):
     work = copy_workflow(tmp_path)
     shutil.copy(REPO / "tests/data/tiny.yaml", work / "tiny.yaml")
-    cfg, target, message = case(work, make_flickr(tiny_dag_inputs, work))
+    cfg, target, message = case(work, make_flickr(tiny_dag, work))
     (work / "case.yaml").write_text(yaml.safe_dump(cfg))
     for dry in (True, False):  # planning and running fail alike, before anything is written
         proc = snakemake(work, target, *(["-n"] if dry else []), "--configfile", "tiny.yaml", "case.yaml", check=False)
@@ -155,11 +155,11 @@ def test_bad_input_stops_the_dag_before_any_job(tiny_dag_inputs, tmp_path, case)
         assert not (work / "results").exists() and not (work / "tables").exists()
 
 
-def test_the_good_flickr_layout_passes_the_checks(tiny_dag_inputs, tmp_path):
+def test_the_good_flickr_layout_passes_the_checks(tiny_dag, tmp_path):
     """The control: the same layout unchanged, and a vocabulary built from its training captions."""
     work = copy_workflow(tmp_path)
     shutil.copy(REPO / "tests/data/tiny.yaml", work / "tiny.yaml")
-    cfg = make_flickr(tiny_dag_inputs, work)
+    cfg = make_flickr(tiny_dag, work)
     cfg["datasets"]["flickr"]["vocab"] = str(flickr_vocab(work))
     (work / "case.yaml").write_text(yaml.safe_dump(cfg))
     snakemake(work, "tables/table1_flickr.csv", "-n", "--configfile", "tiny.yaml", "case.yaml")
