@@ -81,6 +81,11 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
+def table_starts(lines: list[str], i: int) -> bool:
+    """Whether a pipe table starts at line ``i``: a row, then its rule line."""
+    return lines[i].lstrip().startswith("|") and i + 1 < len(lines) and bool(TABLE_RULE.match(lines[i + 1].strip()))
+
+
 def markdown_to_html(markdown: str) -> str:
     """The HTML of the Markdown the harness writes (module doc)."""
     lines = markdown.splitlines()
@@ -94,7 +99,7 @@ def markdown_to_html(markdown: str) -> str:
             level, text = len(m.group(1)), m.group(2).strip()
             out.append(f'<h{level} id="{slug(text)}">{inline(text)}</h{level}>\n')
             i += 1
-        elif line.lstrip().startswith("|") and i + 1 < len(lines) and TABLE_RULE.match(lines[i + 1].strip()):
+        elif table_starts(lines, i):
             j = i + 2
             while j < len(lines) and lines[j].lstrip().startswith("|"):
                 j += 1
@@ -116,9 +121,7 @@ def markdown_to_html(markdown: str) -> str:
         else:
             paragraph = []
             while (i < len(lines) and lines[i].strip() and not HEADING.match(lines[i])
-                   and not BULLET.match(lines[i]) and not NUMBERED.match(lines[i])
-                   and not (lines[i].lstrip().startswith("|") and i + 1 < len(lines)
-                            and TABLE_RULE.match(lines[i + 1].strip()))):
+                   and not BULLET.match(lines[i]) and not NUMBERED.match(lines[i]) and not table_starts(lines, i)):
                 paragraph.append(inline(lines[i].strip()))
                 i += 1
             out.append("<p>" + "<br>\n".join(paragraph) + "</p>\n")
@@ -138,7 +141,7 @@ def page(title: str, sections: list[tuple[str | None, str]], figures: list[Path]
     from), the figures in a column beside them."""
     body = "".join((f'<section class="source" data-source="{html.escape(source)}">\n' if source else "<section>\n")
                    + markdown_to_html(markdown) + "</section>\n" for source, markdown in sections)
-    aside = f"<aside>\n{''.join(figure_html(Path(f)) for f in figures)}</aside>\n" if figures else ""
+    aside = f"<aside>\n{''.join(figure_html(f) for f in figures)}</aside>\n" if figures else ""
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>{html.escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
             f"<main class=\"{'' if figures else 'text-only'}\">\n<div>\n{body}</div>\n{aside}</main>\n</body>\n</html>\n")
