@@ -26,7 +26,7 @@ def _ensemble(args) -> None:
     members = [RunEvaluation.read(eval_file(r, args.split)) for r in runs]
     # an ensemble has a score matrix and no label predictions: label-prediction protocols are its members' own
     protocols = [p for p in payload["dataset"]["protocols"] if get_protocol(p).relevance != "label_predictions"]
-    results = evaluate_split(sims, protocols, args.split, relevances)
+    results = evaluate_split(sims, protocols, args.split, relevances, payload["dataset"])
     EnsembleEvaluation(
         kind="ensemble", ensemble_size=len(runs), dataset=payload["name"], split=args.split,
         members=[{"run_dir": str(r), "config_hash": m.config_hash, "seed": m.seed,

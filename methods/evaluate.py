@@ -107,7 +107,7 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
             img, txt, chosen["image_elements"], chosen["text_elements"])
         scores = api.score(model, sel_img, sel_txt, amp=amp)
         t_score = time.time()
-        results = evaluate_split(scores, scored_protocols, split, split_relevance)
+        results = evaluate_split(scores, scored_protocols, split, split_relevance, ds)
         # statistics describe the model's whole sets: a view of some elements reports its metrics only
         statistics = model.evaluation_statistics(img, txt) if view is None else {}
         if statistics:

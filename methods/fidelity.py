@@ -122,6 +122,17 @@ def stand_in_deviation(dataset: str, ds_cfg: dict, image_input: str, model_cfg: 
                      "a run without the real data; its numbers are not comparable with the reported ones")
 
 
+def smoke_deviation(dataset: str, ds_cfg: dict) -> Deviation:
+    """What a smoke run changes for a row (``datasets.<name>.smoke``): its data and its training."""
+    smoke = ds_cfg["smoke"]
+    return Deviation("smoke_run", f"trains and tests on all of {smoke['of']}",
+                     f"the {dataset} smoke run: the first {smoke['train_images']} training images and the first "
+                     f"{smoke['eval_images']} of every other split, each training stage at most {smoke['epochs']} "
+                     f"epochs of at most {smoke['batches_per_epoch']} batches",
+                     "a check that every job runs on the dataset's files, before the real run; its numbers are not "
+                     "comparable with the reported ones")
+
+
 def config_value(cfg: dict, switch: Switch, where: str) -> object:
     try:
         return dotted_value(cfg, switch.key)

@@ -14,11 +14,12 @@ from tests.records import run_evaluation
 
 
 def test_verdicts():
-    assert verdict(52.0, 52.9, False, 1, 1, 2.0) == "within"
-    assert verdict(50.0, 52.9, False, 1, 1, 2.0) == "outside"
-    assert verdict(52.9, 52.9, True, 1, 1, 2.0) == "not comparable (synthetic data)"
-    assert verdict(70.0, 71.3, False, 1, 2, 2.0) == "not comparable (ensemble of 2 vs 1)"
-    assert verdict(70.0, None, False, 1, None, 2.0) == "not reported"
+    assert verdict(52.0, 52.9, None, 1, 1, 2.0) == "within"
+    assert verdict(50.0, 52.9, None, 1, 1, 2.0) == "outside"
+    assert verdict(52.9, 52.9, "synthetic data", 1, 1, 2.0) == "not comparable (synthetic data)"
+    assert verdict(52.9, 52.9, "smoke run", 1, 1, 2.0) == "not comparable (smoke run)"
+    assert verdict(70.0, 71.3, None, 1, 2, 2.0) == "not comparable (ensemble of 2 vs 1)"
+    assert verdict(70.0, None, None, 1, None, 2.0) == "not reported"
 
 
 def _eval(seed, r1):

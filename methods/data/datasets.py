@@ -62,8 +62,20 @@ def payload_tokenizer(payload: dict) -> Tokenizer:
     return Tokenizer.from_dataset(payload["dataset"], payload["paths"].get("nltk_data"), f"datasets.{payload['name']}")
 
 
+def smoke_limit(ds_cfg: dict, split: str) -> int | None:
+    """How many first images of harness split ``split`` a smoke run reads (``datasets.<name>.smoke``,
+    set on ``<name>-smoke``): ``train_images`` of the train split, ``eval_images`` of the others;
+    None for every other dataset (all images)."""
+    smoke = ds_cfg.get("smoke")
+    if smoke is None:
+        return None
+    return smoke["train_images"] if split == "train" else smoke["eval_images"]
+
+
 def payload_splits(payload: dict, names: list[str]) -> dict[str, Split]:
     """The named harness splits of the dataset a payload describes (Karpathy file parsed once),
-    each with the dataset's ``texts_per_image``."""
-    return load_splits(payload["paths"]["karpathy_json"], {n: payload["dataset"]["splits"][n] for n in names},
-                       payload["dataset"]["texts_per_image"])
+    each with the dataset's ``texts_per_image``; a smoke run's, its first images (``smoke_limit``)."""
+    splits = load_splits(payload["paths"]["karpathy_json"], {n: payload["dataset"]["splits"][n] for n in names},
+                         payload["dataset"]["texts_per_image"])
+    limits = {n: smoke_limit(payload["dataset"], n) for n in names}
+    return {n: s if limits[n] is None else s.head(limits[n]) for n, s in splits.items()}

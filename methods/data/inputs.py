@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from methods.data.datasets import dataset_paths, payload_splits
+from methods.data.datasets import dataset_paths, payload_splits, smoke_limit
 from methods.data.karpathy import Split
 from methods.data.precomp import LAYOUT as PRECOMP_LAYOUT
 from methods.data.precomp import check_npy_header, open_precomp
@@ -231,6 +231,11 @@ class RegionInput(ImageInput):
         n_regions, dim = region_shape(payload["dataset"])
         texts_per_image = payload["dataset"]["texts_per_image"]
         ims, captions, step = open_precomp(directory, split, n_regions, dim, texts_per_image)
+        all_images = n_images = ims.shape[0] // step
+        limit = smoke_limit(payload["dataset"], split)
+        if limit is not None:   # a smoke run: the first images (rows in the Karpathy file's order) and their texts
+            n_images = min(limit, all_images)
+            ims, captions = ims[:n_images * step], captions[:n_images * texts_per_image]
         features = CachedImageFeatures(ims, step)
         # the labels come from the Karpathy file (the captions here are the precomputed ones); only a
         # model with a label head (model.n_classes) reads them, and COCO's file takes seconds to parse
@@ -238,7 +243,8 @@ class RegionInput(ImageInput):
                   else None)
         classes = None
         if reads_region_classes(model_cfg, split):
-            classes = open_region_classes(Path(directory) / f"{split}_region_classes.npy", len(features), n_regions)
+            classes = open_region_classes(Path(directory) / f"{split}_region_classes.npy", all_images,
+                                          n_regions)[:n_images]
         return SplitData(split, captions, features, None, texts_per_image, labels, classes)
 
 

@@ -39,6 +39,16 @@ class Split:
     def __len__(self) -> int:
         return len(self.filenames)
 
+    def head(self, n: int) -> Split:
+        """The split's first ``n`` images (all of them when it has fewer) with their texts."""
+        if n >= len(self):
+            return self
+        t = self.texts_per_image
+        return Split(self.name, self.filenames[:n], self.image_ids[:n], self.captions[:n * t], t,
+                     None if self.labels is None else self.labels[:n],
+                     None if self.coco_ids is None else self.coco_ids[:n],
+                     None if self.caption_keys is None else self.caption_keys[:n * t])
+
 
 @dataclass(frozen=True)
 class SplitIndex:

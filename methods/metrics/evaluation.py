@@ -24,7 +24,7 @@ from methods.metrics.eccv_caption import split_coco_ids
 from methods.metrics.implementations import evaluate
 from methods.metrics.label_prediction import LabelPredictions
 from methods.metrics.label_ranking import chance_ndcg
-from methods.metrics.protocols import MAIN_METRICS, Protocol, get_protocol
+from methods.metrics.protocols import MAIN_METRICS, Protocol, dataset_protocol, get_protocol
 from methods.metrics.relevance import CaptionsOfImage, ExtendedPositives, SharedLabels
 from methods.metrics.retrieval import chance_recalls
 from methods.metrics.training_check import measure
@@ -44,12 +44,13 @@ if set(MAIN_METRIC_CHANCE) != set(MAIN_METRICS):   # the protocols accept exactl
 
 
 def evaluate_split(scores: torch.Tensor | np.ndarray, protocols: list[str], split: str,
-                   relevances: dict | None = None) -> list[dict]:
+                   relevances: dict | None = None, dataset: dict | None = None) -> list[dict]:
     """Results of every protocol (of ``protocols``, a dataset's list) that evaluates ``split``;
-    ``relevances``: relevance kind -> relevance (``split_relevances``), default captions_of_image."""
+    ``relevances``: relevance kind -> relevance (``split_relevances``), default captions_of_image;
+    ``dataset``: the dataset's config (a smoke run's protocols take its sub-sampled split)."""
     relevances = relevances or {}
-    return [evaluate_protocol(scores, get_protocol(p), relevances.get(get_protocol(p).relevance_key))
-            for p in protocols if get_protocol(p).split == split]
+    chosen = [dataset_protocol(p, dataset or {}) for p in protocols]
+    return [evaluate_protocol(scores, p, relevances.get(p.relevance_key)) for p in chosen if p.split == split]
 
 
 def split_relevances(payload: dict, split: str) -> dict:

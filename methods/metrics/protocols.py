@@ -10,7 +10,7 @@ splits against them (``check_split_sizes``, ``check_coco_ids``); ``methods.metri
 evaluates them."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from methods.errors import HarnessError
 from methods.metrics.coco_ids import split_coco_id_arrays
@@ -203,6 +203,13 @@ def statistics_result(statistics: dict[str, float], split: str, n_images: int) -
 
 def get_protocol(name: str) -> Protocol:
     return PROTOCOLS.get(name)
+
+
+def dataset_protocol(name: str, ds_cfg: dict) -> Protocol:
+    """Protocol ``name`` as a dataset evaluates it: a smoke run (``ds_cfg['smoke']``) evaluates it on
+    the first images of its split, however many, in its folds."""
+    protocol = get_protocol(name)
+    return replace(protocol, n_images=None) if "smoke" in ds_cfg else protocol
 
 
 def check_split_sizes(dataset: str, protocols: list[str], split_sizes: dict[str, int], where: str) -> None:

@@ -9,18 +9,28 @@ from pathlib import Path
 from methods import numerics
 from methods.config import REPO_ROOT, config_hash, dotted_to_nested, load_yaml, validate, validate_layer
 from methods.errors import HarnessError
-from methods.fidelity import merge_ledgers, row_ledger, source_ledger, stand_in_deviation, tokenizer_deviation
+from methods.fidelity import (merge_ledgers, row_ledger, smoke_deviation, source_ledger, stand_in_deviation,
+                              tokenizer_deviation)
 from methods.metrics.declarations import base_metrics, check_claimable
 from methods.metrics.protocols import STATISTICS_PROTOCOL, get_protocol
 from methods.model_kinds import MODEL_KINDS, DescribeContext, describe_run
 from methods.model_kinds.element_views import check_elements, view_name
 from methods.paths import ResultsLayout
-from methods.plan.datasets import data_kind, reported_dataset, reported_shown, stand_in_protocols
+from methods.plan.datasets import data_kind, reported_dataset, reported_shown, source_dataset, stand_in_protocols
 from methods.plan.method_files import check_method_file, load_method_file, model_kind, resolve_method_config
 from methods.plan.records import ENSEMBLE_SEED_STRIDE, Claim, Experiment, Figure, ReleasedMember, Row, Table
 from methods.plugins import file_root
 from methods.released.importers import RELEASED_NOTES, released_code
 from methods.report.claim_form import parse_comparison
+
+
+def smoke_training(cfg: dict, smoke: dict, where: str) -> dict:
+    """An experiment's config on a smoke run (``datasets.<name>.smoke``): every training stage at
+    most ``smoke.epochs`` epochs, each of at most ``smoke.batches_per_epoch`` batches."""
+    training = cfg["training"]
+    stages = [{**stage, "epochs": min(stage["epochs"], smoke["epochs"])} for stage in training["stages"]]
+    out = {**cfg, "training": {**training, "stages": stages, "max_batches_per_epoch": smoke["batches_per_epoch"]}}
+    return validate(out, "method", where)
 
 
 def check_reported(by_protocol: dict, where: str) -> None:
@@ -123,9 +133,14 @@ class PaperCatalogue:
 
     def resolve_experiment(self, method_file: Path, dataset: str, overrides: dict,
                            variants: list[str] | None = None) -> Experiment:
-        cfg = resolve_method_config(method_file, dataset, overrides, variants, self.cfg["backbones"],
-                                    self.method_file(method_file))
-        cfg = numerics.experiment_config(cfg, self.cfg["datasets"][dataset])
+        """An experiment on ``dataset``: the method's config with the preset of the dataset (a smoke
+        run: of the dataset it samples, then its caps, ``smoke_training``)."""
+        ds_cfg = self.cfg["datasets"][dataset]
+        cfg = resolve_method_config(method_file, source_dataset(dataset, ds_cfg), overrides, variants,
+                                    self.cfg["backbones"], self.method_file(method_file))
+        if "smoke" in ds_cfg:
+            cfg = smoke_training(cfg, ds_cfg["smoke"], f"{method_file} (dataset {dataset})")
+        cfg = numerics.experiment_config(cfg, ds_cfg)
         exp = Experiment(f"{cfg['method']}-{config_hash(cfg)}", dataset, cfg["method"], cfg)
         self.experiments.setdefault((dataset, exp.id), exp)
         return exp
@@ -150,8 +165,9 @@ class PaperCatalogue:
                                        f"(datasets: {', '.join(sorted(self.cfg['datasets']))})")
             for row in table["rows"]:
                 self._check_row(path, table_name, table["datasets"], row, paper)
-            self.declared_tables.update((table_name, dataset) for dataset in table["datasets"])
-            for dataset in self._built_on(table_name, table["datasets"]):
+            datasets = self._with_smoke(table["datasets"])
+            self.declared_tables.update((table_name, dataset) for dataset in datasets)
+            for dataset in self._built_on(table_name, datasets):
                 ds_cfg = self.cfg["datasets"][dataset]
                 reported_key = reported_dataset(dataset, ds_cfg)
                 key = (table_name, dataset)
@@ -188,10 +204,12 @@ class PaperCatalogue:
                         source = source_ledger(self.method_file(method_file), m.get("variants", []), reported_key)
                         stand_in = (() if "stands_in_for" not in ds_cfg else
                                     (stand_in_deviation(dataset, ds_cfg, exp.image_input.name, exp.config["model"]),))
+                        stand_in += (smoke_deviation(dataset, ds_cfg),) if "smoke" in ds_cfg else ()
                         ledgers.append(row_ledger(exp.config, source, f"{path}: row '{row['id']}'",
                                                   (*tokenizer_deviation(dataset, ds_cfg, source), *stand_in)))
                     view = self._row_view(path, table_name, row, dataset, exp_ids)
                     seeds = ds_cfg.get("table_seeds", {}).get(table_name, ds_cfg.get("seeds", row["seeds"]))
+                    seeds = seeds[:1] if "smoke" in ds_cfg else seeds   # a smoke run: one seed per row
                     rows.append(Row(table_name, row["id"], row["label"], paper["key"], seeds=seeds, members=exp_ids,
                                     reported=reported, not_reported=row.get("not_reported"),
                                     ledger=merge_ledgers(ledgers), compare_to=row.get("compare_to"),
@@ -210,7 +228,7 @@ class PaperCatalogue:
             if fig["table"] not in paper["tables"]:
                 raise HarnessError(f"{path}: figure '{fig_name}' names table '{fig['table']}', which this paper "
                                    f"file does not declare")
-            for dataset in paper["tables"][fig["table"]]["datasets"]:
+            for dataset in self._with_smoke(paper["tables"][fig["table"]]["datasets"]):
                 if (fig["table"], dataset) in self.tables:
                     if (fig_name, dataset) in self.figures:
                         raise HarnessError(f"{path}: figure '{fig_name}' is declared by two paper files")
@@ -251,18 +269,20 @@ class PaperCatalogue:
         if data_kind(ds_cfg) == "synthetic":   # the built-in data: no released weights exist for them
             return {}
         files = ds_cfg.get("released") or {}
-        unset = [f"datasets.{dataset}.released.{k}" for k in [*keys, spec["vocab"]] if k not in files]
+        configured = source_dataset(dataset, ds_cfg)   # a smoke run's files are its dataset's
+        unset = [f"datasets.{configured}.released.{k}" for k in [*keys, spec["vocab"]] if k not in files]
         if unset:
             return {"id": row["id"], "label": row["label"], "keys": unset}
         for key in [*keys, spec["vocab"]]:
             if not Path(files[key]).expanduser().is_file():
-                raise HarnessError(f"datasets.{dataset}.released.{key}: file not found: {files[key]} (the authors' "
+                raise HarnessError(f"datasets.{configured}.released.{key}: file not found: {files[key]} (the authors' "
                                    f"released file that {where} evaluates)")
         exp = self.resolve_experiment(method_file, dataset, {}, [])
         source = source_ledger(self.method_file(method_file), [], reported_dataset(dataset, ds_cfg))
         # trained by the authors: no switch of ours ran; the captions are still tokenised here
+        smoke = (smoke_deviation(dataset, ds_cfg),) if "smoke" in ds_cfg else ()
         ledger = {"code": f"{code} (the authors' released weights)", "switches": [],
-                  "deviations": [asdict(d) for d in tokenizer_deviation(dataset, ds_cfg, source)]}
+                  "deviations": [asdict(d) for d in (*tokenizer_deviation(dataset, ds_cfg, source), *smoke)]}
         members = tuple(ReleasedMember(exp.id, k, spec["vocab"], str(Path(files[k]).expanduser()),
                                        str(Path(files[spec["vocab"]]).expanduser()),
                                        tuple(sorted((spec.get("expect") or {}).get(k, {}).items()))) for k in keys)
@@ -277,6 +297,14 @@ class PaperCatalogue:
                + "".join(f"; {note}" for note in [RELEASED_NOTES.get(kind)] if note))
         return Row(table_name, row["id"], row["label"], paper["key"], seeds=[0], members=[], reported=reported,
                    not_reported=row.get("not_reported"), ledger=[ledger], ran=ran, released=members)
+
+    def _with_smoke(self, datasets: list[str]) -> list[str]:
+        """A paper file table's datasets, each followed by its smoke run where one is configured."""
+        smoke = {}
+        for name, ds in self.cfg["datasets"].items():
+            if "smoke" in ds:
+                smoke.setdefault(ds["smoke"]["of"], []).append(name)
+        return [d for dataset in datasets for d in (dataset, *smoke.get(dataset, []))]
 
     def _built_on(self, table_name: str, datasets: list[str]) -> list[str]:
         """The datasets of a paper file's table that build it: all but those whose ``skip_tables``
@@ -302,7 +330,7 @@ class PaperCatalogue:
             if released:   # a claim is tested on the harness's runs; a released row is absent where unconfigured
                 raise HarnessError(f"{where}.compare: row '{released[0]}' is the authors' released weights: claims "
                                    f"compare rows the harness trains")
-            for dataset in self._built_on(claim["table"], paper["tables"][claim["table"]]["datasets"]):
+            for dataset in self._built_on(claim["table"], self._with_smoke(paper["tables"][claim["table"]]["datasets"])):
                 rows = {r.id: r for r in self.tables[(claim["table"], dataset)].rows}
                 for row_id in comparison.rows:
                     if row_id not in rows:

@@ -13,7 +13,7 @@ from methods.job_records import (ClaimSpec, ClaimsRowSpec, ClaimsSpec, FigureRow
 from methods.losses.term_kinds import term_configs
 from methods.metrics.protocols import CHECKED_PROTOCOLS, STATISTICS_PROTOCOL, get_protocol
 from methods.paths import ResultsLayout, sims_file
-from methods.plan.datasets import data_kind, reported_dataset, test_splits
+from methods.plan.datasets import data_kind, reported_dataset, test_splits, unconfigured_smoke, with_smoke_datasets
 from methods.plan.papers import ALL_TABLES_CONFIG, PaperCatalogue
 from methods.plan.records import Claim, Experiment, Figure, ReleasedMember, Row, Table
 from methods.plugins import check_loaded
@@ -26,8 +26,9 @@ class Plan:
     spec each report job reads."""
 
     def __init__(self, cfg: dict):
+        """``cfg``: the validated harness config; the plan's ``cfg`` adds each real dataset's smoke run."""
         check_loaded(cfg.get("plugins", []), "methods.model_kinds")   # the models its method files may name
-        self.cfg = cfg
+        self.cfg = cfg = with_smoke_datasets(cfg)
         self.layout = ResultsLayout(cfg["results_dir"])
         catalogue = PaperCatalogue(cfg, self.layout)
         self.experiments: dict[tuple[str, str], Experiment] = catalogue.experiments
@@ -39,6 +40,9 @@ class Plan:
 
     # -- queries --------------------------------------------------------------------------
     def check_target_dataset(self, dataset: str, target: str) -> None:
+        smoke = unconfigured_smoke(self.cfg, dataset)
+        if smoke:
+            raise HarnessError(f"target {target}: {smoke}")
         if dataset not in self.cfg["datasets"]:
             raise HarnessError(f"unknown dataset '{dataset}' in target {target}; "
                                f"configured: {', '.join(sorted(self.cfg['datasets']))}")

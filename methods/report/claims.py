@@ -35,10 +35,10 @@ from methods.cli import run_command
 from methods.data.datasets import load_dataset_payload
 from methods.errors import HarnessError
 from methods.io import load_npy, write_text
-from methods.job_records import ClaimSpec, ClaimsRowSpec, ClaimsSpec, RowAggregate
+from methods.job_records import INCOMPARABLE_DATA, ClaimSpec, ClaimsRowSpec, ClaimsSpec, RowAggregate, data_caveat
 from methods.metrics.declarations import METRICS, base_metrics, value_from
 from methods.metrics.evaluation import split_relevances
-from methods.metrics.protocols import CHECKED_PROTOCOLS, get_protocol
+from methods.metrics.protocols import CHECKED_PROTOCOLS, dataset_protocol, get_protocol
 from methods.metrics.query_units import QueryUnits, protocol_units
 from methods.metrics.training_check import (NOT_TRAINED, UNKNOWN, RowTraining, TrainingThresholds, row_training,
                                             saturated)
@@ -74,7 +74,8 @@ class RowScores:
                     for protocol in protocols:
                         wanted = [m for m in metrics if set(base_metrics(m)) <= set(get_protocol(protocol).metrics)]
                         self.units.setdefault((key, protocol), []).append(protocol_units(
-                            scores, get_protocol(protocol), self._relevance(split, protocol), wanted))
+                            scores, dataset_protocol(protocol, payload["dataset"]), self._relevance(split, protocol),
+                            wanted))
 
     def _relevance(self, split: str, protocol: str):
         """The protocol's relevance on its split (built once per kind: only those the claims need)."""
@@ -148,8 +149,8 @@ def check_claim(claim: ClaimSpec, protocol: str, spec: ClaimsSpec, scores: RowSc
     at_best = all(saturated(float(np.mean(seed_values[k])), metric.best, metric.direction,
                             spec.training_check["saturated_share"]) for k in compared)
     said = claim_verdict(interval["low"], interval["high"], claim.margin, untrained, at_best)
-    if spec.dataset_kind == "synthetic":
-        said += " (synthetic data)"
+    if spec.dataset_kind in INCOMPARABLE_DATA:
+        said += f" ({INCOMPARABLE_DATA[spec.dataset_kind]})"
     return {
         "paper": spec.paper, "dataset": spec.dataset, "data": spec.dataset_kind, "claim": claim.id,
         "words": claim.words, "paraphrased": claim.paraphrased, "where": claim.where, "table": claim.table,
@@ -184,8 +185,9 @@ def claims_frame(spec: ClaimsSpec, payload: dict) -> pd.DataFrame:
 
 
 def markdown(frame: pd.DataFrame, spec: ClaimsSpec) -> str:
-    kind = "" if spec.dataset_kind != "synthetic" else (
-        f" The data is synthetic (standing in for {spec.reported_dataset}): the verdicts test the harness's "
+    caveat = data_caveat(spec.dataset_kind, spec.reported_dataset)
+    kind = "" if not caveat else (
+        f" {caveat}: the verdicts test the harness's "
         f"runs of each method on it, not the paper's claim on its data; the paper's differences are its "
         f"{spec.reported_dataset} numbers.")
     b = spec.bootstrap

@@ -49,7 +49,7 @@ from methods.data.positives import split_positives  # noqa: E402
 from methods.data.text import Vocabulary  # noqa: E402
 from methods.errors import HarnessError  # noqa: E402
 from methods.io import load_npy, read_json  # noqa: E402
-from methods.job_records import FigureSpec, RowAggregate, RunEvaluation  # noqa: E402
+from methods.job_records import FigureSpec, RowAggregate, RunEvaluation, incomparable_note  # noqa: E402
 from methods.metrics.protocols import get_protocol  # noqa: E402
 from methods.metrics.training_check import TrainingThresholds  # noqa: E402
 from methods.model_kinds import MODEL_KINDS, image_input_of  # noqa: E402
@@ -87,7 +87,7 @@ def _ordered(values) -> list:
 
 
 def _title(spec: FigureSpec, width: int) -> str:
-    note = " — synthetic data, not comparable with the paper" if spec.dataset_kind == "synthetic" else ""
+    note = incomparable_note(spec.dataset_kind)
     return textwrap.fill(f"{spec.title} ({spec.dataset}{note})", width)
 
 

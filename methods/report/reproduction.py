@@ -16,7 +16,7 @@ import pandas as pd
 
 from methods.cli import run_command
 from methods.io import write_text
-from methods.job_records import ReportSpec, TableRowSpec, TableSpec
+from methods.job_records import INCOMPARABLE_DATA, ReportSpec, TableRowSpec, TableSpec, data_caveat
 from methods.report.bootstrap import VERDICTS, verdict_kind
 from methods.report.cells import escape_cell, number, ours_difference
 from methods.report.environment import environment_lines, split_environments
@@ -107,8 +107,10 @@ def what_was_run(spec: ReportSpec, table_specs: list[TableSpec], compared: set[t
     """Section 2: the data, the statistics, each table's rows (seeds, ensemble, what ran), the ledger."""
     b = spec.bootstrap
     lines = ["## 2. What was run", "",
-             f"Dataset `{spec.dataset}` ({spec.dataset_kind} data"
-             + (f", standing in for {spec.reported_dataset}" if spec.reported_dataset != spec.dataset else "")
+             f"Dataset `{spec.dataset}` ("
+             + (f"a smoke run of {spec.reported_dataset}" if spec.dataset_kind == "smoke" else
+                f"{spec.dataset_kind} data"
+                + (f", standing in for {spec.reported_dataset}" if spec.reported_dataset != spec.dataset else ""))
              + f"). Paper notes: {escape_cell(spec.notes) or 'none'}", "",
              f"Statistics: each row's metric is the mean (± population std) over its seeds; a claim's interval is "
              f"a {b['confidence']:.0%} {b['method']} interval from {b['n_resamples']} paired bootstrap resamples of "
@@ -155,8 +157,8 @@ def results(spec: ReportSpec, claims: pd.DataFrame | None, cells: dict[str, pd.D
         verdicts = Counter(verdict_kind(v) for v in claims["verdict"])
         tally = ", ".join(f"{verdicts[v]} {v}" for v in VERDICTS if verdicts[v] or v != "undetermined")
         lines += [f"{len(claims)} check{'s' if len(claims) > 1 else ''} (claim × protocol): {tally}"
-                  + (" — on synthetic data, which tests the harness's runs, not the paper's claims."
-                     if spec.dataset_kind == "synthetic" else "."), "",
+                  + (f" — on {INCOMPARABLE_DATA[spec.dataset_kind]}, which tests the harness's runs, not the paper's "
+                     f"claims." if spec.dataset_kind in INCOMPARABLE_DATA else "."), "",
                   f"| claim | protocol | metric | paper Δ ({spec.reported_dataset}) | ours Δ ± seeds | interval | verdict |",
                   "|---|---|---|---|---|---|---|"]
         for r in claims.itertuples():
@@ -192,8 +194,13 @@ def not_reproduced(spec: ReportSpec, claims: pd.DataFrame | None, cells: dict[st
     comparable, rows not run or not reported, each with its reason. ``training``: ``table, row,
     trained, training_check`` of this paper's rows and the rows its claims compare."""
     lines = ["## 4. What could not be reproduced, and why", ""]
-    synthetic = spec.dataset_kind == "synthetic"
-    if synthetic:
+    incomparable = spec.dataset_kind in INCOMPARABLE_DATA
+    if spec.dataset_kind == "smoke":
+        lines += [f"Nothing here says whether the paper reproduces: this is a smoke run of {spec.reported_dataset} "
+                  f"(the first images of each split, a few batches per epoch, a few epochs per training stage), which "
+                  f"checks that every job of its tables runs on the dataset's files; no cell is compared with a "
+                  f"reported number. Run the same targets without -smoke for the reproduction itself.", ""]
+    elif incomparable:
         lines += [f"Nothing here says whether the paper reproduces: the data is synthetic, standing in for "
                   f"{spec.reported_dataset}, so no cell is compared with a reported number and the claims are "
                   f"tested on the harness's stand-in runs. Run the same targets with {spec.reported_dataset} "
@@ -210,7 +217,9 @@ def not_reproduced(spec: ReportSpec, claims: pd.DataFrame | None, cells: dict[st
                             f"compared row (within {1 - spec.training_check['saturated_share']:.0%} of its best), "
                             f"so it cannot tell them apart.")
         elif r.verdict.startswith("undetermined:"):   # "undetermined: <rows> did not train"
-            why = r.verdict.removeprefix("undetermined: ").removesuffix(" (synthetic data)")
+            why = r.verdict.removeprefix("undetermined: ")
+            for reason in INCOMPARABLE_DATA.values():
+                why = why.removesuffix(f" ({reason})")
             findings.append(f"- Claim `{r.claim}` ({r.protocol}) is undetermined: {why} (below), so its interval "
                             f"{interval} is not read.")
         elif r.verdict.startswith("undetermined"):
@@ -240,7 +249,7 @@ def not_reproduced(spec: ReportSpec, claims: pd.DataFrame | None, cells: dict[st
                   for r in outside.head(LISTED_CELLS).itertuples()]
         if len(outside) > LISTED_CELLS:
             lines.append(f"| … {len(outside) - LISTED_CELLS} more in the tables | | | | | | |")
-    if not findings and not len(outside) and not synthetic:
+    if not findings and not len(outside) and not incomparable:
         lines.append(("Every claim tested is supported, and every" if claims is not None else "Every")
                      + " cell compared is within tolerance.")
     return lines + [""]
@@ -260,8 +269,9 @@ def build_report(spec: ReportSpec, table_csvs: list[str], table_spec_paths: list
     training = pd.concat(training) if training else pd.DataFrame(columns=["table", "row", "trained", "training_check"])
     title = [f"# Reproduction report: {spec.paper_name} on {spec.dataset}", "",
              "Generated by the harness from the runs behind the tables and claims below; no number in it is written "
-             "by hand." + (f" **Synthetic data** (standing in for {spec.reported_dataset}): the verdicts describe "
-                           f"the harness's runs on it, not the paper." if spec.dataset_kind == "synthetic" else ""), ""]
+             "by hand." + (f" **{data_caveat(spec.dataset_kind, spec.reported_dataset)}**: the verdicts describe "
+                           f"the harness's runs on it, not the paper." if spec.dataset_kind in INCOMPARABLE_DATA
+                           else ""), ""]
     return "\n".join(title + scope(spec, claims) + what_was_run(spec, table_specs, compared)
                      + environment_section(cells) + results(spec, claims, cells)
                      + not_reproduced(spec, claims, cells, table_specs, training))

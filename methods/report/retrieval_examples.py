@@ -28,7 +28,7 @@ import torch
 from matplotlib.patches import Rectangle
 
 from methods.errors import HarnessError
-from methods.job_records import FigureSpec
+from methods.job_records import FigureSpec, incomparable_note
 
 TOP_K = 5
 
@@ -44,7 +44,7 @@ def top_k(scores: np.ndarray, k: int = TOP_K) -> np.ndarray:
 
 
 def _title(spec: FigureSpec, width: int, legend: str = "") -> str:
-    note = " — synthetic data, not comparable with the paper" if spec.dataset_kind == "synthetic" else ""
+    note = incomparable_note(spec.dataset_kind)
     ran = next((r.ran for r in spec.rows if r.id == spec.row), None)
     text = textwrap.fill(f"{spec.title} ({spec.dataset}, row {spec.row}, run {spec.run.rsplit('/', 1)[-1]}{note})", width)
     return (text + ("\n" + textwrap.fill(f"ran: {ran}", width) if ran else "")

@@ -25,7 +25,7 @@ import torch
 
 from methods.data.batches import feature_tensors, pad_tokens
 from methods.data.text import Vocabulary
-from methods.job_records import FigureSpec, RunEvaluation
+from methods.job_records import FigureSpec, RunEvaluation, incomparable_note
 from methods.metrics.retrieval import chance_recalls, retrieval_metrics
 from methods.metrics.training_check import TrainingThresholds, failures, measure
 
@@ -112,7 +112,7 @@ def pair_weights(model, features: torch.Tensor, token_lists: list[list[int]]) ->
 
 
 def _title(spec: FigureSpec, width: int) -> str:
-    note = " — synthetic data, not comparable with the paper" if spec.dataset_kind == "synthetic" else ""
+    note = incomparable_note(spec.dataset_kind)
     ran = next((r.ran for r in spec.rows if r.id == spec.row), None)
     return (textwrap.fill(f"{spec.title} ({spec.dataset}, row {spec.row}, {Path(spec.run).name}{note})", width)
             + ("\n" + textwrap.fill(f"ran: {ran}", width) if ran else ""))

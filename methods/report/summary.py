@@ -15,7 +15,7 @@ import pandas as pd
 
 from methods.cli import run_command
 from methods.io import write_text
-from methods.job_records import RowAggregate, SummarySpec
+from methods.job_records import RowAggregate, SummarySpec, data_caveat
 from methods.metrics.training_check import NOT_TRAINED, TRAINED, UNKNOWN, TrainingThresholds, row_training
 from methods.report.bootstrap import verdict_kind
 from methods.report.cells import escape_cell, number
@@ -99,9 +99,10 @@ def to_markdown(spec: SummarySpec, rows: pd.DataFrame, claims: dict[str, pd.Data
                      f"{lowest['value']:.1f}, chance {lowest['chance']:.1f}, {lowest['times_chance']} × chance).")
     if kinds:
         lines.append("- Claims: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + ".")
-    if spec.dataset_kind == "synthetic":
-        lines.append(f"- The data is synthetic (standing in for {spec.reported_dataset}): these numbers test the "
-                     f"harness's runs on the stand-in, not the papers' claims on their data.")
+    caveat = data_caveat(spec.dataset_kind, spec.reported_dataset)
+    if caveat:
+        lines.append(f"- {caveat}: these numbers test the "
+                     f"harness's runs on it, not the papers' claims on their data.")
     lines.append("")
     for paper in spec.papers:
         of_paper = rows[rows["paper"] == paper.paper]

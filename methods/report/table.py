@@ -42,7 +42,7 @@ from scipy import stats
 from methods.cli import run_command
 from methods.errors import HarnessError
 from methods.io import write_text
-from methods.job_records import RowAggregate, TableRowSpec, TableSpec
+from methods.job_records import INCOMPARABLE_DATA, RowAggregate, TableRowSpec, TableSpec
 from methods.report.cells import escape_cell
 from methods.report.environment import environment_lines, row_environment_text, split_environments
 from methods.metrics.protocols import CHECKED_PROTOCOLS, STATISTICS_PROTOCOL, get_protocol
@@ -70,14 +70,16 @@ REPORTED_ONLY = "reported only"
 NOT_REPORTED = "not reported"
 
 
-def verdict(reproduced: float, reported: float | None, synthetic: bool, ens_repro: int, ens_reported: int | None,
-            tol: float, reported_only: bool = False) -> str:
+def verdict(reproduced: float, reported: float | None, incomparable: str | None, ens_repro: int,
+            ens_reported: int | None, tol: float, reported_only: bool = False) -> str:
+    """A cell's verdict; ``incomparable``: why the dataset's numbers are not the paper's (synthetic
+    data, a smoke run), None for real data."""
     if reported_only:
         return REPORTED_ONLY
     if reported is None:
         return NOT_REPORTED
-    if synthetic:
-        return "not comparable (synthetic data)"
+    if incomparable:
+        return f"not comparable ({incomparable})"
     if ens_reported != ens_repro:
         return f"not comparable (ensemble of {ens_reported} vs {ens_repro})"
     return "within" if abs(reproduced - reported) <= tol + 1e-9 else "outside"
@@ -257,7 +259,7 @@ def _check_complete(frame: pd.DataFrame, column: str, what: str) -> None:
 
 def build_rows(spec: TableSpec, aggregates: dict[str, RowAggregate]) -> pd.DataFrame:
     """The table, one line per row, protocol and table metric, with ``COLUMNS`` (empty cells are "")."""
-    synthetic = spec.dataset_kind == "synthetic"
+    incomparable = INCOMPARABLE_DATA.get(spec.dataset_kind)
     table = cells(spec)
     # a set model's embedding statistics describe its whole sets: an evaluation view or an ensemble has none
     no_statistics = {r.id for r in spec.rows if r.view or r.ensemble_size > 1}
@@ -279,7 +281,7 @@ def build_rows(spec: TableSpec, aggregates: dict[str, RowAggregate]) -> pd.DataF
     _check_complete(df, "ensemble_size", "a row aggregate")
     _check_complete(df, "mean", "a reproduced value")
     has_reported = df["reported"].notna()
-    df["verdict"] = [verdict(value, reported, synthetic, ens, ens_reported, tol, only)
+    df["verdict"] = [verdict(value, reported, incomparable, ens, ens_reported, tol, only)
                      for value, reported, ens, ens_reported, tol, only
                      in zip(df["mean"], _optional(df["reported"]), df["ensemble_size"],
                             _optional(df["reported_ensemble_size"]), df["tolerance"], df["reported_only"])]
@@ -398,6 +400,10 @@ def to_markdown(spec: TableSpec, rows: pd.DataFrame | list[dict]) -> str:
     note_of, notes = row_notes(order)
     lines = [f"# {spec.table} on {spec.dataset}", ""]
     lines += [f"- {t}" for t in spec.titles]
+    if spec.dataset_kind == "smoke":
+        lines += ["", "**A smoke run** (the first images of each split, a few batches per epoch, a few epochs per "
+                  "training stage): it checks that every job of the table runs on the dataset's files; no number "
+                  "here is a reproduction."]
     lines += ["", "Cells: reproduced (± std over seeds) / reported; for a row compared with another, "
               "(Δ mean ± std over seeds of the paired differences). "
               f"Tolerance: {tolerance_text(spec)}."]

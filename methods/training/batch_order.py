@@ -42,7 +42,9 @@ def epoch_batches(n_items: int, batch_size: int, shuffle: torch.Generator,
 
 def training_epoch_batches(dataset, training: dict, shuffle: torch.Generator) -> list[list[int]]:
     """The batches of a training dataset (``methods.training.data``: its items' caption lengths,
-    ``item_lengths``) as a method config's ``training`` block draws them."""
+    ``item_lengths``) as a method config's ``training`` block draws them; with
+    ``max_batches_per_epoch`` (a smoke run), only the first of them."""
     buckets = training["length_buckets"]
-    return epoch_batches(len(dataset), training["batch_size"], shuffle,
-                         dataset.item_lengths() if buckets else None, buckets)
+    batches = epoch_batches(len(dataset), training["batch_size"], shuffle,
+                            dataset.item_lengths() if buckets else None, buckets)
+    return batches[:training.get("max_batches_per_epoch", len(batches))]

@@ -22,7 +22,7 @@ class HarnessErrorsInOneLine(logging.Filter):
         if record.levelno >= logging.ERROR:
             message = harness_error_in(sys.exc_info()[1])
             if message is not None:
-                record.msg, record.args = f"error: {message}", ()
+                record.msg, record.args = f"error: {as_configured(message)}", ()
         return True
 
 
@@ -71,6 +71,7 @@ from methods.numerics import shell_prefix
 from methods.paths import eval_file, model_file, run_vocab, sims_file, train_log
 from methods.metrics.protocols import check_coco_ids, check_split_sizes, get_protocol
 from methods.plan import Plan, data_kind, test_splits
+from methods.plan.datasets import as_configured   # the one-line errors' keys (HarnessErrorsInOneLine)
 from methods.report.figure_kinds import FIGURE_KINDS
 from methods.placement import check_gpu_for_local_run, check_resource_names, cuda_visible, runs_jobs_here
 from methods.retries import FAILED_JOBS_ENV, failed_jobs_dir
@@ -78,8 +79,8 @@ from methods.retries import FAILED_JOBS_ENV, failed_jobs_dir
 _defaults = workflow.resource_settings.default_resources   # None without --default-resources or a profile
 check_resource_names(list(_defaults.keys()) if _defaults is not None else [],
                      workflow.resource_settings.overwrite_resources or {})
-HARNESS = harness_config(config, "config/config.yaml (with --config/--configfile overrides)")
-PLAN = Plan(HARNESS)
+PLAN = Plan(harness_config(config, "config/config.yaml (with --config/--configfile overrides)"))
+HARNESS = PLAN.cfg   # the validated config, with the smoke run of each real dataset (methods/plan/datasets.py)
 R = HARNESS["results_dir"]
 LAYOUT = PLAN.layout   # every folder and file name of the results tree (methods/paths.py)
 # the same names as the rules' patterns (a wildcard where a name goes)
@@ -99,7 +100,7 @@ MULTILABEL = [n for n, d in HARNESS["datasets"].items() if d["kind"] == "multila
 
 
 wildcard_constraints:
-    dataset="[a-z0-9]+",
+    dataset="[a-z0-9]+(-smoke)?",   # a real dataset's smoke run: <name>-smoke (methods/plan/datasets.py)
     figure="|".join(sorted({f for f, _ in PLAN.figures})) or "no-paper-figure",
     table="[a-z0-9_]+",
     paper="[a-z0-9_]+",   # a paper file's key
@@ -218,12 +219,15 @@ gpu_costs = functools.cache(load_costs)   # config/measured_costs.yaml, read by 
 
 def announce_gpu_time(table, dataset):
     """A dry run prints the GPU-time estimate of each table of a real dataset it plans, once
-    (methods/estimate.py); the synthetic data's times are in tables/runtime_<dataset>.md."""
+    (methods/estimate.py); the synthetic data's times are in tables/runtime_<dataset>.md, and a
+    smoke run is a few batches."""
     if not (workflow.dryrun and workflow.is_main_process) or (table, dataset) in _ESTIMATED \
             or data_kind(HARNESS["datasets"][dataset]) == "synthetic":
         return
     _ESTIMATED.add((table, dataset))
     announce_unconfigured(table, dataset)
+    if data_kind(HARNESS["datasets"][dataset]) == "smoke":
+        return
     work = table_work(PLAN, table, dataset, _SPLIT_IMAGES[dataset])
     measure = f"{COST_BENCHMARK} --dataset {dataset} --tables {table} --device cuda --write config/measured_costs.yaml"
     for line in estimate(work, gpu_costs()).lines(f"tables/{table}_{dataset}.csv", measure):

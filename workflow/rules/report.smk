@@ -41,7 +41,7 @@ rule table:
                     caption="../report/table.rst"),
     wildcard_constraints:
         # tables/runtime_<dataset>, tables/summary_<dataset>: their own rules; tables/claims_*: rule claims
-        table=r"(?!runtime_[a-z0-9]+\.)(?!summary_[a-z0-9]+\.)(?!claims_)[a-z0-9_]+",
+        table=r"(?!runtime_[a-z0-9-]+\.)(?!summary_[a-z0-9-]+\.)(?!claims_)[a-z0-9_]+",
     localrule: True
     conda:
         CONDA_ENV
