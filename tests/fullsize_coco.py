@@ -29,8 +29,8 @@ import numpy as np
 
 from methods import api
 from methods.training.loop import load_checkpoint
-from tests.conftest import (coco_test_image_ids, copy_workflow, fitting_weights, glove_file, local_snakemake_env,
-                            planted_punkt)
+from tests.conftest import (SNAKEMAKE, coco_test_image_ids, copy_workflow, fitting_weights, glove_file,
+                            local_snakemake_env, planted_punkt)
 
 # Karpathy's COCO split sizes (dataset_coco.json)
 KARPATHY_SIZES = {"train": 82_783, "restval": 30_504, "val": 5_000, "test": 5_000}
@@ -196,7 +196,7 @@ def measured(cmd: list[str], cwd: Path, log: Path, env: dict | None = None,
 
 
 def snakemake_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "snakemake", "--cores", "2", *args]
+    return [*SNAKEMAKE, *args]
 
 
 def small_sgraf(harness: dict) -> dict:

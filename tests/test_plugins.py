@@ -14,7 +14,7 @@ import methods.model_kinds
 from methods.config import with_plugin_blocks
 from methods.errors import HarnessError
 from methods.plugins import PLUGINS_ENV, check_loaded, load_plugin_modules, resolve_folders
-from tests.conftest import REPO, copy_workflow, local_snakemake_env
+from tests.conftest import REPO, SNAKEMAKE, copy_workflow, local_snakemake_env
 from tests.test_readme import worked_example_files
 
 SCHEMA = "workflow/schemas/method.schema.yaml"
@@ -104,7 +104,7 @@ def test_a_model_from_a_folder_of_ones_own_is_trained_and_tabled_without_a_file_
     table = "tables/mean_regions_t1_synthetic.csv"
 
     def snakemake(*args: str) -> subprocess.CompletedProcess:
-        proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args, *config], cwd=work,
+        proc = subprocess.run([*SNAKEMAKE, *args, *config], cwd=work,
                               env=local_snakemake_env(), capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
         return proc

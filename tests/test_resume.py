@@ -112,7 +112,7 @@ def test_training_job_stopped_mid_epoch_resumes_under_snakemake(tiny_dag, tmp_pa
     of the uninterrupted run of the session DAG."""
     import shutil
 
-    from tests.conftest import local_snakemake_env, snakemake
+    from tests.conftest import SNAKEMAKE, local_snakemake_env, snakemake
 
     work = tmp_path / "work"
     shutil.copytree(tiny_dag, work, symlinks=True)  # timestamps kept: everything upstream is up to date
@@ -124,7 +124,7 @@ def test_training_job_stopped_mid_epoch_resumes_under_snakemake(tiny_dag, tmp_pa
     reference = json.loads((run_dir / "eval_test.json").read_text())
     shutil.rmtree(run_dir)
 
-    snake = subprocess.Popen([sys.executable, "-m", "snakemake", target, "--cores", "2", "--configfile", "tiny.yaml"],
+    snake = subprocess.Popen([*SNAKEMAKE, target, "--configfile", "tiny.yaml"],
                              cwd=work, env=local_snakemake_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     trainer = _training_process(snake, run_dir, f"runs/{exp}/seed0")
     trainer.send_signal(sig)

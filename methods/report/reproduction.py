@@ -194,13 +194,13 @@ def not_reproduced(spec: ReportSpec, claims: pd.DataFrame | None, cells: dict[st
     comparable, rows not run or not reported, each with its reason. ``training``: ``table, row,
     trained, training_check`` of this paper's rows and the rows its claims compare."""
     lines = ["## 4. What could not be reproduced, and why", ""]
-    incomparable = spec.dataset_kind in INCOMPARABLE_DATA
+    data_not_comparable = spec.dataset_kind in INCOMPARABLE_DATA
     if spec.dataset_kind == "smoke":
         lines += [f"Nothing here says whether the paper reproduces: this is a smoke run of {spec.reported_dataset} "
                   f"(the first images of each split, a few batches per epoch, a few epochs per training stage), which "
                   f"checks that every job of its tables runs on the dataset's files; no cell is compared with a "
                   f"reported number. Run the same targets without -smoke for the reproduction itself.", ""]
-    elif incomparable:
+    elif data_not_comparable:
         lines += [f"Nothing here says whether the paper reproduces: the data is synthetic, standing in for "
                   f"{spec.reported_dataset}, so no cell is compared with a reported number and the claims are "
                   f"tested on the harness's stand-in runs. Run the same targets with {spec.reported_dataset} "
@@ -249,7 +249,7 @@ def not_reproduced(spec: ReportSpec, claims: pd.DataFrame | None, cells: dict[st
                   for r in outside.head(LISTED_CELLS).itertuples()]
         if len(outside) > LISTED_CELLS:
             lines.append(f"| … {len(outside) - LISTED_CELLS} more in the tables | | | | | | |")
-    if not findings and not len(outside) and not incomparable:
+    if not findings and not len(outside) and not data_not_comparable:
         lines.append(("Every claim tested is supported, and every" if claims is not None else "Every")
                      + " cell compared is within tolerance.")
     return lines + [""]
