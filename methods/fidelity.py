@@ -122,13 +122,15 @@ def stand_in_deviation(dataset: str, ds_cfg: dict, image_input: str, model_cfg: 
                      "a run without the real data; its numbers are not comparable with the reported ones")
 
 
-def smoke_deviation(dataset: str, ds_cfg: dict) -> Deviation:
-    """What a smoke run changes for a row (``datasets.<name>.smoke``): its data and its training."""
+def smoke_deviation(dataset: str, ds_cfg: dict, trained: bool = True) -> Deviation:
+    """What a smoke run changes for a row (``datasets.<name>.smoke``): its data and, for a row it
+    trains (not the authors' released weights), its training."""
     smoke = ds_cfg["smoke"]
-    return Deviation("smoke_run", f"trains and tests on all of {smoke['of']}",
-                     f"the {dataset} smoke run: the first {smoke['train_images']} training images and the first "
-                     f"{smoke['eval_images']} of every other split, each training stage at most {smoke['epochs']} "
-                     f"epochs of at most {smoke['batches_per_epoch']} batches",
+    ours = (f"the {dataset} smoke run: the first {smoke['train_images']} training images and the first "
+            f"{smoke['eval_images']} of every other split, each training stage at most {smoke['epochs']} epochs of "
+            f"at most {smoke['batches_per_epoch']} batches" if trained else
+            f"the {dataset} smoke run: the first {smoke['eval_images']} images of every test split")
+    return Deviation("smoke_run", f"{'trains and ' if trained else ''}tests on all of {smoke['of']}", ours,
                      "a check that every job runs on the dataset's files, before the real run; its numbers are not "
                      "comparable with the reported ones")
 

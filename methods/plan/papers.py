@@ -280,7 +280,7 @@ class PaperCatalogue:
         exp = self.resolve_experiment(method_file, dataset, {}, [])
         source = source_ledger(self.method_file(method_file), [], reported_dataset(dataset, ds_cfg))
         # trained by the authors: no switch of ours ran; the captions are still tokenised here
-        smoke = (smoke_deviation(dataset, ds_cfg),) if "smoke" in ds_cfg else ()
+        smoke = (smoke_deviation(dataset, ds_cfg, trained=False),) if "smoke" in ds_cfg else ()
         ledger = {"code": f"{code} (the authors' released weights)", "switches": [],
                   "deviations": [asdict(d) for d in (*tokenizer_deviation(dataset, ds_cfg, source), *smoke)]}
         members = tuple(ReleasedMember(exp.id, k, spec["vocab"], str(Path(files[k]).expanduser()),
