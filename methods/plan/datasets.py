@@ -32,7 +32,8 @@ def smoke_dataset(cfg: dict, name: str) -> dict:
             raise HarnessError(f"smoke.eval_images: {settings['eval_images']} images do not split into the {folds} "
                                f"folds of protocol {protocol} ({name}); give a multiple of {folds}")
     overrides = ds.get("resources", {})
-    ds["resources"] = {rule: {**overrides.get(rule, {}), "runtime": settings["runtime"]} for rule in SMOKE_RESOURCE_RULES}
+    ds["resources"] = {rule: {**overrides.get(rule, {}), "runtime": settings["runtime"]}
+                       for rule in SMOKE_RESOURCE_RULES}
     return ds
 
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from methods.cli import run_command
 from methods.io import write_text
-from methods.job_records import INCOMPARABLE_DATA, ReportSpec, TableRowSpec, TableSpec, data_caveat
+from methods.job_records import INCOMPARABLE_DATA, SMOKE_SCOPE, ReportSpec, TableRowSpec, TableSpec, data_caveat
 from methods.report.bootstrap import VERDICTS, verdict_kind
 from methods.report.cells import escape_cell, number, ours_difference
 from methods.report.environment import environment_lines, split_environments
@@ -197,9 +197,9 @@ def not_reproduced(spec: ReportSpec, claims: pd.DataFrame | None, cells: dict[st
     data_not_comparable = spec.dataset_kind in INCOMPARABLE_DATA
     if spec.dataset_kind == "smoke":
         lines += [f"Nothing here says whether the paper reproduces: this is a smoke run of {spec.reported_dataset} "
-                  f"(the first images of each split, a few batches per epoch, a few epochs per training stage), which "
-                  f"checks that every job of its tables runs on the dataset's files; no cell is compared with a "
-                  f"reported number. Run the same targets without -smoke for the reproduction itself.", ""]
+                  f"({SMOKE_SCOPE}), which checks that every job of its tables runs on the dataset's files; no cell "
+                  f"is compared with a reported number. Run the same targets without -smoke for the reproduction "
+                  f"itself.", ""]
     elif data_not_comparable:
         lines += [f"Nothing here says whether the paper reproduces: the data is synthetic, standing in for "
                   f"{spec.reported_dataset}, so no cell is compared with a reported number and the claims are "

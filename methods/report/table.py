@@ -42,7 +42,7 @@ from scipy import stats
 from methods.cli import run_command
 from methods.errors import HarnessError
 from methods.io import write_text
-from methods.job_records import INCOMPARABLE_DATA, RowAggregate, TableRowSpec, TableSpec
+from methods.job_records import INCOMPARABLE_DATA, SMOKE_SCOPE, RowAggregate, TableRowSpec, TableSpec
 from methods.report.cells import escape_cell
 from methods.report.environment import environment_lines, row_environment_text, split_environments
 from methods.metrics.protocols import CHECKED_PROTOCOLS, STATISTICS_PROTOCOL, get_protocol
@@ -401,9 +401,8 @@ def to_markdown(spec: TableSpec, rows: pd.DataFrame | list[dict]) -> str:
     lines = [f"# {spec.table} on {spec.dataset}", ""]
     lines += [f"- {t}" for t in spec.titles]
     if spec.dataset_kind == "smoke":
-        lines += ["", "**A smoke run** (the first images of each split, a few batches per epoch, a few epochs per "
-                  "training stage): it checks that every job of the table runs on the dataset's files; no number "
-                  "here is a reproduction."]
+        lines += ["", f"**A smoke run** ({SMOKE_SCOPE}): it checks that every job of the table runs on the "
+                  f"dataset's files; no number here is a reproduction."]
     lines += ["", "Cells: reproduced (± std over seeds) / reported; for a row compared with another, "
               "(Δ mean ± std over seeds of the paired differences). "
               f"Tolerance: {tolerance_text(spec)}."]

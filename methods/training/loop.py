@@ -357,7 +357,8 @@ class Trainer:
                 raise self.stop(f"at stage '{stage['name']}' epoch {epoch + 1} after step {step + 1}")
         val = validate(model, inp, self.amp)
         record = {"stage": stage["name"], "stage_index": stage_idx, "epoch": epoch + 1, "lr": lr,
-                  "batches": skip + len(loader), "loss_kind": loss_kind, "train_loss": total / max(1, step + 1 - skipped), "val": val,
+                  "batches": skip + len(loader), "loss_kind": loss_kind,
+                  "train_loss": total / max(1, step + 1 - skipped), "val": val,
                   "gradient_counts": counter.summary(), "skipped_single_image_batches": skipped,
                   "seconds": time.perf_counter() - t0}
         self.history.append(record)
