@@ -105,6 +105,9 @@ def validate(obj: Any, schema_name: str, where: str) -> Any:
 
     Raises one HarnessError naming the file (``where``) and the offending key path.
     """
+    passed, seen = _passed(schema_name), repr(obj)   # repr: types kept apart (a tuple is no array, True no 1)
+    if seen in passed:   # a plan resolves many rows to the same config: each is checked once per process
+        return obj
     errors = sorted(_validator(schema_name).iter_errors(obj),
                     key=lambda e: [(isinstance(p, str), p) for p in e.absolute_path])  # list indices, then keys
     if errors:
@@ -117,7 +120,14 @@ def validate(obj: Any, schema_name: str, where: str) -> Any:
         if first.validator == "oneOf" and first.schema.get("description"):
             message = f"fits none of its forms: {first.schema['description']}"
         raise HarnessError(f"{where}: invalid {schema_name} config: {key}: {message}{more}")
+    passed.add(seen)
     return obj
+
+
+@functools.lru_cache(maxsize=None)
+def _passed(schema_name: str) -> set[str]:
+    """The reprs of the objects that passed ``schema_name`` in this process."""
+    return set()
 
 
 def deep_merge(base: Mapping, override: Mapping) -> dict:

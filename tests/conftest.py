@@ -130,7 +130,11 @@ def coco_test_image_ids() -> list[int]:
 def fitting_weights(path: Path, arch: str) -> Path:
     """A weights file that loads into torchvision's ``arch``, in kilobytes: every tensor a broadcast
     zero of the right shape (the DAG checks keys and shapes, not values). Written atomically: tests
-    on other workers may be reading the same file in the session DAG's folder."""
+    on other workers may be reading the same file in the session DAG's folder; and only where it is
+    missing: the DAG build checks a weights file it has not seen at its size and mtime in a child
+    process (torch and torchvision, ~5 s of CPU), and the session DAG's configs share one file."""
+    if path.is_file():
+        return path
     with torch.device("meta"):
         shapes = getattr(torchvision.models, arch)(weights=None).state_dict()
     torch_save(path, {k: torch.zeros((), dtype=v.dtype).expand(v.shape) for k, v in shapes.items()})

@@ -238,6 +238,21 @@ def test_schema_errors_are_one_line_with_the_first_key(tmp_path):
                      message)
 
 
+def test_a_config_that_passed_once_still_fails_once_it_changes():
+    """validate remembers what passed (a plan checks many equal configs): a changed object, or the
+    same values under other types, is checked again."""
+    cfg = yaml.safe_load(CONFIG.read_text())
+    assert validate(cfg, "config", "c.yaml") is cfg
+    assert validate(cfg, "config", "c.yaml") is cfg
+    cfg["resources"]["train"]["threads"] = 0   # the same object, changed in place
+    assert "resources.train.threads: 0 is less than the minimum of 1" in error_line(validate, cfg, "config", "c.yaml")
+    cfg["resources"]["train"]["threads"] = 1
+    protocols = cfg["datasets"]["flickr"]["protocols"]
+    validate(cfg, "config", "c.yaml")
+    cfg["datasets"]["flickr"]["protocols"] = tuple(protocols)   # equal as JSON, but no array
+    assert "datasets.flickr.protocols: " in error_line(validate, cfg, "config", "c.yaml")
+
+
 def test_a_multi_line_message_is_joined():
     message = "weights do not fit (Error(s) in loading:\n\tsize mismatch for a\n\tsize mismatch for b)"
     joined = "weights do not fit (Error(s) in loading: size mismatch for a; size mismatch for b)"

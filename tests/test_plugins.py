@@ -3,6 +3,7 @@ example, laid out as a plug-in folder, is planned, trained, evaluated and tabled
 and found by the generic tests, while no file of the package changes."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,10 @@ from tests.conftest import REPO, SNAKEMAKE, copy_workflow, local_snakemake_env
 from tests.test_readme import worked_example_files
 
 SCHEMA = "workflow/schemas/method.schema.yaml"
+# what a region model's table needs of the synthetic dataset's jobs: data, backbone, features,
+# regions, vocabulary and the dataset's config
+SYNTHETIC_DATA = [f"results/synthetic/{name}" for name in
+                  ("data", "backbones", "features", "precomp", "vocab.json", "dataset.json")]
 
 
 ORACLE = "tests/oracles/mean_regions.py"
@@ -88,16 +93,21 @@ def test_the_plan_refuses_plugin_folders_this_process_did_not_load(tmp_path):
 
 
 @pytest.mark.e2e
-def test_a_model_from_a_folder_of_ones_own_is_trained_and_tabled_without_a_file_of_the_package(tmp_path):
+def test_a_model_from_a_folder_of_ones_own_is_trained_and_tabled_without_a_file_of_the_package(tiny_dag, tmp_path):
     """The README's files in a temporary folder: the workflow (a copy of its rules and config, the
     package imported from the repository) plans and builds the new table on the tiny synthetic
-    data, its training and evaluation jobs building the model in their own processes; the generic
+    data (the session DAG's, copied with its times: the model's run and table are all there is to
+    do), its training and evaluation jobs building the model in their own processes; the generic
     model tests find the model; without its oracle the lookup the float64 and description tests make
     names the missing file, and with it they pass."""
     before = package_files()
     plugin = plugin_folder(tmp_path / "my_models", oracle=False)
     (tmp_path / "work").mkdir()
     work = copy_workflow(tmp_path / "work")
+    for data in SYNTHETIC_DATA:
+        copy = shutil.copytree if (tiny_dag / data).is_dir() else shutil.copy2
+        (work / data).parent.mkdir(parents=True, exist_ok=True)
+        copy(tiny_dag / data, work / data)
     paper = plugin / "methods" / "papers" / "mean_regions.yaml"
     config = ["--configfile", str(REPO / "tests" / "data" / "tiny.yaml"),
               "--config", f'plugins=["{plugin}"]', f'papers=["{paper}"]']
@@ -111,6 +121,8 @@ def test_a_model_from_a_folder_of_ones_own_is_trained_and_tabled_without_a_file_
 
     planned = snakemake("-n", table)
     assert re.search(r"^train_synthetic\s+1\b", planned.stdout, re.M), planned.stdout[-4000:]
+    assert not re.search(r"^(generate_synthetic|pretrain_backbone|features_synthetic|region_features|vocab)\s",
+                         planned.stdout, re.M), planned.stdout[-4000:]
     assert "results/synthetic/runs/mean_regions-" in planned.stdout   # its run, named by the model's method
     snakemake(table)
     rows = pd.read_csv(work / table)

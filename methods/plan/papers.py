@@ -48,13 +48,13 @@ def check_reported(by_protocol: dict, where: str) -> None:
 ALL_TABLES_CONFIG = "config/synthetic_all_tables.yaml"
 
 
-def repository_tables(dataset: str) -> set[str]:
-    """Tables the harness's own paper files (methods/papers) declare for ``dataset``."""
-    names = set()
+def repository_tables() -> dict[str, set[str]]:
+    """Dataset -> the tables the harness's own paper files (methods/papers) declare for it."""
+    names: dict[str, set[str]] = {}
     for path in sorted((REPO_ROOT / "methods" / "papers").glob("*.yaml")):
         for name, table in (load_yaml(path).get("tables") or {}).items():
-            if dataset in (table.get("datasets") or []):
-                names.add(name)
+            for dataset in table.get("datasets") or []:
+                names.setdefault(dataset, set()).add(name)
     return names
 
 
@@ -83,13 +83,15 @@ class PaperCatalogue:
             stated.append((path, self._add_paper(path)))
         for path, paper in stated:   # after every paper: a claim may compare with another file's row of its table
             self._add_claims(path, paper)
+        repository = None   # read once, where a name is not declared by the configured papers
         for dataset, ds_cfg in cfg["datasets"].items():
             declared = {name for name, ds in self.declared_tables if ds == dataset}
             named = [(f"table_seeds.{name}", name) for name in ds_cfg.get("table_seeds", {})]
             named += [(f"skip_tables.{i}", name) for i, name in enumerate(ds_cfg.get("skip_tables", []))]
             unknown = [(key, name) for key, name in named if name not in declared]
             if unknown:  # a table of one of the harness's own paper files left out of `papers` is no typo
-                unknown = [(key, name) for key, name in unknown if name not in repository_tables(dataset)]
+                repository = repository_tables() if repository is None else repository
+                unknown = [(key, name) for key, name in unknown if name not in repository.get(dataset, set())]
             for key, name in unknown:
                 raise HarnessError(f"datasets.{dataset}.{key}: no table '{name}' is declared for "
                                    f"{dataset} (declared: {', '.join(sorted(declared)) or 'none'})")
