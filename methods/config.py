@@ -100,12 +100,16 @@ def _validator(schema_name: str) -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(load_schema(schema_name))
 
 
+# schema name -> the reprs of the objects that passed it in this process (``validate``)
+_PASSED: dict[str, set[str]] = {}
+
+
 def validate(obj: Any, schema_name: str, where: str) -> Any:
     """Validate ``obj`` against ``workflow/schemas/<schema_name>.schema.yaml``.
 
     Raises one HarnessError naming the file (``where``) and the offending key path.
     """
-    passed, seen = _passed(schema_name), repr(obj)   # repr: types kept apart (a tuple is no array, True no 1)
+    passed, seen = _PASSED.setdefault(schema_name, set()), repr(obj)   # repr: a tuple is no array, True no 1
     if seen in passed:   # a plan resolves many rows to the same config: each is checked once per process
         return obj
     errors = sorted(_validator(schema_name).iter_errors(obj),
@@ -122,12 +126,6 @@ def validate(obj: Any, schema_name: str, where: str) -> Any:
         raise HarnessError(f"{where}: invalid {schema_name} config: {key}: {message}{more}")
     passed.add(seen)
     return obj
-
-
-@functools.lru_cache(maxsize=None)
-def _passed(schema_name: str) -> set[str]:
-    """The reprs of the objects that passed ``schema_name`` in this process."""
-    return set()
 
 
 def deep_merge(base: Mapping, override: Mapping) -> dict:
