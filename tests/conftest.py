@@ -8,6 +8,14 @@ import tempfile
 import time
 from pathlib import Path
 
+# Set before numpy and torch start their thread pools: every process of the tests gets one compute
+# thread, as Snakemake gives each job its own cores. pytest-xdist runs a worker per core beside the
+# session DAG's jobs, so more threads per process would oversubscribe the cores, and OpenMP's and
+# OpenBLAS's idle threads spin-wait for work (CPU the other processes then lack). A job that sets its
+# own thread count (portable numerics, `--threads`) still does.
+for _threads_variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_threads_variable, "1")
+
 import numpy as np
 import pytest
 import torch
