@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -22,14 +23,25 @@ def shorten(text: str, limit: int = 200) -> str:
     return f"{text[:keep]} ... {text[-keep:]}"
 
 
+# control characters (C0, DEL, C1) and the invisible format characters that reorder or hide text
+# (zero-width, bidirectional overrides and isolates, BOM): what a file's names or values could use
+# to rewrite the terminal or disguise a message
+UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every unprintable character written as its escape (``\\x1b``, ``\\u202e``)."""
+    return UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 def one_line(text: str) -> str:
-    """``text``'s non-empty lines joined ('; ' between statements, ' ' after a colon), shortened to
-    ``MAX_MESSAGE_CHARS``."""
+    """``text``'s non-empty lines joined ('; ' between statements, ' ' after a colon), its
+    unprintable characters escaped, shortened to ``MAX_MESSAGE_CHARS``."""
     joined = ""
     for line in (line.strip() for line in str(text).splitlines()):
         if line:
             joined += ("" if not joined else " " if joined.endswith(":") else "; ") + line
-    return shorten(joined, MAX_MESSAGE_CHARS)
+    return shorten(printable(joined), MAX_MESSAGE_CHARS)
 
 
 class HarnessError(Exception):
@@ -141,5 +153,5 @@ def run_cli(fn: Callable[[], None]) -> None:
         record_failure(record, message)
     else:
         return
-    print(f"error: {message}", file=sys.stderr)
+    print(f"error: {printable(message)}", file=sys.stderr)
     sys.exit(2)

@@ -7,7 +7,10 @@ The experiment config (``--experiment``: a resolved method config JSON, as a tra
 names the model kind, and so the importer (``methods.released.importers``); the checkpoint's own
 options set the model's widths and switches. Checked before anything is written: the checkpoint is
 of that kind and was trained on this dataset, its image features have the dataset's shape, and its
-vocabulary has the size its weights were trained with. The run folder must be empty or absent:
+vocabulary has the size its weights were trained with. Both files are read in a child process
+within ``--reader-memory-mb`` and ``--reader-seconds`` (config ``untrusted_files``), without running
+anything in them (``methods.released.safe_load``); whatever is wrong with them is one line naming
+the file. The run folder must be empty or absent:
 the model and vocabulary are written in a temporary folder that takes its place at the end, so a
 failed import leaves nothing, and no evaluation of another model can stay beside them.
 """
@@ -22,7 +25,7 @@ from methods.cli import run_command
 from methods.config import config_hash, read_experiment
 from methods.data.datasets import load_dataset_payload, payload_tokenizer
 from methods.data.inputs import region_shape
-from methods.errors import HarnessError, first_line
+from methods.errors import HarnessError, first_line, printable
 from methods.evaluate import evaluate_run
 from methods.io import new_temp_folder
 from methods.metrics.evaluation import split_relevances
@@ -30,6 +33,7 @@ from methods.models.checkpoint import save_trained_model
 from methods.paths import model_file, run_vocab
 from methods.plan.datasets import reported_dataset
 from methods.released.importers import get_importer
+from methods.released.safe_load import ReaderLimits
 from methods.runtime import compute_setup, resolve_device
 from methods.scoring import add_block_argument
 
@@ -46,9 +50,10 @@ def check_expected(options: dict, expect: dict, where: str) -> None:
 
 
 def import_released(payload: dict, cfg: dict, checkpoint: str | Path, vocab_path: str | Path,
-                    run_dir: str | Path, expect: dict | None = None) -> None:
-    """The checkpoint and its vocabulary as the run folder ``run_dir`` (empty or absent);
-    ``expect``: options the checkpoint must hold (the row's ``released.expect``)."""
+                    run_dir: str | Path, expect: dict | None = None, *, limits: ReaderLimits) -> None:
+    """The checkpoint and its vocabulary as the run folder ``run_dir`` (empty or absent), both
+    read within ``limits``; ``expect``: options the checkpoint must hold (the row's
+    ``released.expect``)."""
     run_dir = Path(run_dir)
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         held = sorted(p.name for p in run_dir.iterdir())[:3] if run_dir.is_dir() else []
@@ -57,10 +62,11 @@ def import_released(payload: dict, cfg: dict, checkpoint: str | Path, vocab_path
     kind = cfg["model"]["kind"]
     importer = get_importer(kind, str(checkpoint))
     try:
-        released = importer.import_checkpoint(Path(checkpoint), cfg["model"], payload["dataset"])
-    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:   # options of unexpected types
-        raise HarnessError(f"{checkpoint}: options or tensors of an unexpected type ({type(exc).__name__}: "
-                           f"{first_line(exc)})") from None
+        released = importer.import_checkpoint(Path(checkpoint), cfg["model"], payload["dataset"], limits)
+    except HarnessError:
+        raise
+    except Exception as exc:   # every check passed and still the file does not fit: one line all the same
+        raise HarnessError(f"{checkpoint}: cannot be imported ({type(exc).__name__}: {first_line(exc)})") from None
     check_expected(released.provenance.get("options", {}), expect or {}, str(checkpoint))
     dataset = reported_dataset(payload["name"], payload["dataset"])
     if released.source_dataset != dataset:
@@ -70,7 +76,13 @@ def import_released(payload: dict, cfg: dict, checkpoint: str | Path, vocab_path
     if dim is not None and dim != released.image_shape["dim"]:
         raise HarnessError(f"{checkpoint}: trained on {released.image_shape['dim']}-d region features, but "
                            f"datasets.{payload['name']}.precomp.feature_dim is {dim}")
-    vocab = importer.read_vocabulary(Path(vocab_path), payload_tokenizer(payload))
+    try:
+        vocab = importer.read_vocabulary(Path(vocab_path), payload_tokenizer(payload), limits)
+    except HarnessError:
+        raise
+    except Exception as exc:
+        raise HarnessError(f"{vocab_path}: cannot be read as a vocabulary ({type(exc).__name__}: "
+                           f"{first_line(exc)})") from None
     if len(vocab) != released.vocab_size:
         raise HarnessError(f"{vocab_path} has {len(vocab)} words, but {checkpoint} was trained with "
                            f"{released.vocab_size}: give the vocabulary released with it")
@@ -93,8 +105,8 @@ def import_released(payload: dict, cfg: dict, checkpoint: str | Path, vocab_path
         os.replace(staging, run_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    print(f"{checkpoint}: {kind} ({released.provenance['code']}, epoch {released.provenance.get('epoch')}) "
-          f"-> {model_file(run_dir)}")
+    print(printable(f"{checkpoint}: {kind} ({released.provenance['code']}, epoch {released.provenance.get('epoch')}) "
+                    f"-> {model_file(run_dir)}"))
 
 
 def _import(args) -> None:
@@ -102,7 +114,8 @@ def _import(args) -> None:
     cfg = read_experiment(args.experiment, payload)
     # the test relevances first: a bad positives file fails before the import, not after it
     relevances = {split: split_relevances(payload, split) for split in args.evaluate}
-    import_released(payload, cfg, args.checkpoint, args.vocab, args.run_dir, json.loads(args.expect))
+    limits = ReaderLimits(memory_mb=args.reader_memory_mb, seconds=args.reader_seconds)
+    import_released(payload, cfg, args.checkpoint, args.vocab, args.run_dir, json.loads(args.expect), limits=limits)
     device = resolve_device(args.device)
     for split in args.evaluate:
         evaluate_run(Path(args.run_dir), split, payload, args.features_dir, run_vocab(args.run_dir), device,
@@ -119,6 +132,10 @@ def _arguments(parser) -> None:
     parser.add_argument("--evaluate", nargs="*", default=[], metavar="SPLIT",
                         help="test splits to evaluate the imported model on (eval_<split>.json, sims_<split>.npy)")
     parser.add_argument("--features-dir", help="the image input of the evaluated splits (precomputed regions)")
+    parser.add_argument("--reader-memory-mb", type=int, required=True,
+                        help="memory the child that reads each file may allocate (config untrusted_files.memory_mb)")
+    parser.add_argument("--reader-seconds", type=float, required=True,
+                        help="CPU and wall-clock seconds of each read (config untrusted_files.seconds)")
     add_block_argument(parser)
 
 

@@ -186,6 +186,10 @@ def read_json(path: str | os.PathLike, expected: str = "") -> Any:
         raise HarnessError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg}){hint}") from None
     except UnicodeDecodeError:
         raise HarnessError(f"{path}: not a UTF-8 text file, so not JSON{hint}") from None
+    except RecursionError:
+        raise HarnessError(f"{path}: nested too deeply to read as JSON{hint}") from None
+    except ValueError as exc:   # an integer beyond the interpreter's limit on digits
+        raise HarnessError(f"{path}: not readable JSON ({first_line(exc).split(';')[0]}){hint}") from None
     except OSError as exc:
         raise HarnessError(f"{path}: cannot read ({(exc.strerror or first_line(exc)).lower()})") from None
 

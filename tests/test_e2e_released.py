@@ -16,6 +16,7 @@ from filelock import FileLock
 from methods.io import write_json, write_text
 from methods.metrics.retrieval import retrieval_metrics
 from methods.released.vsrn import read_checkpoint
+from tests.records import READER_LIMITS as LIMITS
 from tests.conftest import REPO, flickr_layout, snakemake
 from tests.test_e2e_dag import job_counts
 
@@ -48,7 +49,7 @@ def their_files(folder) -> dict:
     file with its image fc negated (another model, the same format)."""
     folder.mkdir()
     first = shutil.copy(FIXTURES / "model_fliker_1.pth.tar", folder / "model_fliker_1.pth.tar")
-    ckpt = read_checkpoint(first)
+    ckpt = read_checkpoint(first, LIMITS)
     ckpt["model"][0]["fc.weight"] = -ckpt["model"][0]["fc.weight"]
     torch.save(ckpt, folder / "model_fliker_2.pth.tar")
     vocab = shutil.copy(FIXTURES / "precomp_vocab.pkl", folder / "f30k_precomp_vocab.pkl")

@@ -32,6 +32,7 @@ from methods.released import pvse
 from methods.released.pvse import import_checkpoint, read_vocabulary
 from methods.released.safe_load import load_checkpoint
 from methods.scoring import encode_images, encode_texts, score_matrix
+from tests.records import READER_LIMITS as LIMITS
 
 FIXTURES = Path(__file__).parent / "data" / "released" / "pvse"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
@@ -95,7 +96,7 @@ def imported_scores(released, vocab: Vocabulary) -> np.ndarray:
 @pytest.mark.parametrize("run", RUNS)
 def test_a_released_checkpoint_scores_as_the_authors_code(base_model, run):
     k, text_global, layout = RUNS[run]
-    released = import_checkpoint(FIXTURES / run, base_model, DATASET)
+    released = import_checkpoint(FIXTURES / run, base_model, DATASET, LIMITS)
     cfg = released.model_config
     assert released.source_dataset == "coco" and released.runs_cnn and released.provenance["layout"] == layout
     assert released.image_shape == {"scales": {"conv5": [7, 7, 64]}} and released.vocab_size == 25
@@ -105,35 +106,35 @@ def test_a_released_checkpoint_scores_as_the_authors_code(base_model, run):
     assert cfg["embed_dim"] == 8 and cfg["text"]["hidden_dim"] == 4 and cfg["text"]["word_dim"] == 6
     expected = np.array(EXPECTED["scores"][run], dtype=np.float32)
     assert np.abs(expected - expected.mean()).max() > 1e-2   # the scores differ: a swapped tensor would show
-    scores = imported_scores(released, read_vocabulary(FIXTURES / "coco_vocab.pkl", TOKENIZER))
+    scores = imported_scores(released, read_vocabulary(FIXTURES / "coco_vocab.pkl", TOKENIZER, LIMITS))
     np.testing.assert_allclose(scores, expected, rtol=0, atol=1e-5)
 
 
 def test_the_text_switch_matters_the_legacy_and_final_features_differ(base_model):
     """Evaluating a --legacy run as today's code (final states) would change its scores."""
-    released = import_checkpoint(FIXTURES / "coco_pvse.pth", base_model, DATASET)
+    released = import_checkpoint(FIXTURES / "coco_pvse.pth", base_model, DATASET, LIMITS)
     other = type(released)({**released.model_config, "text_global": "concatenate_final"}, released.state_dict,
                            released.image_shape, released.vocab_size, released.source_dataset, released.provenance,
                            runs_cnn=True)
-    vocab = read_vocabulary(FIXTURES / "coco_vocab.pkl", TOKENIZER)
+    vocab = read_vocabulary(FIXTURES / "coco_vocab.pkl", TOKENIZER, LIMITS)
     assert np.abs(imported_scores(other, vocab) - np.array(EXPECTED["scores"]["coco_pvse.pth"])).max() > 1e-3
 
 
 def test_a_train_py_checkpoint_keeps_its_options_as_provenance(base_model):
-    released = import_checkpoint(FIXTURES / TRAIN_RUN, base_model, DATASET)
+    released = import_checkpoint(FIXTURES / TRAIN_RUN, base_model, DATASET, LIMITS)
     options = released.provenance["options"]
     assert released.provenance["epoch"] == 17 and released.provenance["best_score"] == 412.25
     assert options["legacy"] is False and options["wemb_type"] == "glove" and options["div_weight"] == 0.1
 
 
 def test_their_vocabulary_pickle_reads_as_the_project_vocabulary():
-    vocab = read_vocabulary(FIXTURES / "coco_vocab.pkl", TOKENIZER)
+    vocab = read_vocabulary(FIXTURES / "coco_vocab.pkl", TOKENIZER, LIMITS)
     assert vocab.idx2word[:5] == ["<pad>", "<start>", "<end>", "<unk>", "a"] and vocab.word2idx["café"] == 23
     assert len(vocab) == 25
 
 
 def resaved(tmp_path: Path, change, run: str = TRAIN_RUN) -> Path:
-    ckpt = load_checkpoint(FIXTURES / run, [argparse.Namespace])
+    ckpt = load_checkpoint(FIXTURES / run, [argparse.Namespace], LIMITS)
     ckpt = change(ckpt) or ckpt
     path = tmp_path / "resaved.pth.tar"
     torch.save(ckpt, path)
@@ -152,27 +153,27 @@ def resaved(tmp_path: Path, change, run: str = TRAIN_RUN) -> Path:
 def test_an_option_the_project_does_not_implement_is_refused_by_name(tmp_path, base_model, option, value, message):
     path = resaved(tmp_path, lambda c: setattr(c["args"], option, value))
     with pytest.raises(HarnessError, match=message):
-        import_checkpoint(path, base_model, DATASET)
+        import_checkpoint(path, base_model, DATASET, LIMITS)
 
 
 def test_a_released_video_model_is_refused(tmp_path, base_model):
     def video(state):   # EncoderVideo: a GRU over the frames' CNN features
         state["img_enc.rnn.weight_ih_l0"] = torch.zeros(12, 64)
     with pytest.raises(HarnessError, match=r"a video model \(EncoderVideo.*the MRW and TGIF runs"):
-        import_checkpoint(resaved(tmp_path, video, "coco_pvse.pth"), base_model, DATASET)
+        import_checkpoint(resaved(tmp_path, video, "coco_pvse.pth"), base_model, DATASET, LIMITS)
 
 
 def test_dataparallel_names_and_the_old_two_encoder_layout_import_alike(tmp_path, base_model):
     """A state dict saved inside nn.DataParallel ('module.'), and eval.py convert_old_state_dict's
     layout ([img_enc, txt_enc] state dicts, PIE-Net named 'our_model'), give the same model."""
-    plain = import_checkpoint(FIXTURES / "coco_pvse.pth", base_model, DATASET)
+    plain = import_checkpoint(FIXTURES / "coco_pvse.pth", base_model, DATASET, LIMITS)
     parallel = import_checkpoint(resaved(tmp_path, lambda s: {f"module.{k}": v for k, v in s.items()},
-                                         "coco_pvse.pth"), base_model, DATASET)
+                                         "coco_pvse.pth"), base_model, DATASET, LIMITS)
 
     def old(state):
         return [{k.split(".", 1)[1].replace("pie_net", "our_model"): v for k, v in state.items() if k.startswith(p)}
                 for p in ("img_enc.", "txt_enc.")]
-    older = import_checkpoint(resaved(tmp_path, old, "coco_pvse.pth"), base_model, DATASET)
+    older = import_checkpoint(resaved(tmp_path, old, "coco_pvse.pth"), base_model, DATASET, LIMITS)
     for other in (parallel, older):
         assert other.model_config == plain.model_config and list(other.state_dict) == list(plain.state_dict)
         assert all(torch.equal(other.state_dict[k], v) for k, v in plain.state_dict.items())
@@ -181,13 +182,13 @@ def test_dataparallel_names_and_the_old_two_encoder_layout_import_alike(tmp_path
 def test_a_checkpoint_of_another_code_base_or_a_model_kind_that_does_not_fit_is_refused(tmp_path, base_model):
     vsepp = FIXTURES.parent / "vsepp" / "f30k_vse++_resnet_finetune_model_best.pth.tar"
     with pytest.raises(HarnessError, match=r"not a PVSE checkpoint \(an opt entry .*a VSE\+\+, VSRN, SCAN or SGRAF"):
-        import_checkpoint(vsepp, base_model, DATASET)
+        import_checkpoint(vsepp, base_model, DATASET, LIMITS)
     sgraf = FIXTURES.parent / "sgraf" / "f30k_SGR_model_best.pth.tar"
     with pytest.raises(HarnessError, match=r"not a PVSE checkpoint"):
-        import_checkpoint(sgraf, base_model, DATASET)
+        import_checkpoint(sgraf, base_model, DATASET, LIMITS)
     butd = api.experiment_config("set_embeddings", "coco", variants=["pvse"])["model"]   # PIE-Net on BUTD regions
     with pytest.raises(HarnessError, match=r"PVSE's checkpoints fill a set_embedding_grid model .*not 'set_embedding'"):
-        import_checkpoint(FIXTURES / "coco_pvse.pth", butd, DATASET)
+        import_checkpoint(FIXTURES / "coco_pvse.pth", butd, DATASET, LIMITS)
 
 
 def test_a_tensor_of_another_shape_is_named(tmp_path, base_model):
@@ -195,7 +196,7 @@ def test_a_tensor_of_another_shape_is_named(tmp_path, base_model):
         ckpt["model"]["img_enc.pie_net.fc.weight"] = torch.zeros(8, 65)
     with pytest.raises(HarnessError, match=r"'img_enc.pie_net.fc.weight' has shape \(8, 65\), but "
                                            r"'image_set.fc.weight' of the project's model is \(8, 64\)"):
-        import_checkpoint(resaved(tmp_path, wider), base_model, DATASET)
+        import_checkpoint(resaved(tmp_path, wider), base_model, DATASET, LIMITS)
 
 
 def test_a_full_size_released_checkpoint_is_placed_whole(monkeypatch, base_model):
@@ -215,8 +216,8 @@ def test_a_full_size_released_checkpoint_is_placed_whole(monkeypatch, base_model
                  "txt_enc.pie_net.fc": nn.Linear(300, 1024), "txt_enc.pie_net.layer_norm": nn.LayerNorm(1024)}
     state = {f"img_enc.cnn.{k}": v for k, v in cnn.state_dict().items() if not k.startswith("fc.")}
     state.update({f"{name}.{k}": v for name, module in parts.items() for k, v in module.state_dict().items()})
-    monkeypatch.setattr(pvse, "load_checkpoint", lambda path, allowed: state)
-    released = import_checkpoint("ckpt/coco_pvse.pth", base_model, DATASET)
+    monkeypatch.setattr(pvse, "load_checkpoint", lambda path, allowed, limits: state)
+    released = import_checkpoint("ckpt/coco_pvse.pth", base_model, DATASET, LIMITS)
     assert released.image_shape == {"scales": {"conv5": [7, 7, 2048]}} and released.vocab_size == 11355
     cfg = released.model_config
     assert (cfg["embed_dim"], cfg["set_size"], cfg["text"]["hidden_dim"], cfg["text"]["word_dim"]) == (1024, 2, 512, 300)
@@ -241,7 +242,7 @@ def test_the_import_writes_a_run_folder_that_evaluates_as_the_authors_code(tmp_p
     runs its CNN on the images) and vocab.json, read back by the evaluation's own loaders."""
     run = "coco_pvse.pth"
     cfg = released_row_config("coco")
-    import_released(payload(), cfg, FIXTURES / run, FIXTURES / "coco_vocab.pkl", tmp_path / "run")
+    import_released(payload(), cfg, FIXTURES / run, FIXTURES / "coco_vocab.pkl", tmp_path / "run", limits=LIMITS)
     ckpt = read_model_file(tmp_path / "run" / "model.pt")
     assert ckpt["best"]["finetuned"] is True and ckpt["best"]["released"]["code"] == "yalesong/pvse"
     assert ckpt["config"]["model"]["text_global"] == "concatenate_last_outputs"
@@ -257,5 +258,5 @@ def test_the_import_writes_a_run_folder_that_evaluates_as_the_authors_code(tmp_p
 def test_an_import_for_another_dataset_writes_nothing(tmp_path):
     with pytest.raises(HarnessError, match="trained on coco, but dataset 'flickr' is flickr"):
         import_released(payload("flickr"), released_row_config("flickr"),
-                        FIXTURES / "coco_pvse.pth", FIXTURES / "coco_vocab.pkl", tmp_path / "run")
+                        FIXTURES / "coco_pvse.pth", FIXTURES / "coco_vocab.pkl", tmp_path / "run", limits=LIMITS)
     assert not (tmp_path / "run").exists()

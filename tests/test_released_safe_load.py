@@ -1,7 +1,10 @@
 """Released files are loaded without running code (methods.released.safe_load): a pickle or a
 checkpoint that names a callable is refused by name before anything in it runs; the classes an
-importer allows become plain data, whatever pickle protocol (Python 2's too) wrote them."""
+importer allows become plain data, whatever pickle protocol (Python 2's too) wrote them; a
+checkpoint reads as torch.load(weights_only=True) reads it. Attacks on memory, time and the
+process itself: tests/test_hostile_files.py."""
 import argparse
+import io
 import os
 import pickle
 import sys
@@ -11,7 +14,10 @@ import pytest
 import torch
 
 from methods.errors import HarnessError
+from methods.released.pickle_scan import MAX_NESTING
 from methods.released.safe_load import PickledObject, load_checkpoint, load_pickle
+from methods.released.unpickler import RestrictedUnpickler
+from tests.records import READER_LIMITS as LIMITS
 
 
 class Planted:
@@ -46,7 +52,7 @@ def test_a_planted_pickle_is_refused_by_name_and_never_runs(tmp_path):
     path = tmp_path / "coco_vocab.pkl"
     path.write_bytes(pickle.dumps({"vocab": Planted(marker)}))
     with pytest.raises(HarnessError, match=r"coco_vocab.pkl: refused to load \(refused global (posix|nt).system") as err:
-        load_pickle(path, {"vocab.Vocabulary"})
+        load_pickle(path, {"vocab.Vocabulary"}, LIMITS)
     assert "nothing in it was run" in str(err.value) and not marker.exists()
 
 
@@ -55,7 +61,7 @@ def test_a_planted_checkpoint_is_refused_by_name_and_never_runs(tmp_path):
     path = tmp_path / "model_best.pth.tar"
     torch.save({"model": [{"w": torch.zeros(2)}], "opt": Planted(marker)}, path)
     with pytest.raises(HarnessError, match="model_best.pth.tar: refused to load: it names (posix|nt).system"):
-        load_checkpoint(path, [argparse.Namespace])
+        load_checkpoint(path, [argparse.Namespace], LIMITS)
     assert not marker.exists()
 
 
@@ -65,7 +71,7 @@ def test_an_allowed_vocabulary_object_becomes_plain_data(tmp_path, vocab_class, 
     words = ["<pad>", "<start>", "<end>", "<unk>", "café", "dog"]
     path = tmp_path / "vocab.pkl"
     path.write_bytes(pickle.dumps(vocab_class(words), protocol=protocol))
-    loaded = load_pickle(path, {"vocab.Vocabulary"})
+    loaded = load_pickle(path, {"vocab.Vocabulary"}, LIMITS)
     assert type(loaded) is not vocab_class and isinstance(loaded, PickledObject)
     assert loaded.cls == "vocab.Vocabulary"
     assert loaded.state == {"word2idx": {w: i for i, w in enumerate(words)}, "idx2word": dict(enumerate(words)),
@@ -76,29 +82,29 @@ def test_a_class_the_importer_did_not_allow_is_refused_even_if_harmless(tmp_path
     path = tmp_path / "vocab.pkl"
     path.write_bytes(pickle.dumps(vocab_class(["a"])))
     with pytest.raises(HarnessError, match="refused global vocab.Vocabulary; allowed: plain data only"):
-        load_pickle(path, set())
+        load_pickle(path, set(), LIMITS)
 
 
 def test_a_checkpoints_options_load_only_when_allowed(tmp_path):
     path = tmp_path / "model_best.pth.tar"
     torch.save({"epoch": 3, "model": [{"fc.weight": torch.ones(2, 3)}], "opt": argparse.Namespace(embed_size=2)}, path)
     with pytest.raises(HarnessError, match="it names argparse.Namespace"):
-        load_checkpoint(path)
-    ckpt = load_checkpoint(path, [argparse.Namespace])
+        load_checkpoint(path, (), LIMITS)
+    ckpt = load_checkpoint(path, [argparse.Namespace], LIMITS)
     assert ckpt["opt"].embed_size == 2 and torch.equal(ckpt["model"][0]["fc.weight"], torch.ones(2, 3))
 
 
 def test_a_legacy_format_checkpoint_loads_and_junk_is_one_line(tmp_path):
     legacy = tmp_path / "old.pth.tar"   # torch < 1.6 wrote this format (VSE++'s era)
     torch.save({"model": [{"w": torch.arange(3.0)}]}, legacy, _use_new_zipfile_serialization=False)
-    assert torch.equal(load_checkpoint(legacy)["model"][0]["w"], torch.arange(3.0))
+    assert torch.equal(load_checkpoint(legacy, (), LIMITS)["model"][0]["w"], torch.arange(3.0))
     junk = tmp_path / "junk.pth.tar"
     junk.write_bytes(b"<html>404</html>")
     with pytest.raises(HarnessError, match=r"junk.pth.tar: not a readable PyTorch checkpoint \(") as err:
-        load_checkpoint(junk)
+        load_checkpoint(junk, (), LIMITS)
     assert "\n" not in str(err.value)
     with pytest.raises(HarnessError, match="released checkpoint not found"):
-        load_checkpoint(tmp_path / "missing.pth.tar")
+        load_checkpoint(tmp_path / "missing.pth.tar", (), LIMITS)
 
 
 # Crafted pickles, one per way pickle can reach an object: every one is refused or unreadable, in
@@ -119,22 +125,25 @@ def test_opcodes_that_fetch_objects_without_naming_them_are_refused(tmp_path, da
         path = tmp_path / "vocab.pkl"
         path.write_bytes(data)
         with pytest.raises(HarnessError, match=rf"refused to load \(refused opcode {opcode} at byte \d+;"):
-            load_pickle(path, {"vocab.Vocabulary"})
+            load_pickle(path, {"vocab.Vocabulary"}, LIMITS)
     finally:
         copyreg.remove_extension("posix", "system", 1)
 
 
 @pytest.mark.parametrize("data, said", [
-    (VOCAB + b".", r"refused result: it holds _Sealed"),           # the allowed class itself, not an object of it
-    (b"cbuiltins\nobject\n.", r"refused result: it holds type"),
-    (b"ccopyreg\n__newobj__\n.", r"refused result: it holds _StandIn"),
-    (b"\x80\x02cbuiltins\nobject\n)\x81.", r"refused result: it holds object"),   # NEWOBJ of object: not data
+    (VOCAB + b".", r"it holds a _Sealed"),           # the allowed class itself, not an object of it
+    (b"cbuiltins\nobject\n.", r"it holds a type"),
+    (b"ccopyreg\n__newobj__\n.", r"it holds a StandIn"),
+    (b"\x80\x02cbuiltins\nobject\n)\x81.", r"it holds an object"),   # NEWOBJ of object: not data
+    (pickle.dumps({"a": bytearray(3)}, protocol=5), r"it holds a bytearray"),   # BYTEARRAY8: no global named
+    (pickle.dumps([1j]), r"refused global builtins.complex"),
+    (pickle.dumps({frozenset([1])}), r"it holds a set"),
 ])
 def test_a_result_that_is_not_plain_data_is_refused(tmp_path, data, said):
     path = tmp_path / "vocab.pkl"
     path.write_bytes(data)
     with pytest.raises(HarnessError, match=rf"refused to load \({said}"):
-        load_pickle(path, {"vocab.Vocabulary"})
+        load_pickle(path, {"vocab.Vocabulary"}, LIMITS)
 
 
 @pytest.mark.parametrize("data", [
@@ -146,29 +155,40 @@ def test_a_result_that_is_not_plain_data_is_refused(tmp_path, data, said):
     b"\xff\xfe junk",
 ])
 def test_a_pickle_that_misuses_what_it_may_name_is_unreadable_and_changes_nothing(tmp_path, data):
-    from methods.released.safe_load import RestrictedUnpickler
+    """In the reader's process the stand-ins stay as they were (the unpickler itself, run here);
+    through the bounded reader the file is one line."""
     before = {k: (type(v), getattr(v, "_call", None)) for k, v in RestrictedUnpickler.SAFE.items()}
+    with pytest.raises((pickle.UnpicklingError, ValueError, EOFError, TypeError, AttributeError)):
+        RestrictedUnpickler(io.BytesIO(data), {"vocab.Vocabulary"}).load()
+    assert {k: (type(v), getattr(v, "_call", None)) for k, v in RestrictedUnpickler.SAFE.items()} == before
     path = tmp_path / "vocab.pkl"
     path.write_bytes(data)
     with pytest.raises(HarnessError, match=r"vocab.pkl: not a readable pickle \(") as err:
-        load_pickle(path, {"vocab.Vocabulary"})
+        load_pickle(path, {"vocab.Vocabulary"}, LIMITS)
     assert "\n" not in str(err.value)
-    assert {k: (type(v), getattr(v, "_call", None)) for k, v in RestrictedUnpickler.SAFE.items()} == before
 
 
-def test_deep_or_cyclic_data_loads(tmp_path):
-    depth = 50_000
+def test_nesting_beyond_the_limit_is_refused_before_unpickling_and_shared_values_load(tmp_path):
     path = tmp_path / "deep.pkl"
-    path.write_bytes(b"\x80\x02" + b"]" * depth + b"a" * (depth - 1) + b".")
-    item, levels = load_pickle(path, ()), 1
-    while item:
-        item, levels = item[0], levels + 1
-    assert levels == depth
+    for depth, refused in ((MAX_NESTING, False), (MAX_NESTING + 1, True), (50_000, True)):
+        path.write_bytes(b"\x80\x02" + b"]" * depth + b"a" * (depth - 1) + b".")
+        if refused:
+            with pytest.raises(HarnessError, match=rf"refused to load \(containers nested deeper than {MAX_NESTING} "
+                                                   rf"levels at byte \d+"):
+                load_pickle(path, (), LIMITS)
+            continue
+        item, levels = load_pickle(path, (), LIMITS), 1
+        while item:
+            item, levels = item[0], levels + 1
+        assert levels == depth
+    shared = ["w"]
+    path.write_bytes(pickle.dumps({"a": shared, "b": shared}))
+    assert load_pickle(path, (), LIMITS) == {"a": ["w"], "b": ["w"]}
     cyclic = []
     cyclic.append(cyclic)
     path.write_bytes(pickle.dumps({"c": cyclic}))
-    loaded = load_pickle(path, ())
-    assert loaded["c"][0] is loaded["c"]
+    with pytest.raises(HarnessError, match=r"refused to load \(it holds a structure that contains itself"):
+        load_pickle(path, (), LIMITS)
 
 
 def test_a_checkpoint_that_is_not_one_is_one_line(tmp_path):
@@ -176,5 +196,5 @@ def test_a_checkpoint_that_is_not_one_is_one_line(tmp_path):
     torch.save({"w": torch.zeros(3)}, path)
     path.write_bytes(path.read_bytes()[:200])   # a cut download
     with pytest.raises(HarnessError, match=r"model_best.pth.tar: not a readable PyTorch checkpoint \(") as err:
-        load_checkpoint(path)
+        load_checkpoint(path, (), LIMITS)
     assert "\n" not in str(err.value)

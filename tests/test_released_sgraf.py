@@ -24,6 +24,7 @@ from methods.released.mapping import map_tensors
 from methods.released.safe_load import load_checkpoint
 from methods.released.sgraf import import_checkpoint
 from methods.scoring import encode_images, encode_texts, score_matrix
+from tests.records import READER_LIMITS as LIMITS
 
 FIXTURES = Path(__file__).parent / "data" / "released" / "sgraf"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
@@ -50,7 +51,7 @@ def imported_scores(released) -> np.ndarray:
 
 @pytest.mark.parametrize("head", ["SGR", "SAF"])
 def test_a_released_checkpoint_scores_as_the_authors_code(base_model, head):
-    released = import_checkpoint(FIXTURES / f"f30k_{head}_model_best.pth.tar", base_model, REGIONS)
+    released = import_checkpoint(FIXTURES / f"f30k_{head}_model_best.pth.tar", base_model, REGIONS, LIMITS)
     assert released.source_dataset == "flickr" and released.provenance["epoch"] == 12
     assert released.model_config["heads"] == [head.lower()] and released.model_config["embed_dim"] == 8
     expected = np.array(EXPECTED["scores"][head], dtype=np.float32)
@@ -59,7 +60,7 @@ def test_a_released_checkpoint_scores_as_the_authors_code(base_model, head):
 
 
 def resaved(tmp_path: Path, change) -> Path:
-    ckpt = load_checkpoint(FIXTURES / "f30k_SGR_model_best.pth.tar", [argparse.Namespace])
+    ckpt = load_checkpoint(FIXTURES / "f30k_SGR_model_best.pth.tar", [argparse.Namespace], LIMITS)
     change(ckpt)
     path = tmp_path / "model_best.pth.tar"
     torch.save(ckpt, path)
@@ -75,7 +76,7 @@ def resaved(tmp_path: Path, change) -> Path:
 def test_an_option_the_project_does_not_implement_is_refused_by_name(tmp_path, base_model, option, value, message):
     path = resaved(tmp_path, lambda c: setattr(c["opt"], option, value))
     with pytest.raises(HarnessError, match=message):
-        import_checkpoint(path, base_model, REGIONS)
+        import_checkpoint(path, base_model, REGIONS, LIMITS)
 
 
 def test_a_checkpoint_of_another_model_is_refused(tmp_path, base_model):
@@ -84,20 +85,20 @@ def test_a_checkpoint_of_another_model_is_refused(tmp_path, base_model):
         for name in ("sim_dim", "module_name", "sgr_step"):
             delattr(ckpt["opt"], name)
     with pytest.raises(HarnessError, match=r"not an SGRAF checkpoint \(its options have no sim_dim, module_name, sgr_step"):
-        import_checkpoint(resaved(tmp_path, as_vsepp), base_model, REGIONS)
+        import_checkpoint(resaved(tmp_path, as_vsepp), base_model, REGIONS, LIMITS)
 
 
 def test_a_tensor_the_model_has_not_or_a_shape_that_differs_is_named(tmp_path, base_model):
     def extra(ckpt):
         ckpt["model"][2]["extra_head.weight"] = torch.zeros(1)
     with pytest.raises(HarnessError, match="1 tensors have no place in the project's model \\(e.g. 'sim_enc.extra_head.weight'"):
-        import_checkpoint(resaved(tmp_path, extra), base_model, REGIONS)
+        import_checkpoint(resaved(tmp_path, extra), base_model, REGIONS, LIMITS)
 
     def wider(ckpt):
         ckpt["model"][0]["fc.weight"] = torch.zeros(9, 12)
     with pytest.raises(HarnessError, match=r"'img_enc.fc.weight' has shape \(9, 12\), but 'fc.weight' of the project's "
                                            r"model is \(8, 12\)"):
-        import_checkpoint(resaved(tmp_path, wider), base_model, REGIONS)
+        import_checkpoint(resaved(tmp_path, wider), base_model, REGIONS, LIMITS)
 
 
 def test_every_project_tensor_is_set_exactly_once():
@@ -122,7 +123,7 @@ def test_the_import_writes_a_run_folder_that_evaluates_as_the_authors_code(tmp_p
     the evaluation's own loaders."""
     cfg = api.experiment_config("sgraf", "flickr")
     import_released(payload(), cfg, FIXTURES / "f30k_SAF_model_best.pth.tar", FIXTURES / "f30k_precomp_vocab.json",
-                    tmp_path / "run")
+                    tmp_path / "run", limits=LIMITS)
     model, ckpt = api.load_model(tmp_path / "run" / "model.pt", CPU)
     assert ckpt["best"]["released"]["code"] == "Paranioar/SGRAF" and ckpt["config"]["model"]["heads"] == ["saf"]
     vocab = Vocabulary.load(tmp_path / "run" / "vocab.json")
@@ -146,14 +147,14 @@ def test_an_import_that_does_not_fit_the_dataset_writes_nothing(tmp_path, datase
                                      "idx2word": dict(enumerate(kept)), "idx": len(kept)}))
     with pytest.raises(HarnessError, match=message):
         import_released(payload(dataset, feature_dim), api.experiment_config("sgraf", "flickr"),
-                        FIXTURES / "f30k_SGR_model_best.pth.tar", vocab, tmp_path / "run")
+                        FIXTURES / "f30k_SGR_model_best.pth.tar", vocab, tmp_path / "run", limits=LIMITS)
     assert not (tmp_path / "run").exists()
 
 
 def test_a_model_kind_without_released_weights_has_no_importer(tmp_path):
     with pytest.raises(HarnessError, match="no importer of released checkpoints for model kind 'scan'"):
         import_released(payload(), api.experiment_config("scan", "flickr"), FIXTURES / "f30k_SGR_model_best.pth.tar",
-                        FIXTURES / "f30k_precomp_vocab.json", tmp_path / "run")
+                        FIXTURES / "f30k_precomp_vocab.json", tmp_path / "run", limits=LIMITS)
 
 
 def test_an_import_refuses_a_run_folder_that_holds_files_and_a_failed_one_leaves_none(tmp_path, monkeypatch):
@@ -165,7 +166,7 @@ def test_an_import_refuses_a_run_folder_that_holds_files_and_a_failed_one_leaves
     run.mkdir()
     (run / "eval_test.json").write_text("{}")
     with pytest.raises(HarnessError, match="run: not an empty folder"):
-        import_released(payload(), cfg, ckpt, vocab, run)
+        import_released(payload(), cfg, ckpt, vocab, run, limits=LIMITS)
     (run / "eval_test.json").unlink()
 
     def disk_full(*args, **kwargs):
@@ -173,7 +174,7 @@ def test_an_import_refuses_a_run_folder_that_holds_files_and_a_failed_one_leaves
 
     monkeypatch.setattr("methods.import_released.save_trained_model", disk_full)
     with pytest.raises(OSError):
-        import_released(payload(), cfg, ckpt, vocab, run)
+        import_released(payload(), cfg, ckpt, vocab, run, limits=LIMITS)
     assert list(run.iterdir()) == [] and [p.name for p in tmp_path.iterdir()] == ["run"]   # no staging folder left
 
 
@@ -202,10 +203,10 @@ def test_a_checkpoint_of_another_run_than_the_row_expects_is_refused(tmp_path):
     """A config key pointing at the SGR file for the SAF row fails instead of showing SGR's numbers."""
     with pytest.raises(HarnessError, match=r"trained with module_name='SGR', but the row expects module_name='SAF'"):
         import_released(payload(), api.experiment_config("sgraf", "flickr"), FIXTURES / "f30k_SGR_model_best.pth.tar",
-                        FIXTURES / "f30k_precomp_vocab.json", tmp_path / "run", {"module_name": "SAF"})
+                        FIXTURES / "f30k_precomp_vocab.json", tmp_path / "run", {"module_name": "SAF"}, limits=LIMITS)
     with pytest.raises(HarnessError, match=r"the row expects finetune=True, but the importer reads no option"):
         import_released(payload(), api.experiment_config("sgraf", "flickr"), FIXTURES / "f30k_SGR_model_best.pth.tar",
-                        FIXTURES / "f30k_precomp_vocab.json", tmp_path / "run", {"finetune": True})
+                        FIXTURES / "f30k_precomp_vocab.json", tmp_path / "run", {"finetune": True}, limits=LIMITS)
     assert not (tmp_path / "run").exists()
 
 
@@ -215,7 +216,7 @@ def test_an_imported_run_folder_is_readable_as_the_umask_allows(tmp_path):
     old = os.umask(0o022)
     try:
         import_released(payload(), api.experiment_config("sgraf", "flickr"), FIXTURES / "f30k_SAF_model_best.pth.tar",
-                        FIXTURES / "f30k_precomp_vocab.json", tmp_path / "run")
+                        FIXTURES / "f30k_precomp_vocab.json", tmp_path / "run", limits=LIMITS)
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "run").stat().st_mode) == 0o755

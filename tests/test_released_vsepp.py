@@ -29,6 +29,7 @@ from methods.models.checkpoint import read_model_file
 from methods.released.safe_load import load_checkpoint
 from methods.released.vsepp import import_checkpoint, read_vocabulary
 from methods.scoring import encode_images, encode_texts, score_matrix
+from tests.records import READER_LIMITS as LIMITS
 
 FIXTURES = Path(__file__).parent / "data" / "released" / "vsepp"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
@@ -97,7 +98,7 @@ def imported_scores(released, vocab: Vocabulary) -> np.ndarray:
 
 @pytest.mark.parametrize("run", RUNS)
 def test_a_released_checkpoint_scores_as_the_authors_code(base_model, run):
-    released = import_checkpoint(checkpoint(run), base_model, DATASET)
+    released = import_checkpoint(checkpoint(run), base_model, DATASET, LIMITS)
     assert released.source_dataset == RUNS[run] and released.runs_cnn and released.provenance["epoch"] == 17
     assert released.image_shape == {"dim": 64} and released.vocab_size == 25
     assert released.model_config["backbone"] == "resnet152" and released.model_config["pre_fc_l2norm"] is True
@@ -105,7 +106,7 @@ def test_a_released_checkpoint_scores_as_the_authors_code(base_model, run):
     assert released.model_config["embed_dim"] == 8 and released.model_config["text"]["word_dim"] == 6
     expected = np.array(EXPECTED["scores"][run], dtype=np.float32)
     assert np.abs(expected - expected.mean()).max() > 1e-2   # the scores differ: a swapped tensor would show
-    scores = imported_scores(released, read_vocabulary(vocabulary(run), TOKENIZER))
+    scores = imported_scores(released, read_vocabulary(vocabulary(run), TOKENIZER, LIMITS))
     np.testing.assert_allclose(scores, expected, rtol=0, atol=1e-5)
 
 
@@ -114,8 +115,8 @@ def test_vse0s_scores_are_of_unnormalised_image_embeddings(base_model):
     image embedding normalised (the project's vsepp before image_l2norm), each image's scores
     shrink by its embedding's norm, which differs between images, far beyond the 1e-5 the
     import is held to: the VSE0 case above checks what --no_imgnorm changes."""
-    released = import_checkpoint(checkpoint("coco_vse0_resnet_restval_finetune"), base_model, DATASET)
-    vocab = read_vocabulary(vocabulary("coco_vse0_resnet_restval_finetune"), TOKENIZER)
+    released = import_checkpoint(checkpoint("coco_vse0_resnet_restval_finetune"), base_model, DATASET, LIMITS)
+    vocab = read_vocabulary(vocabulary("coco_vse0_resnet_restval_finetune"), TOKENIZER, LIMITS)
     as_released = imported_scores(released, vocab)
     released.model_config["image_l2norm"] = True
     normalised = imported_scores(released, vocab)
@@ -126,8 +127,8 @@ def test_vse0s_scores_are_of_unnormalised_image_embeddings(base_model):
 
 def test_a_file_without_batchnorm_counters_gets_them_at_zero(base_model):
     """The 2017 files (PyTorch < 0.4.1) have no num_batches_tracked; a newer one's are kept."""
-    old = import_checkpoint(checkpoint("coco_vse++_resnet_restval"), base_model, DATASET)
-    new = import_checkpoint(checkpoint("f30k_vse++_resnet_finetune"), base_model, DATASET)
+    old = import_checkpoint(checkpoint("coco_vse++_resnet_restval"), base_model, DATASET, LIMITS)
+    new = import_checkpoint(checkpoint("f30k_vse++_resnet_finetune"), base_model, DATASET, LIMITS)
     counters = [k for k in old.state_dict if k.endswith("num_batches_tracked")]
     assert counters and all(old.state_dict[k].item() == 0 for k in counters)
     assert all(new.state_dict[k].item() == 7 for k in counters)   # the fixture maker's value
@@ -146,24 +147,24 @@ def test_a_full_size_resnet152_checkpoint_is_placed_whole(monkeypatch, base_mode
                if not k.startswith("fc.") and not k.endswith("num_batches_tracked")}   # fc: nn.Sequential()
     img_enc.update({f"fc.{k}": v for k, v in fc.state_dict().items()})
     txt_enc = {"embed.weight": embed.weight, **{f"rnn.{k}": v for k, v in rnn.state_dict().items()}}
-    opt = load_checkpoint(checkpoint("coco_vse++_resnet_restval"), [argparse.Namespace])["opt"]
+    opt = load_checkpoint(checkpoint("coco_vse++_resnet_restval"), [argparse.Namespace], LIMITS)["opt"]
     opt.embed_size, opt.word_dim, opt.num_layers, opt.vocab_size = 1024, 300, 1, 10000
     ckpt = {"epoch": 26, "model": [img_enc, txt_enc], "best_rsum": 400.0, "opt": opt, "Eiters": 1}
-    monkeypatch.setattr("methods.released.record.load_checkpoint", lambda path, allowed: ckpt)
-    released = import_checkpoint("runs/coco_vse++_resnet_restval_finetune/model_best.pth.tar", base_model, DATASET)
+    monkeypatch.setattr("methods.released.record.load_checkpoint", lambda path, allowed, limits: ckpt)
+    released = import_checkpoint("runs/coco_vse++_resnet_restval_finetune/model_best.pth.tar", base_model, DATASET, LIMITS)
     assert released.image_shape == {"dim": 2048} and released.model_config["embed_dim"] == 1024
     assert len({k.split(".")[2] for k in released.state_dict if k.startswith("backbone.layer3.")}) == 36   # blocks
     assert all(released.state_dict[k].item() == 0 for k in released.state_dict if k.endswith("num_batches_tracked"))
 
 
 def test_their_vocabulary_pickle_reads_as_the_project_vocabulary():
-    vocab = read_vocabulary(vocabulary("f30k_vse++_resnet_finetune"), TOKENIZER)
+    vocab = read_vocabulary(vocabulary("f30k_vse++_resnet_finetune"), TOKENIZER, LIMITS)
     assert vocab.idx2word[:5] == ["<pad>", "<start>", "<end>", "<unk>", "a"] and vocab.word2idx["café"] == 23
     assert len(vocab) == 25
 
 
 def resaved(tmp_path: Path, change, run: str = "f30k_vse++_resnet_finetune") -> Path:
-    ckpt = load_checkpoint(checkpoint(run), [argparse.Namespace])
+    ckpt = load_checkpoint(checkpoint(run), [argparse.Namespace], LIMITS)
     change(ckpt)
     path = tmp_path / "model_best.pth.tar"
     torch.save(ckpt, path)
@@ -181,19 +182,19 @@ def resaved(tmp_path: Path, change, run: str = "f30k_vse++_resnet_finetune") -> 
 def test_an_option_the_project_does_not_implement_is_refused_by_name(tmp_path, base_model, option, value, message):
     path = resaved(tmp_path, lambda c: setattr(c["opt"], option, value))
     with pytest.raises(HarnessError, match=message):
-        import_checkpoint(path, base_model, DATASET)
+        import_checkpoint(path, base_model, DATASET, LIMITS)
 
 
 def test_a_checkpoint_of_another_model_is_refused(tmp_path, base_model):
     sgraf = Path(__file__).parent / "data" / "released" / "sgraf" / "f30k_SGR_model_best.pth.tar"
     with pytest.raises(HarnessError, match=r"not a VSE\+\+ checkpoint \(its options have no cnn_type, measure, "
                                            r"use_abs; an SGRAF, SCAN or VSRN checkpoint\?\)"):
-        import_checkpoint(sgraf, base_model, DATASET)
+        import_checkpoint(sgraf, base_model, DATASET, LIMITS)
 
     def as_vsrn(ckpt):   # VSRN keeps VSE++'s options and [img_enc, txt_enc]; its image encoder has a GRU, a GCN
         ckpt["model"][0]["img_rnn.weight_ih_l0"] = torch.zeros(3, 2)
     with pytest.raises(HarnessError, match="its image encoder holds 'img_rnn.weight_ih_l0'.*a VSRN checkpoint"):
-        import_checkpoint(resaved(tmp_path, as_vsrn), base_model, DATASET)
+        import_checkpoint(resaved(tmp_path, as_vsrn), base_model, DATASET, LIMITS)
 
 
 def test_a_tensor_the_model_has_not_or_a_shape_that_differs_is_named(tmp_path, base_model):
@@ -201,12 +202,12 @@ def test_a_tensor_the_model_has_not_or_a_shape_that_differs_is_named(tmp_path, b
         ckpt["model"][0]["fc.weight"] = torch.zeros(9, 64)
     with pytest.raises(HarnessError, match=r"'img_enc.fc.weight' has shape \(9, 64\), but 'fc.weight' of the "
                                            r"project's model is \(8, 64\)"):
-        import_checkpoint(resaved(tmp_path, wider), base_model, DATASET)
+        import_checkpoint(resaved(tmp_path, wider), base_model, DATASET, LIMITS)
 
     def without_layer4(ckpt):
         ckpt["model"][0] = {k: v for k, v in ckpt["model"][0].items() if ".layer4." not in k}
     with pytest.raises(HarnessError, match=r"the checkpoint sets no 'backbone.layer4.0.conv1.weight'"):
-        import_checkpoint(resaved(tmp_path, without_layer4), base_model, DATASET)
+        import_checkpoint(resaved(tmp_path, without_layer4), base_model, DATASET, LIMITS)
 
 
 def payload(name="flickr"):
@@ -219,7 +220,7 @@ def test_the_import_writes_a_run_folder_that_evaluates_as_the_authors_code(tmp_p
     runs its CNN on the images) and vocab.json, read back by the evaluation's own loaders."""
     run = "f30k_vse++_resnet_finetune"
     cfg = api.experiment_config("vsepp", "flickr")
-    import_released(payload(), cfg, checkpoint(run), vocabulary(run), tmp_path / "run")
+    import_released(payload(), cfg, checkpoint(run), vocabulary(run), tmp_path / "run", limits=LIMITS)
     ckpt = read_model_file(tmp_path / "run" / "model.pt")
     assert ckpt["best"]["finetuned"] is True and ckpt["best"]["released"]["code"] == "fartashf/vsepp"
     assert ckpt["image_shape"] == {"dim": 64} and ckpt["config"]["model"]["backbone"] == "resnet152"
@@ -236,7 +237,7 @@ def test_an_import_for_another_dataset_writes_nothing(tmp_path, monkeypatch):
     run = "coco_vse++_resnet_restval"
     with pytest.raises(HarnessError, match="trained on coco, but dataset 'flickr' is flickr"):
         import_released(payload(), api.experiment_config("vsepp", "flickr"), checkpoint(run), vocabulary(run),
-                        tmp_path / "run")
+                        tmp_path / "run", limits=LIMITS)
     assert not (tmp_path / "run").exists()
 
 
@@ -248,7 +249,7 @@ def test_a_vocabulary_of_another_size_is_refused(tmp_path, monkeypatch):
         c["model"][1]["embed.weight"] = torch.zeros(26, 6)
     ckpt = resaved(tmp_path, wider_embedding)
     with pytest.raises(HarnessError, match="has 25 words, but .* was trained with 26: give the vocabulary released"):
-        import_released(payload(), api.experiment_config("vsepp", "flickr"), ckpt, vocab, tmp_path / "run")
+        import_released(payload(), api.experiment_config("vsepp", "flickr"), ckpt, vocab, tmp_path / "run", limits=LIMITS)
     assert not (tmp_path / "run").exists()
 
 
@@ -256,4 +257,4 @@ def test_a_dataset_whose_images_are_transformed_otherwise_is_refused(base_model)
     other = {"features": {"resize": 256, "crop": 256}}
     with pytest.raises(HarnessError, match="their evaluation resizes images to 256 and crops the centre 224, but "
                                            "datasets.<name>.features has resize 256, crop 256"):
-        import_checkpoint(checkpoint("f30k_vse++_resnet_finetune"), base_model, other)
+        import_checkpoint(checkpoint("f30k_vse++_resnet_finetune"), base_model, other, LIMITS)

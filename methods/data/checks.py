@@ -67,7 +67,7 @@ def check_dataset_inputs(cfg: dict, name: str) -> tuple[dict[str, SplitIndex], C
             raise HarnessError(f"datasets.{name}.glove: file not found: {paths['glove']}")
         check_glove_head(paths["glove"])
     if paths["vocab"] is not None:  # against the captions: the Karpathy file parsed whole
-        vocab = Vocabulary.load(paths["vocab"], tokenizer)
+        vocab = Vocabulary.load(paths["vocab"], tokenizer).words_only()   # its words, read with our tokenizer
         loaded = load_splits(paths["karpathy_json"], ds["splits"], ds["texts_per_image"])
         train = loaded["train"].captions
         held_out = [c for split_name, split in loaded.items() if split_name != "train" for c in split.captions]

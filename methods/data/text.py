@@ -55,6 +55,11 @@ class Vocabulary:
         new = {cap: " ".join(self.tokenizer(cap)) for cap in dict.fromkeys(captions) if cap not in self.tokenized}
         return Vocabulary(self.idx2word, self.tokenizer, {**self.tokenized, **new})
 
+    def words_only(self) -> "Vocabulary":
+        """This vocabulary without its tokenised captions: how a file from elsewhere (a configured
+        ``datasets.<name>.vocab``) is used, so that no file decides how captions are read."""
+        return Vocabulary(self.idx2word, self.tokenizer)
+
     def encode(self, caption: str) -> list[int]:
         unk = self.word2idx[UNK]
         ids = [self.word2idx.get(tok, unk) for tok in self.tokens(caption)]

@@ -20,7 +20,7 @@ def build_vocabulary(args) -> None:
     train = splits["train"]
     every_caption = [c for split in splits.values() for c in split.captions]
     if payload["paths"].get("vocab"):
-        vocab = Vocabulary.load(payload["paths"]["vocab"], tokenizer)
+        vocab = Vocabulary.load(payload["paths"]["vocab"], tokenizer).words_only()   # its words, our tokenizer
         vocab.check_covers(train.captions, payload["paths"]["vocab"])
         vocab.with_tokenized(every_caption).save(args.out)
         print(f"vocabulary: {len(vocab)} words from {payload['paths']['vocab']} (configured), "

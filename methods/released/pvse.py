@@ -52,14 +52,16 @@ from methods.errors import HarnessError
 from methods.features.architectures import CHANNELS, layer_channels
 from methods.models.base import BuildContext, build_model
 from methods.released.mapping import map_tensors
-from methods.released.record import Importer, ReleasedModel
-from methods.released.safe_load import load_checkpoint
+from methods.released.options import (COUNT, FLAG, MARGIN, NAME, VOCABULARY, WIDTH, Option, check_options as
+                                      check_option_types, check_record, optional, plain_options)
+from methods.released.record import Importer, ReleasedModel, is_state_dict
+from methods.released.safe_load import ReaderLimits, load_checkpoint
 from methods.released.vocabulary import check_eval_transform, read_pickled_vocabulary
 
 CODE = "yalesong/pvse"
 EVAL_TRANSFORM = (256, 224)   # data.py: Resize(256), CenterCrop(crop_size), crop_size 224 (option.py)
 KIND = "set_embedding_grid"
-CHECKPOINT_GLOBALS = (argparse.Namespace,)   # train.py's args; nothing else but tensors and plain data
+CHECKPOINT_GLOBALS = ("argparse.Namespace",)   # train.py's args; nothing else but tensors and plain data
 SOURCE_DATASETS = {"coco": "coco"}
 VIDEO_DATASETS = ("mrw", "tgif")
 # option.py's defaults where a released state dict says nothing, with the README's COCO command
@@ -72,6 +74,14 @@ PROVENANCE_OPTIONS = ("data_name", "cnn_type", "num_embeds", "embed_size", "word
                       "txt_attention", "legacy", "img_finetune", "txt_finetune", "wemb_type", "margin",
                       "max_violation", "mmd_weight", "div_weight", "dropout", "crop_size", "batch_size", "lr")
 PARTS = ("img_enc", "txt_enc")
+# the options the importer reads, their types and the ranges it accepts (methods.released.options):
+# from train.py's args, or README_COCO_OPTIONS with the widths of a released state dict's tensors
+OPTIONS = {"data_name": NAME, "cnn_type": NAME, "max_video_length": Option(int, 1, 10_000), "img_attention": FLAG,
+           "txt_attention": FLAG, "legacy": FLAG, "order": FLAG, "dropout": Option(float, 0, 1),
+           "num_embeds": Option(int, 1, 64), "embed_size": WIDTH, "word_dim": WIDTH, "vocab_size": VOCABULARY,
+           "img_finetune": optional(FLAG), "txt_finetune": optional(FLAG), "margin": optional(MARGIN),
+           "max_violation": optional(FLAG), "wemb_type": Option(str, required=False, nullable=True),
+           "crop_size": optional(WIDTH), "batch_size": optional(COUNT)}
 
 CNN = r"img_enc\.cnn\."
 RULES = [
@@ -93,14 +103,13 @@ HEADS = "img_enc.pie_net.attention.w_2.weight"   # (K, 1024): PIE-Net's K attent
 
 
 def _is_state(value) -> bool:
-    return isinstance(value, dict) and bool(value) and all(isinstance(k, str) and torch.is_tensor(v)
-                                                           for k, v in value.items())
+    return bool(value) and is_state_dict(value)
 
 
-def read_checkpoint(path: str | Path) -> tuple[dict, argparse.Namespace | None, dict]:
+def read_checkpoint(path: str | Path, limits: ReaderLimits) -> tuple[dict, argparse.Namespace | None, dict]:
     """(PVSE's state dict under their model's names, train.py's args or None, what the file was)."""
     where = str(path)
-    ckpt = load_checkpoint(path, CHECKPOINT_GLOBALS)
+    ckpt = load_checkpoint(path, CHECKPOINT_GLOBALS, limits)
     if isinstance(ckpt, dict) and "model" in ckpt and ("args" in ckpt or "opt" in ckpt):
         args = ckpt.get("args")
         if not isinstance(args, argparse.Namespace) or not _is_state(ckpt["model"]):
@@ -112,6 +121,7 @@ def read_checkpoint(path: str | Path) -> tuple[dict, argparse.Namespace | None, 
             what = f"its options have {', '.join(dive)}" if dive else "its options have no num_embeds"
             raise HarnessError(f"{where}: not a PVSE checkpoint ({what}: a kdwonn/DivE checkpoint? DivE saves "
                                f"PVSE's layout; the project imports no DivE files)")
+        check_record(ckpt, where)
         state, layout = ckpt["model"], "train.py checkpoint"
         meta = {"epoch": ckpt.get("epoch"), "best_score": ckpt.get("best_score")}
     elif _is_state(ckpt):
@@ -150,9 +160,14 @@ def options(state: dict, args: argparse.Namespace | None, where: str) -> argpars
     for key, tensor in (("embed_size", "img_enc.fc.weight"), ("word_dim", "txt_enc.embed.weight")):
         if tensor not in state:
             raise HarnessError(f"{where}: the checkpoint has no '{tensor}' (a PVSE model always has it)")
-    opt.vocab_size, word_dim = state["txt_enc.embed.weight"].shape
+    embedding, fc = state["txt_enc.embed.weight"], state["img_enc.fc.weight"]
+    if embedding.dim() != 2 or fc.dim() != 2:
+        raise HarnessError(f"{where}: 'txt_enc.embed.weight' and 'img_enc.fc.weight' must be matrices, not of "
+                           f"shapes {tuple(embedding.shape)} and {tuple(fc.shape)}")
+    opt.vocab_size, word_dim = embedding.shape
     if args is None:
-        opt.embed_size, opt.word_dim = state["img_enc.fc.weight"].shape[0], word_dim
+        opt.embed_size, opt.word_dim = fc.shape[0], word_dim
+    check_option_types(opt, OPTIONS, where)
     return opt
 
 
@@ -202,17 +217,18 @@ def target_state(cfg: dict, opt: argparse.Namespace, image_shape: dict) -> dict[
     return model.state_dict()
 
 
-def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: dict) -> ReleasedModel:
+def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: dict,
+                      limits: ReaderLimits) -> ReleasedModel:
     """Their checkpoint (a released ``coco_pvse*.pth`` or train.py's ``model_best.pth.tar``) as the
     project's model; ``base_model_config``: the method's ``set_embedding_grid`` block (another kind,
     e.g. the BUTD ``set_embedding``, is refused); ``dataset_cfg``: the dataset's config, whose image
-    transform must be theirs."""
+    transform must be theirs; ``limits``: the bounds of reading the file."""
     where = str(path)
     check_eval_transform(dataset_cfg, EVAL_TRANSFORM, where)
     if base_model_config.get("kind") != KIND:
         raise HarnessError(f"{where}: PVSE's checkpoints fill a {KIND} model (ResNet cells), not "
                            f"{base_model_config.get('kind')!r}: use a method of kind {KIND}")
-    state, args, meta = read_checkpoint(path)
+    state, args, meta = read_checkpoint(path, limits)
     opt = options(state, args, where)
     check_options(opt, where)
     cfg = model_config(opt, base_model_config)
@@ -221,14 +237,14 @@ def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: di
     mapped = map_tensors(state, target, RULES, where)
     mapped = {k: mapped[k] for k in target}   # the model's own order
     provenance = {"code": CODE, **meta,
-                  "options": {k: getattr(opt, k) for k in PROVENANCE_OPTIONS if hasattr(opt, k)}}
+                  "options": plain_options(opt, PROVENANCE_OPTIONS, where)}
     return ReleasedModel(cfg, mapped, image_shape, opt.vocab_size, SOURCE_DATASETS[opt.data_name], provenance,
                          runs_cnn=True)
 
 
-def read_vocabulary(path: str | Path, tokenizer: Tokenizer) -> Vocabulary:
+def read_vocabulary(path: str | Path, tokenizer: Tokenizer, limits: ReaderLimits) -> Vocabulary:
     """Their vocabulary pickle (``coco_vocab.pkl`` of data/prepare_coco_dataset.sh)."""
-    return read_pickled_vocabulary(path, tokenizer, CODE)
+    return read_pickled_vocabulary(path, tokenizer, CODE, limits)
 
 
 IMPORTER = Importer(CODE, import_checkpoint, read_vocabulary)

@@ -1,199 +1,175 @@
-"""Files from the internet, loaded without executing code.
+"""Files from the internet (released checkpoints and vocabularies), read without running them and
+within bounds.
 
-A checkpoint is read by ``torch.load(weights_only=True)``, whose unpickler builds tensors and
-plain containers only; the few other classes a code base's checkpoint holds (its options as an
-``argparse.Namespace``, a numpy scalar) must be named in an allow-list by the importer. A pickled
-vocabulary is read by ``RestrictedUnpickler``: the objects of the allowed classes become plain
-data (``PickledObject``: the class's dotted name and its state), nothing of theirs is called, and
-any other global (a function, a class, ``os.system``) is refused by name before anything runs.
-Opcodes that reach objects without naming a global (EXT*, PERSID) are refused before unpickling,
-and the result is checked to hold plain data only.
+Each file is read by a child process (``methods.released.reader``) limited in memory and time
+(``methods.released.sandbox``, config ``untrusted_files``): a crash, a memory bomb or a hang in a
+reader stops the child, and the harness says so in one line naming the file. The child hands back
+plain values only (``methods.released.plain``), which this module checks again: a pickle's allowed
+classes arrive as ``PickledObject`` (``argparse.Namespace`` as one), a checkpoint's tensors as
+views of the file's bytes, which are checked (dtype, a non-overlapping view inside the file, their
+bytes together within the file's size) before any byte is read, and then read from the file here.
+Neither torch's unpickler nor any class of the file's runs on it.
 """
 from __future__ import annotations
 
-import _compat_pickle
-import io
-import pickle
-import pickletools
-import re
+import argparse
+import json
+import math
+import os
+import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-import torch
+from methods.errors import HarnessError
+from methods.released.pickle_scan import PickleRefused
+from methods.released.plain import ELEMENT_SIZE, MalformedResult, TensorView, check_view, decode
+from methods.released.sandbox import BoundExceeded, ReaderLimits, Usage, run_bounded
+from methods.released.unpickler import PickledObject
 
-from methods.errors import HarnessError, first_line
+__all__ = ["PickledObject", "ReaderLimits", "UntrustedFileError", "load_checkpoint", "load_json", "load_pickle"]
 
-REFUSED_GLOBAL = re.compile(r"GLOBAL (\S+)")
-WEIGHTS_UNPICKLER_CAUSE = re.compile(r"WeightsUnpickler error:[ \t]*([^\n]+)")
+NOUNS = {"checkpoint": "checkpoint", "pickle": "vocabulary", "json": "vocabulary"}
+UNREADABLE = {"checkpoint": "not a readable PyTorch checkpoint", "pickle": "not a readable pickle",
+              "json": "not a readable vocabulary JSON"}
 
 
-def load_checkpoint(path: str | Path, allowed_globals: Iterable[Any] = ()) -> Any:
-    """A ``torch.save`` file (zip or legacy format) of tensors, plain containers and the
-    ``allowed_globals`` (classes or functions the file may name); anything else is refused."""
+class UntrustedFileError(HarnessError):
+    """A released file refused, unreadable, or stopped by a bound; ``usage``: what its reader used
+    (None when the parent's own checks refused it)."""
+
+    def __init__(self, message: str, usage: Usage | None = None):
+        super().__init__(message)
+        self.usage = usage
+
+
+def _dotted(name: str | type) -> str:
+    return name if isinstance(name, str) else f"{name.__module__}.{name.__qualname__}"
+
+
+def _read(kind: str, path: str | Path, allowed: Iterable[str | type], limits: ReaderLimits) -> tuple[Any, Usage]:
     path = Path(path)
     if not path.is_file():
-        raise HarnessError(f"released checkpoint not found: {path}")
+        raise HarnessError(f"released {NOUNS[kind]} not found: {path}")
+    allowed = sorted({_dotted(a) for a in allowed})
+    with tempfile.TemporaryDirectory(prefix="itr-reader-") as tmp:
+        try:
+            code, usage = run_bounded("methods.released.reader", [kind, str(path.resolve()), tmp, *allowed],
+                                      limits, Path(tmp))
+        except BoundExceeded as exc:
+            raise UntrustedFileError(f"{path}: reading it stopped: {exc.what}; nothing in it was run",
+                                     exc.usage) from None
+        status, result = Path(tmp) / "status.json", Path(tmp) / "result.json"
+        if code != 0 or not result.is_file():
+            said = json.loads(status.read_text(encoding="utf-8")) if status.is_file() else {}
+            if "refused" in said:
+                raise UntrustedFileError(_refusal(kind, path, str(said["refused"]), allowed), usage)
+            raise UntrustedFileError(f"{path}: {UNREADABLE[kind]} ({said.get('unreadable', 'no result')})", usage)
+        if result.stat().st_size > limits.memory_mb * (1 << 20):
+            raise UntrustedFileError(f"{path}: its reader handed back more than untrusted_files.memory_mb", usage)
+        try:
+            return decode(json.loads(result.read_text(encoding="utf-8"))), usage
+        except (MalformedResult, ValueError, RecursionError) as exc:
+            raise UntrustedFileError(f"{path}: its reader handed back malformed data ({exc})", usage) from None
+
+
+def _refusal(kind: str, path: Path, what: str, allowed: list[str]) -> str:
+    if kind == "checkpoint" and what.startswith("refused global "):
+        return (f"{path}: refused to load: it names {what.removeprefix('refused global ')}, which a checkpoint of "
+                f"this kind never holds; nothing in it was run")
+    where = f"; allowed: {', '.join(allowed) or 'plain data only'}" if kind == "pickle" else ""
+    return f"{path}: refused to load ({what}{where}); nothing in it was run"
+
+
+def load_pickle(path: str | Path, allowed: Iterable[str], limits: ReaderLimits) -> Any:
+    """A pickle of plain data and objects of the ``allowed`` classes (dotted names), read in a
+    bounded child; a refused global, opcode or value, a stop by a bound, or any other failure is
+    one line naming the file."""
+    return _read("pickle", path, allowed, limits)[0]
+
+
+def load_json(path: str | Path, limits: ReaderLimits) -> Any:
+    """A JSON document from the internet, read in a bounded child (nesting, integer length and size
+    bounded); any failure is one line naming the file."""
+    return _read("json", path, (), limits)[0]
+
+
+# the classes a checkpoint may hold besides tensors, as the plain values they become here
+RECONSTRUCT = {"argparse.Namespace": argparse.Namespace}
+
+
+def _views(tree: Any, where: str = "") -> Iterable[tuple[str, TensorView]]:
+    """Every tensor view in ``tree`` with its place (``model[0]['fc.weight']``)."""
+    if isinstance(tree, TensorView):
+        yield where or "(the file)", tree
+    elif isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from _views(value, f"{where}[{key!r}]")
+    elif isinstance(tree, (list, tuple)):
+        for i, value in enumerate(tree):
+            yield from _views(value, f"{where}[{i}]")
+    elif isinstance(tree, PickledObject):
+        yield from _views(tree.state, f"{where}.{tree.cls}")
+
+
+def _read_view(f, view: TensorView):
+    import torch  # here, not at module level: the DAG build imports the importers' table, never torch
+
+    dtype = getattr(torch, "uint8" if view.dtype == "bool" else view.dtype)
+    if math.prod(view.shape) == 0:
+        return torch.empty(view.shape, dtype=getattr(torch, view.dtype))
+    reach = sum((size - 1) * stride for size, stride in zip(view.shape, view.stride))
+    size = ELEMENT_SIZE[view.dtype]
+    buffer = bytearray((reach + 1) * size)
+    f.seek(view.file_offset + view.offset * size)
+    if f.readinto(buffer) != len(buffer):
+        raise OSError("the file ended inside a tensor")
+    flat = torch.frombuffer(buffer, dtype=dtype)
+    tensor = torch.as_strided(flat, view.shape, view.stride).contiguous()
+    return tensor.ne(0) if view.dtype == "bool" else tensor
+
+
+def _materialise(tree: Any, tensors: dict[int, Any]) -> Any:
+    if isinstance(tree, TensorView):
+        return tensors[id(tree)]
+    if isinstance(tree, dict):
+        return {k: _materialise(v, tensors) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_materialise(v, tensors) for v in tree]
+    if isinstance(tree, tuple):
+        return tuple(_materialise(v, tensors) for v in tree)
+    if isinstance(tree, PickledObject):
+        if not isinstance(tree.state, dict) or not all(type(k) is str for k in tree.state) or tree.args:
+            raise PickleRefused(f"its {tree.cls} holds something other than named values")
+        obj = RECONSTRUCT[tree.cls]()
+        vars(obj).update({k: _materialise(v, tensors) for k, v in tree.state.items()})
+        return obj
+    return tree
+
+
+def load_checkpoint(path: str | Path, allowed: Iterable[str | type], limits: ReaderLimits) -> Any:
+    """A ``torch.save`` file (zip or legacy layout) of tensors, plain containers and objects of the
+    ``allowed`` classes (of ``RECONSTRUCT``), read in a bounded child; its tensors are then read
+    from the file, each checked first (real dtype, a view of distinct elements inside the file)
+    and all of them together at most the file's size. Anything else is refused in one line."""
+    allowed = {_dotted(a) for a in allowed}
+    unknown = sorted(allowed - set(RECONSTRUCT))
+    if unknown:
+        raise ValueError(f"load_checkpoint cannot give {unknown} as plain values (RECONSTRUCT)")
+    tree, usage = _read("checkpoint", path, allowed, limits)
+    path = Path(path)
+    file_size = os.path.getsize(path)
+    views = list(_views(tree))
     try:
-        with torch.serialization.safe_globals(list(allowed_globals)):
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        refused = REFUSED_GLOBAL.search(str(exc))
-        if refused:
-            raise HarnessError(f"{path}: refused to load: it names {refused.group(1)}, which a checkpoint of this "
-                               f"kind never holds; nothing in it was run") from None
-        cause = WEIGHTS_UNPICKLER_CAUSE.search(str(exc))   # torch wraps the cause in a page of advice
-        raise HarnessError(f"{path}: not a readable PyTorch checkpoint "
-                           f"({cause.group(1).strip() if cause else first_line(exc)})") from None
-    except Exception as exc:   # truncated, not a zip, a tensor storage that is not one: one line all the same
-        raise HarnessError(f"{path}: not a readable PyTorch checkpoint ({type(exc).__name__}: {first_line(exc)})") from None
-
-
-class PickledObject:
-    """An object of an allowed class from a pickle, as plain data: ``cls`` (its dotted name),
-    ``state`` (what its ``__dict__`` held, or the state the pickle gave it) and ``args`` (what its
-    constructor would have been called with). Each allowed class is a subclass made by
-    ``RestrictedUnpickler.find_class``: pickle's NEWOBJ, REDUCE and BUILD then run only this code."""
-
-    cls = ""
-    state: Any = None
-    args: tuple = ()
-
-    def __init__(self, *args: Any):
-        self.args = args
-
-    def __setstate__(self, state: Any) -> None:   # pickle's BUILD
-        self.state = state
-
-    def __repr__(self) -> str:
-        return f"PickledObject({self.cls}, state={self.state!r}, args={self.args!r})"
-
-
-class RefusedPickle(pickle.UnpicklingError):
-    """The pickle names something a file of plain data never needs: a global off the allow-list,
-    an extension code or a persistent id (both resolve objects outside ``find_class``)."""
-
-
-class _Sealed(type):
-    """The type of the classes ``find_class`` makes: BUILD on the class itself cannot rewrite it."""
-
-    def __setattr__(cls, name: str, value: Any) -> None:
-        raise pickle.UnpicklingError(f"the pickle sets attribute {name!r} of class {cls.cls}")
-
-
-class _StandIn:
-    """A function pickle may name (copyreg's helpers), as an object without attributes to set:
-    BUILD on it fails instead of changing it for the rest of the process."""
-
-    __slots__ = ("_call", "_name")
-
-    def __init__(self, call, name: str):
-        object.__setattr__(self, "_call", call)
-        object.__setattr__(self, "_name", name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise pickle.UnpicklingError(f"the pickle sets attribute {name!r} of {self._name}")
-
-    def __call__(self, *args: Any) -> Any:
-        return self._call(*args)
-
-
-def _is_allowed_class(cls: Any) -> bool:
-    return isinstance(cls, _Sealed) and issubclass(cls, PickledObject)
-
-
-def _new_object(cls: Any, *args: Any) -> PickledObject:   # copyreg.__newobj__ (protocol 2+ via REDUCE)
-    if not _is_allowed_class(cls):
-        raise pickle.UnpicklingError(f"__newobj__ of {cls!r}")
-    return cls(*args)
-
-
-def _reconstructor(cls: Any, base: Any, state: Any) -> PickledObject:   # copyreg._reconstructor (protocols 0, 1)
-    if not _is_allowed_class(cls) or base is not object or state is not None:
-        raise pickle.UnpicklingError(f"_reconstructor of {cls!r} on {base!r}")
-    return cls()
-
-
-# opcodes that fetch an object without find_class: EXT* from copyreg's process-wide extension
-# cache (filled by whatever else the process registered), *PERSID from persistent_load
-REFUSED_OPCODES = frozenset({"EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID"})
-PLAIN_TYPES = (type(None), bool, int, float, complex, str, bytes, bytearray, PickledObject)
-CONTAINERS = (list, tuple, set, frozenset)
-
-
-def check_opcodes(data: bytes) -> None:
-    """Every opcode of the pickle read without running it; one that resolves an object outside
-    ``find_class`` is refused by name."""
-    for opcode, _, pos in pickletools.genops(data):
-        if opcode.name in REFUSED_OPCODES:
-            raise RefusedPickle(f"refused opcode {opcode.name} at byte {pos}")
-
-
-def check_plain(obj: Any) -> None:
-    """The unpickled result holds plain data and ``PickledObject``s only (a stand-in callable or a
-    class left in the result would be code the caller might call)."""
-    seen, todo = set(), [obj]
-    while todo:
-        item = todo.pop()
-        if id(item) in seen:
-            continue
-        seen.add(id(item))
-        if isinstance(item, dict):
-            todo.extend(item.keys())
-            todo.extend(item.values())
-        elif isinstance(item, CONTAINERS):
-            todo.extend(item)
-        elif isinstance(item, PickledObject):
-            todo.extend((item.state, item.args))
-        elif not isinstance(item, PLAIN_TYPES) or isinstance(item, type):
-            raise RefusedPickle(f"refused result: it holds {type(item).__name__} {item!r:.60}")
-
-
-class RestrictedUnpickler(pickle.Unpickler):
-    """Unpickles plain data and objects of ``allowed`` classes (dotted names, e.g.
-    ``vocab.Vocabulary``) as ``PickledObject``; any other global is refused with its name."""
-
-    SAFE = {("copyreg", "_reconstructor"): _StandIn(_reconstructor, "copyreg._reconstructor"),
-            ("copyreg", "__newobj__"): _StandIn(_new_object, "copyreg.__newobj__"),
-            ("builtins", "object"): object}
-
-    def __init__(self, file: io.BufferedIOBase, allowed: Iterable[str]):
-        # Python 2 pickles: str was bytes (UTF-8 text in these vocabularies); module names are mapped
-        super().__init__(file, fix_imports=True, encoding="utf-8")
-        self.allowed = frozenset(allowed)
-        self._classes: dict[str, type] = {}
-
-    def find_class(self, module: str, name: str) -> Any:
-        # Python 2 names (copy_reg, __builtin__), as pickle's own find_class maps them
-        if (module, name) in _compat_pickle.NAME_MAPPING:
-            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
-        module = _compat_pickle.IMPORT_MAPPING.get(module, module)
-        if (module, name) in self.SAFE:
-            return self.SAFE[(module, name)]
-        dotted = f"{module}.{name}"
-        if dotted in self.allowed:
-            if dotted not in self._classes:
-                self._classes[dotted] = _Sealed(name, (PickledObject,), {"cls": dotted})
-            return self._classes[dotted]
-        raise RefusedPickle(f"refused global {dotted}")
-
-    def persistent_load(self, pid: Any) -> Any:   # unreachable after check_opcodes; refused all the same
-        raise RefusedPickle("refused persistent id")
-
-
-def load_pickle(path: str | Path, allowed: Iterable[str]) -> Any:
-    """A pickle file read with ``RestrictedUnpickler``; a refused global, opcode or result is one
-    line naming it, any other failure one line saying the file is not a readable pickle."""
-    path, allowed = Path(path), frozenset(allowed)
-    if not path.is_file():
-        raise HarnessError(f"released vocabulary not found: {path}")
-    try:
-        data = path.read_bytes()
-        check_opcodes(data)
-        loaded = RestrictedUnpickler(io.BytesIO(data), allowed).load()
-        check_plain(loaded)
-        return loaded
-    except RefusedPickle as exc:
-        raise HarnessError(f"{path}: refused to load ({first_line(exc)}; allowed: "
-                           f"{', '.join(sorted(allowed)) or 'plain data only'}); nothing in it was run") from None
-    except Exception as exc:   # truncated, malformed, too deep, too large: all the same to the reader
-        raise HarnessError(f"{path}: not a readable pickle ({type(exc).__name__}: {first_line(exc)})") from None
+        total = 0
+        for name, view in views:
+            check_view(view, file_size, name)
+            total += (sum((s - 1) * t for s, t in zip(view.shape, view.stride)) + 1) * ELEMENT_SIZE[view.dtype] \
+                if math.prod(view.shape) else 0
+        if total > file_size:
+            raise PickleRefused(f"its {len(views)} tensors would read {total} bytes, more than the file's "
+                                f"{file_size} (views that share their stored bytes)")
+        with open(path, "rb") as f:
+            tensors = {id(view): _read_view(f, view) for _, view in views}
+        return _materialise(tree, tensors)
+    except PickleRefused as exc:
+        raise UntrustedFileError(f"{path}: refused to load ({exc}); nothing in it was run", usage) from None

@@ -6,8 +6,8 @@ Their train.py saves ``{'epoch', 'model': [img_enc, txt_enc, sim_enc state dicts
 widths (img_dim, word_dim, embed_size, sim_dim, num_layers, bi_gru), the head (module_name SGR
 or SAF) and SGR's steps. Fixed in their code, and so in the model config built here: the
 similarity smooth 9 (``SCAN_attention(..., smooth=9.0)``), both node kinds, text-to-visual
-attention, vector similarities, dropout 0.4. Their vocabulary is a JSON in the layout
-``methods.data.text.Vocabulary`` reads.
+attention, vector similarities, dropout 0.4. Their vocabulary is a JSON of word2idx, idx2word and
+idx (vocab.py ``serialize_vocab``), read as words and ids only (``methods.released.vocabulary``).
 """
 from __future__ import annotations
 
@@ -23,7 +23,10 @@ from methods.data.inputs import region_shape
 from methods.data.text import Vocabulary
 from methods.data.tokenizers import Tokenizer
 from methods.released.mapping import Rules, map_tensors
+from methods.released.options import FLAG, LAYERS, NAME, VOCABULARY, WIDTH, Option, optional, plain_options
 from methods.released.record import Importer, ReleasedModel, read_train_checkpoint
+from methods.released.safe_load import ReaderLimits
+from methods.released.vocabulary import read_vocabulary_json
 
 SOURCE_DATASETS = {"f30k_precomp": "flickr", "coco_precomp": "coco"}
 HEADS = {"SGR": "sgr", "SAF": "saf"}
@@ -32,6 +35,10 @@ PARTS = ("img_enc", "txt_enc", "sim_enc")
 DEFAULT_ONLY = {"no_imgnorm": False, "no_txtnorm": False}
 ARCHITECTURE_OPTIONS = ("img_dim", "word_dim", "embed_size", "sim_dim", "num_layers", "bi_gru", "module_name",
                         "sgr_step", "vocab_size", "data_name")
+# their types and the ranges the importer accepts (methods.released.options); SGR's 0-4 steps in the paper
+OPTIONS = {"img_dim": WIDTH, "word_dim": WIDTH, "embed_size": WIDTH, "sim_dim": WIDTH, "num_layers": LAYERS,
+           "bi_gru": FLAG, "module_name": NAME, "sgr_step": Option(int, 0, 16), "vocab_size": VOCABULARY,
+           "data_name": NAME, "no_imgnorm": optional(FLAG), "no_txtnorm": optional(FLAG)}
 
 
 def rules(head: str) -> Rules:
@@ -63,9 +70,9 @@ def rules(head: str) -> Rules:
 IGNORED = [(r"sim_enc\.SAF_module\.bn\.num_batches_tracked", "a step count that momentum 0.1 never reads")]
 
 
-def read_checkpoint(path: str | Path) -> dict:
+def read_checkpoint(path: str | Path, limits: ReaderLimits) -> dict:
     """Their checkpoint, loaded safely and checked to be SGRAF's (not another code base's)."""
-    return read_train_checkpoint(path, "an SGRAF", "Paranioar/SGRAF", len(PARTS), ARCHITECTURE_OPTIONS,
+    return read_train_checkpoint(path, "an SGRAF", "Paranioar/SGRAF", len(PARTS), OPTIONS, limits,
                                  others="a VSE++, VSRN or SCAN checkpoint?")
 
 
@@ -88,13 +95,14 @@ def model_config(opt: argparse.Namespace, base: dict, where: str) -> dict:
     return cfg
 
 
-def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: dict) -> ReleasedModel:
+def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: dict,
+                      limits: ReaderLimits) -> ReleasedModel:
     """Their ``model_best.pth.tar`` as the project's model (``base_model_config``: the method's model
     block; ``dataset_cfg``: the dataset's config, whose precomputed regions per image, 36 in their
-    features, the model is built for)."""
+    features, the model is built for; ``limits``: the bounds of reading the file)."""
     where = str(path)
     n_regions, _ = region_shape(dataset_cfg)
-    ckpt = read_checkpoint(path)
+    ckpt = read_checkpoint(path, limits)
     opt = ckpt["opt"]
     if opt.data_name not in SOURCE_DATASETS:
         raise HarnessError(f"{where}: data_name {opt.data_name!r} is not one of {sorted(SOURCE_DATASETS)}")
@@ -105,14 +113,13 @@ def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: di
     source = {f"{part}.{k}": v for part, state in zip(PARTS, ckpt["model"]) for k, v in state.items()}
     state = map_tensors(source, model.state_dict(), rules(HEADS[opt.module_name]), where, IGNORED)
     provenance = {"code": "Paranioar/SGRAF", "epoch": ckpt.get("epoch"), "best_rsum": ckpt.get("best_rsum"),
-                  "options": {k: getattr(opt, k) for k in ARCHITECTURE_OPTIONS}}
+                  "options": plain_options(opt, ARCHITECTURE_OPTIONS, where)}
     return ReleasedModel(cfg, state, image_shape, opt.vocab_size, SOURCE_DATASETS[opt.data_name], provenance)
 
 
-def read_vocabulary(path: str | Path, tokenizer: Tokenizer) -> Vocabulary:
-    """Their vocabulary JSON (vocab.py ``serialize_vocab``: word2idx, idx2word, idx), the layout
-    ``Vocabulary.load`` reads."""
-    return Vocabulary.load(path, tokenizer)
+def read_vocabulary(path: str | Path, tokenizer: Tokenizer, limits: ReaderLimits) -> Vocabulary:
+    """Their vocabulary JSON (vocab.py ``serialize_vocab``: word2idx, idx2word, idx, nothing else)."""
+    return read_vocabulary_json(path, tokenizer, "Paranioar/SGRAF", limits)
 
 
 IMPORTER = Importer("Paranioar/SGRAF", import_checkpoint, read_vocabulary)

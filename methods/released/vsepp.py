@@ -37,16 +37,21 @@ from methods.errors import HarnessError
 from methods.features.architectures import CHANNELS, layer_channels
 from methods.models.base import BuildContext, build_model
 from methods.released.mapping import map_tensors
+from methods.released.options import FLAG, LAYERS, MARGIN, NAME, VOCABULARY, WIDTH, Option, optional, plain_options
 from methods.released.record import Importer, ReleasedModel, read_train_checkpoint
+from methods.released.safe_load import ReaderLimits
 from methods.released.vocabulary import check_eval_transform, read_pickled_vocabulary
 
 CODE = "fartashf/vsepp"
 SOURCE_DATASETS = {"coco": "coco", "f30k": "flickr"}
 PRECOMP_DATASETS = {"coco_precomp", "f30k_precomp", "f8k_precomp", "10crop_precomp"}
 PARTS = ("img_enc", "txt_enc")
-# every version of their train.py has these (vocab_size: set from the vocabulary before saving)
-REQUIRED_OPTIONS = ("data_name", "cnn_type", "measure", "use_abs", "embed_size", "word_dim", "num_layers",
-                    "vocab_size")
+# every version of their train.py has the required ones (vocab_size: set from the vocabulary before
+# saving); their types and the ranges the importer accepts (methods.released.options)
+OPTIONS = {"data_name": NAME, "cnn_type": NAME, "measure": NAME, "use_abs": FLAG, "embed_size": WIDTH,
+           "word_dim": WIDTH, "num_layers": LAYERS, "vocab_size": VOCABULARY, "no_imgnorm": optional(FLAG),
+           "finetune": optional(FLAG), "use_restval": optional(FLAG), "max_violation": optional(FLAG),
+           "margin": optional(MARGIN), "crop_size": optional(WIDTH), "img_dim": optional(Option(int, 1, 100_000))}
 # options of the other released code bases that share VSE++'s layout (SCAN's precomputed-region
 # encoders, SGRAF's similarity head): such a checkpoint is not a VSE++ one
 FOREIGN_OPTIONS = ("precomp_enc_type", "cross_attn", "raw_feature_norm", "sim_dim", "module_name")
@@ -72,11 +77,11 @@ STEP_COUNTER = "num_batches_tracked"
 EVAL_TRANSFORM = (256, 224)   # data.py: transforms.Resize(256), transforms.CenterCrop(224) for val and test
 
 
-def read_checkpoint(path: str | Path) -> dict:
+def read_checkpoint(path: str | Path, limits: ReaderLimits) -> dict:
     """Their checkpoint, loaded safely and checked to be VSE++'s (not another code base's)."""
-    ckpt = read_train_checkpoint(path, "a VSE++", CODE, len(PARTS), REQUIRED_OPTIONS, FOREIGN_OPTIONS,
+    ckpt = read_train_checkpoint(path, "a VSE++", CODE, len(PARTS), OPTIONS, limits, FOREIGN_OPTIONS,
                                  others="an SGRAF, SCAN or VSRN checkpoint?")
-    other = next((k for k in ckpt["model"][0] if not str(k).startswith(("fc.", "cnn."))), None)
+    other = next((k for k in ckpt["model"][0] if not k.startswith(("fc.", "cnn."))), None)
     if other is not None:   # VSRN shares VSE++'s options and layout; its image encoder has more than fc and cnn
         raise HarnessError(f"{path}: not a VSE++ checkpoint (its image encoder holds '{other}'; VSE++'s holds only "
                            f"'cnn.*' and 'fc.*': a VSRN checkpoint?)")
@@ -124,11 +129,13 @@ def target_state(cfg: dict, opt: argparse.Namespace, image_shape: dict) -> dict[
     return model.state_dict()
 
 
-def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: dict) -> ReleasedModel:
+def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: dict,
+                      limits: ReaderLimits) -> ReleasedModel:
     """Their ``model_best.pth.tar`` as the project's model (``base_model_config``: the method's model
-    block; ``dataset_cfg``: the dataset's config, whose image transform must be theirs)."""
+    block; ``dataset_cfg``: the dataset's config, whose image transform must be theirs; ``limits``:
+    the bounds of reading the file)."""
     where = str(path)
-    ckpt = read_checkpoint(path)
+    ckpt = read_checkpoint(path, limits)
     opt = ckpt["opt"]
     check_options(opt, where)
     check_eval_transform(dataset_cfg, EVAL_TRANSFORM, where)
@@ -146,14 +153,14 @@ def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: di
     state.update({k: torch.zeros((), dtype=target[k].dtype) for k in counters})
     state = {k: state[k] for k in target}   # the model's own order
     provenance = {"code": CODE, "epoch": ckpt.get("epoch"), "best_rsum": ckpt.get("best_rsum"),
-                  "options": {k: getattr(opt, k) for k in PROVENANCE_OPTIONS if hasattr(opt, k)}}
+                  "options": plain_options(opt, PROVENANCE_OPTIONS, where)}
     return ReleasedModel(cfg, state, image_shape, opt.vocab_size, SOURCE_DATASETS[opt.data_name], provenance,
                          runs_cnn=True)
 
 
-def read_vocabulary(path: str | Path, tokenizer: Tokenizer) -> Vocabulary:
+def read_vocabulary(path: str | Path, tokenizer: Tokenizer, limits: ReaderLimits) -> Vocabulary:
     """Their vocabulary pickle (vocab.tar's ``<data_name>_vocab.pkl``, pickled by Python 2)."""
-    return read_pickled_vocabulary(path, tokenizer, CODE)
+    return read_pickled_vocabulary(path, tokenizer, CODE, limits)
 
 
 IMPORTER = Importer(CODE, import_checkpoint, read_vocabulary)

@@ -32,8 +32,10 @@ from methods.data.tokenizers import Tokenizer
 from methods.errors import HarnessError
 from methods.models.base import BuildContext, build_model
 from methods.released.mapping import Rules, map_tensors
+from methods.released.options import COUNT, FLAG, LAYERS, NAME, VOCABULARY, WIDTH, optional, plain_options
 from methods.released.record import Importer, ReleasedModel, read_train_checkpoint
-from methods.released.vocabulary import read_pickled_vocabulary
+from methods.released.safe_load import ReaderLimits
+from methods.released.vocabulary import read_pickled_vocabulary, read_vocabulary_json
 
 SOURCE_DATASETS = {"f30k_precomp": "flickr", "coco_precomp": "coco"}
 FINAL_BN_DATA = "f30k_precomp"   # EncoderImagePrecompAttn: `if self.data_name == 'f30k_precomp'`
@@ -44,6 +46,10 @@ DEFAULT_ONLY = {"no_imgnorm": False, "use_abs": False, "measure": "cosine"}
 ARCHITECTURE_OPTIONS = ("data_name", "img_dim", "word_dim", "embed_size", "num_layers", "vocab_size")
 # the caption decoder's options: only VSRN's train.py has them (VSE++, SCAN and SGRAF do not)
 VSRN_OPTIONS = ("dim_vid", "dim_hidden", "max_len")
+# their types and the ranges the importer accepts (methods.released.options)
+OPTIONS = {"data_name": NAME, "img_dim": WIDTH, "word_dim": WIDTH, "embed_size": WIDTH, "num_layers": LAYERS,
+           "vocab_size": VOCABULARY, "dim_vid": WIDTH, "dim_hidden": WIDTH, "max_len": COUNT,
+           "no_imgnorm": optional(FLAG), "use_abs": optional(FLAG), "measure": optional(NAME)}
 CONV_1X1 = re.compile(r"img_enc\.Rs_GCN_\d+\.(g|theta|phi|W\.0)\.weight")
 
 
@@ -65,10 +71,10 @@ def rules() -> Rules:
     ]
 
 
-def read_checkpoint(path: str | Path) -> dict:
+def read_checkpoint(path: str | Path, limits: ReaderLimits) -> dict:
     """Their checkpoint, loaded safely and checked to be VSRN's (not another code base's)."""
-    return read_train_checkpoint(path, "a VSRN", "KunpengLi1994/VSRN", len(PARTS),
-                                 ARCHITECTURE_OPTIONS + VSRN_OPTIONS, others="a VSE++, SCAN or SGRAF checkpoint?")
+    return read_train_checkpoint(path, "a VSRN", "KunpengLi1994/VSRN", len(PARTS), OPTIONS, limits,
+                                 others="a VSE++, SCAN or SGRAF checkpoint?")
 
 
 def model_config(opt: argparse.Namespace, base: dict, where: str) -> dict:
@@ -104,13 +110,15 @@ def source_tensors(parts: list[dict]) -> dict[str, torch.Tensor]:
     return source
 
 
-def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: dict) -> ReleasedModel:
+def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: dict,
+                      limits: ReaderLimits) -> ReleasedModel:
     """Their ``model_{coco,fliker}_{1,2}.pth.tar`` as the project's model (``base_model_config``: the
     method's model block; ``dataset_cfg``: the dataset's config, whose regions per image the image
-    shape records: VSRN's GCN and region GRU take any count)."""
+    shape records: VSRN's GCN and region GRU take any count; ``limits``: the bounds of reading the
+    file)."""
     where = str(path)
     n_regions, _ = region_shape(dataset_cfg)
-    ckpt = read_checkpoint(path)
+    ckpt = read_checkpoint(path, limits)
     opt = ckpt["opt"]
     cfg = model_config(opt, base_model_config, where)
     has_bn = any(k.startswith("bn.") for k in ckpt["model"][0])
@@ -123,18 +131,18 @@ def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: di
         model = build_model(cfg, BuildContext(opt.vocab_size, image_shape, {}, cnn=False))
     state = map_tensors(source_tensors(ckpt["model"]), model.state_dict(), rules(), where)
     provenance = {"code": "KunpengLi1994/VSRN", "epoch": ckpt.get("epoch"), "best_rsum": ckpt.get("best_rsum"),
-                  "options": {k: getattr(opt, k) for k in ARCHITECTURE_OPTIONS}}
+                  "options": plain_options(opt, ARCHITECTURE_OPTIONS, where)}
     return ReleasedModel(cfg, state, image_shape, opt.vocab_size, SOURCE_DATASETS[opt.data_name], provenance)
 
 
-def read_vocabulary(path: str | Path, tokenizer: Tokenizer) -> Vocabulary:
+def read_vocabulary(path: str | Path, tokenizer: Tokenizer, limits: ReaderLimits) -> Vocabulary:
     """Their vocabulary pickle (vocab.py: ``Vocabulary`` with word2idx, idx2word, idx), read
-    without running it; a vocabulary JSON (SCAN's layout, ``Vocabulary.load``) is read as such:
+    without running it; a vocabulary JSON (SCAN's layout: word2idx, idx2word, idx) is read as such:
     SCAN's f30k_precomp JSON equals VSRN's pickle word for word, its coco_precomp JSON does not
     (11,353 words, refused by the import's size check)."""
     if Path(path).suffix == ".json":
-        return Vocabulary.load(path, tokenizer)
-    return read_pickled_vocabulary(path, tokenizer, "KunpengLi1994/VSRN")
+        return read_vocabulary_json(path, tokenizer, "SCAN's vocab.py", limits)
+    return read_pickled_vocabulary(path, tokenizer, "KunpengLi1994/VSRN", limits)
 
 
 IMPORTER = Importer("KunpengLi1994/VSRN", import_checkpoint, read_vocabulary)

@@ -85,6 +85,7 @@ for _name in HARNESS["datasets"]:
             splits=" ".join(_tests),
             device=DEVICE,
             block_elements=BLOCK_ELEMENTS,
+            reader_limits=READER_LIMITS,
         threads: dataset_resource(_name, "evaluate", "threads")
         resources:
             mem_mb=dataset_resource(_name, "evaluate", "mem_mb"),
@@ -100,7 +101,8 @@ for _name in HARNESS["datasets"]:
             logged("{params.numerics}python -m methods.import_released --dataset-config {input.cfg} "
                    "--experiment {input.exp} --checkpoint {input.checkpoint:q} --vocab {input.vocab:q} "
                    "--run-dir {params.run_dir} --expect {params.expect:q} --evaluate {params.splits} --features-dir {params.features} "
-                   "--device {params.device} --threads {threads} --block-elements {params.block_elements} ")
+                   "--device {params.device} --threads {threads} --block-elements {params.block_elements} "
+                   "{params.reader_limits} ")
 
 
 rule ensemble:
