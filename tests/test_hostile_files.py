@@ -9,7 +9,6 @@ import hashlib
 import importlib
 import io
 import json
-import pickle
 import resource
 import struct
 import subprocess
@@ -29,7 +28,7 @@ from methods.import_released import import_released
 from methods.io import write_json
 from methods.released import sgraf, vsrn
 from methods.released.pickle_scan import MAX_NESTING
-from methods.released.safe_load import UntrustedFileError, load_checkpoint, load_json, load_pickle
+from methods.released.safe_load import load_checkpoint, load_json
 from methods.released.sandbox import BoundExceeded, ReaderLimits, run_bounded
 from methods.released.vocabulary import read_pickled_vocabulary
 from tests.records import READER_LIMITS as LIMITS

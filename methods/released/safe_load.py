@@ -60,7 +60,11 @@ def _read(kind: str, path: str | Path, allowed: Iterable[str | type], limits: Re
                                      exc.usage) from None
         status, result = Path(tmp) / "status.json", Path(tmp) / "result.json"
         if code != 0 or not result.is_file():
-            said = json.loads(status.read_text(encoding="utf-8")) if status.is_file() else {}
+            try:
+                said = json.loads(status.read_text(encoding="utf-8")) if status.is_file() else {}
+            except (ValueError, OSError):
+                said = {}
+            said = said if isinstance(said, dict) else {}
             if "refused" in said:
                 raise UntrustedFileError(_refusal(kind, path, str(said["refused"]), allowed), usage)
             raise UntrustedFileError(f"{path}: {UNREADABLE[kind]} ({said.get('unreadable', 'no result')})", usage)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import io
 import os
 import pickle
-import re
 import struct
 import tarfile
 import zipfile
@@ -40,7 +39,6 @@ ZIP_LOCAL_HEADER = 30
 STORAGE_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
                   "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8",
                   "Bool": "bool"}
-_CLASS = re.compile(r"torch\.(?:cuda\.)?(\w+?)(Storage|Tensor)")
 
 
 class StorageRef:
