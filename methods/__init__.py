@@ -1,7 +1,7 @@
 """Reproducibility harness for image-text retrieval papers.
 
 Layers, each importing only from itself and below: base helpers (``errors``, ``io``, ``config``,
-``registry``, ``runtime``, ``cli``) -> ``data`` -> ``features`` -> ``models`` -> ``losses`` and
+``registry``, ``runtime``, ``cli``, ``untrusted``: files from the internet) -> ``data`` -> ``features`` -> ``models`` -> ``losses`` and
 ``metrics`` -> ``training`` and ``scoring`` -> ``report`` -> ``plan``, ``api`` and the commands
 (``train``, ``evaluate``, ``ensemble``). ``papers/`` holds the declarative paper files.
 """

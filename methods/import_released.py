@@ -9,7 +9,7 @@ options set the model's widths and switches. Checked before anything is written:
 of that kind and was trained on this dataset, its image features have the dataset's shape, and its
 vocabulary has the size its weights were trained with. Both files are read in a child process
 within ``--reader-memory-mb`` and ``--reader-seconds`` (config ``untrusted_files``), without running
-anything in them (``methods.released.safe_load``); whatever is wrong with them is one line naming
+anything in them (``methods.untrusted.safe_load``); whatever is wrong with them is one line naming
 the file. The run folder must be empty or absent:
 the model and vocabulary are written in a temporary folder that takes its place at the end, so a
 failed import leaves nothing, and no evaluation of another model can stay beside them.
@@ -33,7 +33,7 @@ from methods.models.checkpoint import save_trained_model
 from methods.paths import model_file, run_vocab
 from methods.plan.datasets import reported_dataset
 from methods.released.importers import get_importer
-from methods.released.safe_load import ReaderLimits
+from methods.untrusted.safe_load import ReaderLimits
 from methods.runtime import compute_setup, resolve_device
 from methods.scoring import add_block_argument
 

@@ -136,8 +136,10 @@ def coco_test_image_ids() -> list[int]:
 
 
 def fitting_weights(path: Path, arch: str) -> Path:
-    """A weights file that loads into torchvision's ``arch``, in kilobytes: every tensor a broadcast
-    zero of the right shape (the DAG checks keys and shapes, not values). Written atomically: tests
+    """A weights file that loads into torchvision's ``arch``: every tensor zeros of the right shape
+    (the DAG checks keys, shapes and finiteness, not values), stored whole (ResNet-152: 241 MB), as
+    the bounded reader of downloaded files refuses broadcast views, whose copies would outgrow the
+    file (methods.untrusted.plain.check_view). Written atomically: tests
     on other workers may be reading the same file in the session DAG's folder; and only where it is
     missing: the DAG build checks a weights file it has not seen at its size and mtime in a child
     process (torch and torchvision, ~5 s of CPU), and the session DAG's configs share one file."""
@@ -145,7 +147,7 @@ def fitting_weights(path: Path, arch: str) -> Path:
         return path
     with torch.device("meta"):
         shapes = getattr(torchvision.models, arch)(weights=None).state_dict()
-    torch_save(path, {k: torch.zeros((), dtype=v.dtype).expand(v.shape) for k, v in shapes.items()})
+    torch_save(path, {k: torch.zeros(v.shape, dtype=v.dtype) for k, v in shapes.items()})
     return path
 
 

@@ -1,7 +1,7 @@
 """Job records as the harness writes them (``methods.job_records``), for tests that plant their own:
 the fields a test sets, and neutral values for the others (a record missing a key is refused)."""
 from methods.job_records import RunEvaluation, TableRowSpec, TableSpec
-from methods.released.sandbox import ReaderLimits
+from methods.untrusted.sandbox import ReaderLimits
 
 # the bounds the tests read released files within (config untrusted_files)
 READER_LIMITS = ReaderLimits(memory_mb=256, seconds=30)

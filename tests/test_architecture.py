@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "methods"
 LAYERS = [
     ("base", ("methods", "methods.errors", "methods.io", "methods.paths", "methods.config", "methods.registry",
               "methods.runtime", "methods.cli", "methods.retries", "methods.placement", "methods.plugins",
-              "methods.job_records")),
+              "methods.job_records", "methods.untrusted")),   # untrusted: reading files from the internet
     ("data", ("methods.data",)),
     ("features", ("methods.features",)),
     ("model kinds", ("methods.model_kinds",)),   # what the plan knows of a model, torch-free

@@ -1,5 +1,5 @@
 """Hostile released files: each crafted file (a few bytes to a few MB, written here) is refused in
-one line, within the reader's bounds (methods.released.sandbox), writing nothing; the harness
+one line, within the reader's bounds (methods.untrusted.sandbox), writing nothing; the harness
 process never allocates for it. Each case states its bounds: the reader's peak memory at most its
 baseline plus ``LIMITS.memory_mb`` (where it got as far as a reader), its time within
 ``LIMITS.seconds``, and the test process's own peak memory growing by less than 100 MB."""
@@ -27,9 +27,9 @@ from methods.errors import HarnessError
 from methods.import_released import import_released
 from methods.io import write_json
 from methods.released import sgraf, vsrn
-from methods.released.pickle_scan import MAX_NESTING
-from methods.released.safe_load import load_checkpoint, load_json
-from methods.released.sandbox import BoundExceeded, ReaderLimits, run_bounded
+from methods.untrusted.pickle_scan import MAX_NESTING
+from methods.untrusted.safe_load import load_checkpoint, load_json
+from methods.untrusted.sandbox import BoundExceeded, ReaderLimits, run_bounded
 from methods.released.vocabulary import read_pickled_vocabulary
 from tests.records import READER_LIMITS as LIMITS
 
@@ -48,7 +48,7 @@ def peak_rss() -> int:
 @pytest.fixture(scope="module")
 def reader_baseline(tmp_path_factory) -> int:
     """The peak memory of a reader that reads a legitimate vocabulary: the interpreter's own."""
-    from methods.released import safe_load
+    from methods.untrusted import safe_load
     _, usage = safe_load._read("pickle", FIXTURES / "vsrn" / "precomp_vocab.pkl", ["__main__.Vocabulary"], LIMITS)
     return usage.peak_rss_bytes
 

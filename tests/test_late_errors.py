@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -30,6 +31,7 @@ from methods.features.weights_check import check_weights_fit
 from methods.metrics.protocols import check_split_sizes
 from methods.placement import check_gpu_for_local_run, cuda_visible, runs_jobs_here
 from tests.conftest import REPO, copy_workflow, fitting_weights, flickr_layout, snakemake
+from tests.records import READER_LIMITS
 from tests.test_validation import bad_paper
 
 
@@ -163,7 +165,8 @@ def test_a_training_job_reads_the_vectors_of_its_vocabulary_words(tmp_path):
 
 
 def weights_cfg(tmp_path, path, arch="resnet152"):
-    return {"results_dir": str(tmp_path / "results"), "backbones": {"cnn": {"arch": arch, "weights": str(path)}}}
+    return {"results_dir": str(tmp_path / "results"), "backbones": {"cnn": {"arch": arch, "weights": str(path)}},
+            "untrusted_files": {"memory_mb": READER_LIMITS.memory_mb, "seconds": READER_LIMITS.seconds}}
 
 
 def test_backbone_weights_must_fit_the_architecture(tmp_path, monkeypatch):
@@ -183,11 +186,19 @@ def test_backbone_weights_must_fit_the_architecture(tmp_path, monkeypatch):
     with pytest.raises(HarnessError, match=r"checkpoint.pth is not a state dict of tensors: a checkpoint with a "
                                            r"'state_dict' entry"):
         check_weights_fit(weights_cfg(tmp_path, wrapped, "resnet18"), "cnn")
+    hostile = tmp_path / "resnet152-hostile.pth"   # a crafted download: read by the bounded reader, one line
+    with zipfile.ZipFile(hostile, "w") as archive:
+        archive.writestr("archive/data.pkl", b"\x80\x02}(X\x01\x00\x00\x00k)" + b"\x85" * 200_000 + b"u.")
+    with pytest.raises(HarnessError, match=r"backbones.cnn.weights: \S+resnet152-hostile.pth cannot be read as a "
+                                           r"PyTorch state dict \(refused to load \(containers nested deeper than "
+                                           r"100 levels"):
+        check_weights_fit(weights_cfg(tmp_path, hostile), "cnn")
     # a fitting file passes, once: the verdict is cached by size and mtime
     good = fitting_weights(tmp_path / "resnet152.pth", "resnet152")
     loads = []
     verdict = weights_check.weights_verdict
-    monkeypatch.setattr(weights_check, "weights_verdict", lambda arch, p: loads.append(p) or verdict(arch, p))
+    monkeypatch.setattr(weights_check, "weights_verdict",
+                        lambda arch, p, limits: loads.append(p) or verdict(arch, p, limits))
     check_weights_fit(weights_cfg(tmp_path, good), "cnn")
     check_weights_fit(weights_cfg(tmp_path, good), "cnn")
     assert len(loads) == 1

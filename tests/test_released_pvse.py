@@ -30,7 +30,7 @@ from methods.models.base import BuildContext, build_model
 from methods.models.checkpoint import read_model_file
 from methods.released import pvse
 from methods.released.pvse import import_checkpoint, read_vocabulary
-from methods.released.safe_load import load_checkpoint
+from methods.untrusted.safe_load import load_checkpoint
 from methods.scoring import encode_images, encode_texts, score_matrix
 from tests.records import READER_LIMITS as LIMITS
 

@@ -1,4 +1,4 @@
-"""Released files are loaded without running code (methods.released.safe_load): a pickle or a
+"""Released files are loaded without running code (methods.untrusted.safe_load): a pickle or a
 checkpoint that names a callable is refused by name before anything in it runs; the classes an
 importer allows become plain data, whatever pickle protocol (Python 2's too) wrote them; a
 checkpoint reads as torch.load(weights_only=True) reads it. Attacks on memory, time and the
@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from methods.errors import HarnessError
-from methods.released.pickle_scan import MAX_NESTING
-from methods.released.safe_load import PickledObject, load_checkpoint, load_pickle
-from methods.released.unpickler import RestrictedUnpickler
+from methods.untrusted.pickle_scan import MAX_NESTING
+from methods.untrusted.safe_load import PickledObject, load_checkpoint, load_pickle
+from methods.untrusted.unpickler import RestrictedUnpickler
 from tests.records import READER_LIMITS as LIMITS
 
 

@@ -21,7 +21,7 @@ from methods.errors import HarnessError
 from methods.import_released import import_released
 from methods.models.base import BuildContext, build_model
 from methods.released.mapping import map_tensors
-from methods.released.safe_load import load_checkpoint
+from methods.untrusted.safe_load import load_checkpoint
 from methods.released.sgraf import import_checkpoint
 from methods.scoring import encode_images, encode_texts, score_matrix
 from tests.records import READER_LIMITS as LIMITS

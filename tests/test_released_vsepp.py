@@ -26,7 +26,7 @@ from methods.features import architectures
 from methods.import_released import import_released
 from methods.models.base import BuildContext, build_model
 from methods.models.checkpoint import read_model_file
-from methods.released.safe_load import load_checkpoint
+from methods.untrusted.safe_load import load_checkpoint
 from methods.released.vsepp import import_checkpoint, read_vocabulary
 from methods.scoring import encode_images, encode_texts, score_matrix
 from tests.records import READER_LIMITS as LIMITS

@@ -17,6 +17,7 @@ from methods.errors import HarnessError, first_line
 from methods.features.architectures import layer_channels
 from methods.features.portable_conv import portable_convolutions
 from methods.numerics import environment_mode
+from methods.untrusted.safe_load import ReaderLimits, load_checkpoint
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -95,17 +96,18 @@ def weights_mismatch(arch: str, state) -> str | None:
     return None
 
 
-def weights_problem(arch: str, path: Path) -> dict:
+def weights_problem(arch: str, path: Path, limits: ReaderLimits) -> dict:
     """``{"problem": why the weights file at ``path`` would not load into ``arch``, or None}``
-    (``methods.features.weights_check`` asks this in a child process: ``python -m`` this module)."""
+    (``methods.features.weights_check`` asks this in a child process: ``python -m`` this module).
+    The file comes from the internet (torchvision's download): it is read by the bounded reader of
+    released files (``methods.untrusted.safe_load``, within ``limits``), so that a crafted file is
+    a problem named here, never a crash or a memory bomb of the DAG build."""
     if path.stat().st_size == 0:
         return {"problem": f"is an empty file; expected a {arch} state dict (an interrupted download?)"}
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # truncated, not a PyTorch file, or pickled objects weights_only refuses
-        reason = first_line(exc)
-        reason = type(exc).__name__ if reason == type(exc).__name__ else f"{type(exc).__name__}: {reason}"
-        return {"problem": f"cannot be read as a PyTorch state dict ({reason})"}
+        state = load_checkpoint(path, (), limits)
+    except HarnessError as exc:   # truncated, not a PyTorch file, or holding what a state dict never holds
+        return {"problem": f"cannot be read as a PyTorch state dict ({str(exc).removeprefix(f'{path}: ')})"}
     return {"problem": weights_mismatch(arch, state)}
 
 
@@ -129,5 +131,6 @@ def train_transform(crop: int):
     ])
 
 
-if __name__ == "__main__":   # python -m methods.features.backbone ARCH WEIGHTS_FILE: the verdict as JSON
-    print(json.dumps(weights_problem(sys.argv[1], Path(sys.argv[2]))))
+if __name__ == "__main__":   # python -m methods.features.backbone ARCH WEIGHTS_FILE MEMORY_MB SECONDS: the verdict
+    print(json.dumps(weights_problem(sys.argv[1], Path(sys.argv[2]),
+                                     ReaderLimits(memory_mb=int(sys.argv[3]), seconds=float(sys.argv[4])))))

@@ -16,12 +16,14 @@ from pathlib import Path
 from methods.config import REPO_ROOT
 from methods.data.input_cache import cached_verdict
 from methods.errors import HarnessError
+from methods.untrusted.sandbox import ReaderLimits
 
 
-def weights_verdict(arch: str, path: Path) -> dict:
+def weights_verdict(arch: str, path: Path, limits: ReaderLimits) -> dict:
     """``{"problem": why the file would not load into ``arch``, or None}``, from a child process
-    (``methods.features.backbone.weights_problem``)."""
-    child = subprocess.run([sys.executable, "-m", "methods.features.backbone", arch, str(path)],
+    (``methods.features.backbone.weights_problem``) that reads the file within ``limits``."""
+    child = subprocess.run([sys.executable, "-m", "methods.features.backbone", arch, str(path),
+                            str(limits.memory_mb), repr(limits.seconds)],
                            cwd=REPO_ROOT, capture_output=True, text=True, check=False)
     lines = child.stdout.strip().splitlines()
     if child.returncode != 0 or not lines:
@@ -38,7 +40,8 @@ def check_weights_fit(cfg: dict, backbone: str) -> None:
     if bb["weights"] in (None, "none") or "pretrain" in bb:
         return
     path = Path(bb["weights"]).expanduser()
+    limits = ReaderLimits.from_config(cfg["untrusted_files"])
     verdict = cached_verdict(cfg["results_dir"], f"weights:{bb['arch']}", path,
-                             lambda p: weights_verdict(bb["arch"], p))
+                             lambda p: weights_verdict(bb["arch"], p, limits))
     if verdict["problem"]:
         raise HarnessError(f"backbones.{backbone}.weights: {path} {verdict['problem']}")

@@ -36,7 +36,7 @@ runs; not datasets of the project), runs without PIE-Net on both sides (``--img_
 and DivE's checkpoints (kdwonn/DivE saves the same layout; its options have ``img_num_embeds``).
 Their vocabulary is a pickle of vocab.py's ``Vocabulary`` (``__main__.Vocabulary``, pickled by
 Python 3 with ``pickle.HIGHEST_PROTOCOL`` as the README's ``python3`` runs it), read without running
-code (``methods.released.safe_load``).
+code (``methods.untrusted.safe_load``).
 """
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ from methods.released.mapping import map_tensors
 from methods.released.options import (COUNT, FLAG, MARGIN, NAME, VOCABULARY, WIDTH, Option, check_options as
                                       check_option_types, check_record, optional, plain_options)
 from methods.released.record import Importer, ReleasedModel, is_state_dict
-from methods.released.safe_load import ReaderLimits, load_checkpoint
+from methods.untrusted.safe_load import ReaderLimits, load_checkpoint
 from methods.released.vocabulary import check_eval_transform, read_pickled_vocabulary
 
 CODE = "yalesong/pvse"

@@ -14,7 +14,7 @@ from methods.data.text import Vocabulary
 from methods.data.tokenizers import Tokenizer
 from methods.errors import HarnessError
 from methods.released.options import Option, check_options, check_record
-from methods.released.safe_load import ReaderLimits, load_checkpoint
+from methods.untrusted.safe_load import ReaderLimits, load_checkpoint
 
 CHECKPOINT_GLOBALS = ("argparse.Namespace",)   # the options train.py saves; nothing else but tensors and plain data
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from methods.data.text import SPECIALS, Vocabulary
 from methods.data.tokenizers import Tokenizer
 from methods.errors import HarnessError
-from methods.released.safe_load import PickledObject, ReaderLimits, load_json, load_pickle
+from methods.untrusted.safe_load import PickledObject, ReaderLimits, load_json, load_pickle
 
 VOCABULARY_CLASSES = frozenset({"__main__.Vocabulary", "vocab.Vocabulary"})
 KEYS = ("word2idx", "idx2word", "idx")

@@ -21,7 +21,7 @@ data.tar, while the project's ``vsepp`` model reads its own ResNet backbone's po
 whose width fixes its fc), VGG19 full-image runs (``*_vggfull*``; the project has ResNet
 backbones only) and order embeddings (``--measure order --use_abs``). Their vocabulary is a
 Python 2 pickle of ``Vocabulary`` (``__main__.Vocabulary`` as vocab.py writes it), read without
-running code (``methods.released.safe_load``).
+running code (``methods.untrusted.safe_load``).
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from methods.models.base import BuildContext, build_model
 from methods.released.mapping import map_tensors
 from methods.released.options import FLAG, LAYERS, MARGIN, NAME, VOCABULARY, WIDTH, Option, optional, plain_options
 from methods.released.record import Importer, ReleasedModel, read_train_checkpoint
-from methods.released.safe_load import ReaderLimits
+from methods.untrusted.safe_load import ReaderLimits
 from methods.released.vocabulary import check_eval_transform, read_pickled_vocabulary
 
 CODE = "fartashf/vsepp"

@@ -34,7 +34,7 @@ from methods.models.base import BuildContext, build_model
 from methods.released.mapping import Rules, map_tensors
 from methods.released.options import COUNT, FLAG, LAYERS, NAME, VOCABULARY, WIDTH, optional, plain_options
 from methods.released.record import Importer, ReleasedModel, read_train_checkpoint
-from methods.released.safe_load import ReaderLimits
+from methods.untrusted.safe_load import ReaderLimits
 from methods.released.vocabulary import read_pickled_vocabulary, read_vocabulary_json
 
 SOURCE_DATASETS = {"f30k_precomp": "flickr", "coco_precomp": "coco"}

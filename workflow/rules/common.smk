@@ -94,7 +94,7 @@ if workflow.is_main_process:
 DEVICE = HARNESS["device"]
 # --block-elements of the jobs that score a split (config scoring.block_elements)
 BLOCK_ELEMENTS = " ".join(f"{device}={n}" for device, n in HARNESS["scoring"]["block_elements"].items())
-# the bounds of reading a released file (config untrusted_files; methods/released/sandbox.py)
+# the bounds of reading a released file (config untrusted_files; methods/untrusted/sandbox.py)
 READER_LIMITS = (f"--reader-memory-mb {HARNESS['untrusted_files']['memory_mb']} "
                  f"--reader-seconds {HARNESS['untrusted_files']['seconds']}")
 CONDA_ENV = "../../envs/harness.yaml"  # relative to workflow/rules/; for --software-deployment-method conda

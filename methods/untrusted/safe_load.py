@@ -1,10 +1,10 @@
 """Files from the internet (released checkpoints and vocabularies), read without running them and
 within bounds.
 
-Each file is read by a child process (``methods.released.reader``) limited in memory and time
-(``methods.released.sandbox``, config ``untrusted_files``): a crash, a memory bomb or a hang in a
+Each file is read by a child process (``methods.untrusted.reader``) limited in memory and time
+(``methods.untrusted.sandbox``, config ``untrusted_files``): a crash, a memory bomb or a hang in a
 reader stops the child, and the harness says so in one line naming the file. The child hands back
-plain values only (``methods.released.plain``), which this module checks again: a pickle's allowed
+plain values only (``methods.untrusted.plain``), which this module checks again: a pickle's allowed
 classes arrive as ``PickledObject`` (``argparse.Namespace`` as one), a checkpoint's tensors as
 views of the file's bytes, which are checked (dtype, a non-overlapping view inside the file, their
 bytes together within the file's size) before any byte is read, and then read from the file here.
@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from methods.errors import HarnessError
-from methods.released.pickle_scan import PickleRefused
-from methods.released.plain import ELEMENT_SIZE, MalformedResult, TensorView, check_view, decode
-from methods.released.sandbox import BoundExceeded, ReaderLimits, Usage, run_bounded
-from methods.released.unpickler import PickledObject
+from methods.untrusted.pickle_scan import PickleRefused
+from methods.untrusted.plain import ELEMENT_SIZE, MalformedResult, TensorView, check_view, decode
+from methods.untrusted.sandbox import BoundExceeded, ReaderLimits, Usage, run_bounded
+from methods.untrusted.unpickler import PickledObject
 
 __all__ = ["PickledObject", "ReaderLimits", "UntrustedFileError", "load_checkpoint", "load_json", "load_pickle"]
 
@@ -53,7 +53,7 @@ def _read(kind: str, path: str | Path, allowed: Iterable[str | type], limits: Re
     allowed = sorted({_dotted(a) for a in allowed})
     with tempfile.TemporaryDirectory(prefix="itr-reader-") as tmp:
         try:
-            code, usage = run_bounded("methods.released.reader", [kind, str(path.resolve()), tmp, *allowed],
+            code, usage = run_bounded("methods.untrusted.reader", [kind, str(path.resolve()), tmp, *allowed],
                                       limits, Path(tmp))
         except BoundExceeded as exc:
             raise UntrustedFileError(f"{path}: reading it stopped: {exc.what}; nothing in it was run",

@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from methods.released.pickle_scan import MAX_NESTING, PickleRefused
-from methods.released.unpickler import PickledObject
+from methods.untrusted.pickle_scan import MAX_NESTING, PickleRefused
+from methods.untrusted.unpickler import PickledObject
 
 # more values than any legitimate file holds (a 100,000-word vocabulary has about 400,000)
 MAX_VALUES = 5_000_000

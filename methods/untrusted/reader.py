@@ -1,5 +1,5 @@
-"""The child process that reads one untrusted file (run by ``methods.released.safe_load`` through
-``methods.released.sandbox``, within its bounds): ``python -m methods.released.reader KIND PATH
+"""The child process that reads one untrusted file (run by ``methods.untrusted.safe_load`` through
+``methods.untrusted.sandbox``, within its bounds): ``python -m methods.untrusted.reader KIND PATH
 OUT [ALLOWED...]``.
 
 KIND is ``pickle`` (a vocabulary pickle: opcodes scanned, then ``RestrictedUnpickler``), ``json``
@@ -15,11 +15,11 @@ import json
 import sys
 from pathlib import Path
 
-from methods.released.pickle_scan import PickleRefused, scan_pickle
-from methods.released.plain import encode
-from methods.released.sandbox import EXIT_REPORTED
-from methods.released.torch_format import read_torch_file
-from methods.released.unpickler import RefusedPickle, RestrictedUnpickler
+from methods.untrusted.pickle_scan import PickleRefused, scan_pickle
+from methods.untrusted.plain import encode
+from methods.untrusted.sandbox import EXIT_REPORTED
+from methods.untrusted.torch_format import read_torch_file
+from methods.untrusted.unpickler import RefusedPickle, RestrictedUnpickler
 
 KINDS = {"pickle": "a vocabulary", "json": "a vocabulary", "checkpoint": "a checkpoint"}
 

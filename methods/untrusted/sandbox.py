@@ -1,6 +1,6 @@
 """A child process within bounds, for reading files from the internet.
 
-``run_bounded`` starts ``python -m methods.released.sandbox MEMORY_MB SECONDS MODULE ARGS...``: this
+``run_bounded`` starts ``python -m methods.untrusted.sandbox MEMORY_MB SECONDS MODULE ARGS...``: this
 module's ``main`` limits its own process before it imports or reads anything else (no core file;
 CPU time; address space: what the interpreter has mapped so far plus ``MEMORY_MB``; files it
 writes at most ``MEMORY_MB``), then runs ``MODULE`` as ``python -m`` would. The parent waits at
@@ -112,7 +112,7 @@ def run_bounded(module: str, args: list[str], limits: ReaderLimits, workdir: Pat
     usage, or raises ``BoundExceeded`` when a bound stopped it or it crashed (a signal)."""
     workdir = Path(workdir)
     stderr_path = workdir / "stderr.txt"
-    cmd = [sys.executable, "-m", "methods.released.sandbox", str(limits.memory_mb), repr(limits.seconds),
+    cmd = [sys.executable, "-m", "methods.untrusted.sandbox", str(limits.memory_mb), repr(limits.seconds),
            module, *args]
     start = time.monotonic()
     with open(stderr_path, "wb") as stderr:
@@ -158,7 +158,7 @@ def run_bounded(module: str, args: list[str], limits: ReaderLimits, workdir: Pat
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m methods.released.sandbox MEMORY_MB SECONDS MODULE ARGS...``: bound this process,
+    """``python -m methods.untrusted.sandbox MEMORY_MB SECONDS MODULE ARGS...``: bound this process,
     then run ``MODULE`` with ``ARGS`` as ``python -m MODULE ARGS`` would."""
     argv = sys.argv[1:] if argv is None else argv
     memory_mb, seconds, module, args = int(argv[0]), float(argv[1]), argv[2], argv[3:]

@@ -27,9 +27,9 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from methods.released.pickle_scan import MAX_NESTING, PickleRefused, scan_pickle
-from methods.released.plain import ELEMENT_SIZE, TensorView, check_view
-from methods.released.unpickler import PickledObject, RestrictedUnpickler, StandIn
+from methods.untrusted.pickle_scan import MAX_NESTING, PickleRefused, scan_pickle
+from methods.untrusted.plain import ELEMENT_SIZE, TensorView, check_view
+from methods.untrusted.unpickler import PickledObject, RestrictedUnpickler, StandIn
 
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C   # torch.serialization.MAGIC_NUMBER
 LEGACY_PROTOCOL = 1001                   # torch.serialization.PROTOCOL_VERSION

@@ -1,7 +1,7 @@
 """An unpickler that builds plain data only: objects of allowed classes become ``PickledObject``
 (the class's dotted name and its state), nothing of theirs is called, and any other global (a
 function, a class, ``os.system``) is refused by name before anything runs. It runs in the reader's
-child process (``methods.released.reader``), after ``pickle_scan`` has read every opcode.
+child process (``methods.untrusted.reader``), after ``pickle_scan`` has read every opcode.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import io
 import pickle
 from typing import Any, Iterable
 
-from methods.released.pickle_scan import dotted_global
+from methods.untrusted.pickle_scan import dotted_global
 
 
 class PickledObject:
