@@ -9,10 +9,12 @@ import hashlib
 import importlib
 import io
 import json
+import pickle
 import resource
 import struct
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -41,6 +43,14 @@ TOKENIZER = Tokenizer("nltk_line")
 PARENT_GROWTH = 100 << 20   # bytes: the test process's own peak may grow by less than this per case
 
 
+@pytest.fixture(autouse=True)
+def private_temp(tmp_path_factory, monkeypatch) -> Path:
+    """A temporary folder of this test's own, where the readers' folders go."""
+    folder = tmp_path_factory.mktemp("temp")
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
 def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
@@ -53,12 +63,15 @@ def reader_baseline(tmp_path_factory) -> int:
     return usage.peak_rss_bytes
 
 
-def refused(call, match: str, baseline: int, limits: ReaderLimits = LIMITS) -> str:
-    """``call()`` fails in one line matching ``match``; the reader (if one ran) and this process
-    stayed within their bounds. Returns the line."""
-    before = peak_rss()
+def refused(call, match: str, baseline: int, limits: ReaderLimits = LIMITS, folder: Path | None = None) -> str:
+    """``call()`` fails in one line matching ``match``, writing nothing beside the file (in
+    ``folder``) or in the temporary folder; the reader (if one ran) and this process stayed within
+    their bounds. Returns the line."""
+    before, files = peak_rss(), sorted(folder.iterdir()) if folder else []
     with pytest.raises(HarnessError, match=match) as err:
         call()
+    assert (sorted(folder.iterdir()) if folder else []) == files
+    assert not any(Path(tempfile.gettempdir()).iterdir())   # the reader's folder is gone (private_temp)
     message = str(err.value)
     assert "\n" not in message and "\x1b" not in message
     assert peak_rss() - before < PARENT_GROWTH
@@ -94,7 +107,7 @@ def test_a_pickle_that_would_crash_or_exhaust_the_reader_is_one_line(tmp_path, r
     path = tmp_path / "coco_vocab.pkl"
     path.write_bytes(data)
     refused(lambda: read_pickled_vocabulary(path, TOKENIZER, "fartashf/vsepp", LIMITS), rf"coco_vocab.pkl: .*{match}",
-            reader_baseline)
+            reader_baseline, folder=tmp_path)
 
 
 # --- the bounds themselves, on readers that do what a hostile file could make a reader do ------------------
@@ -178,7 +191,7 @@ def test_a_checkpoint_that_would_crash_exhaust_or_mislead_is_one_line(tmp_path, 
     path = make(tmp_path / "model_best.pth.tar")
     assert path.stat().st_size < 4 << 20
     refused(lambda: load_checkpoint(path, ["argparse.Namespace"], LIMITS), rf"model_best.pth.tar: .*{match}",
-            reader_baseline)
+            reader_baseline, folder=tmp_path)
 
 
 def test_a_zip_record_named_outside_the_archive_is_refused(tmp_path, reader_baseline):
@@ -222,7 +235,7 @@ def test_a_checkpoint_whose_options_or_tensors_do_not_fit_is_refused_before_any_
     path = sgraf_checkpoint(tmp_path, change)
     base = api.experiment_config("sgraf", "flickr")["model"]
     refused(lambda: sgraf.import_checkpoint(path, base, REGIONS, LIMITS), rf"model_best.pth.tar: .*{match}",
-            reader_baseline)
+            reader_baseline, folder=tmp_path)
 
 
 def test_a_protocol_4_checkpoint_reads_as_torch_reads_it(tmp_path):
@@ -247,7 +260,7 @@ def test_a_protocol_4_checkpoint_reads_as_torch_reads_it(tmp_path):
 def test_a_vocabulary_json_that_would_exhaust_the_reader_is_one_line(tmp_path, reader_baseline, text, match):
     path = tmp_path / "f30k_precomp_vocab.json"
     path.write_text(text)
-    refused(lambda: load_json(path, LIMITS), rf"f30k_precomp_vocab.json: {match}", reader_baseline)
+    refused(lambda: load_json(path, LIMITS), rf"f30k_precomp_vocab.json: {match}", reader_baseline, folder=tmp_path)
 
 
 def with_tokenized_captions(tmp_path: Path) -> Path:
@@ -398,3 +411,67 @@ def test_the_fixtures_import_byte_for_byte_as_before(monkeypatch, code, method, 
             expected["config"]
         assert released.vocab_size == expected["vocab_size"] and released.image_shape == expected["image_shape"]
         assert json.loads(json.dumps(released.provenance, default=str)) == expected["provenance"]
+
+
+class _Storage:
+    """A storage as a 2017 torch.save names it: by a persistent id."""
+
+    def __init__(self, key: str, values):
+        self.key, self.values = key, values
+
+
+class _OldTensor:
+    """A tensor as PyTorch <= 0.3 pickled it: ``torch.FloatTensor()`` then BUILD with (storage,
+    offset, size, stride)."""
+
+    def __init__(self, storage: _Storage, offset: int, size: tuple, stride: tuple):
+        self.state = (storage, offset, size, stride)
+
+
+class _OldPickler(pickle.Pickler):
+    tensor_class = torch.FloatTensor
+
+    def persistent_id(self, obj):
+        if isinstance(obj, _Storage):
+            return ("storage", torch.FloatStorage, obj.key, "cuda:0", len(obj.values), None)
+        return None
+
+    def reducer_override(self, obj):
+        if isinstance(obj, _OldTensor):
+            return self.tensor_class, (), obj.state
+        return NotImplemented
+
+
+def old_checkpoint(path: Path, obj, storage: _Storage, tensor_class) -> Path:
+    """``obj`` in the legacy stream of PyTorch <= 0.3 (torch/serialization.py of that time)."""
+    stream = io.BytesIO()
+    for header in (0x1950A86A20F9469CFC6C, 1001, {"protocol_version": 1001, "little_endian": True,
+                                                   "type_sizes": {"short": 2, "int": 4, "long": 8}}):
+        pickle.dump(header, stream, protocol=2)
+    pickler = _OldPickler(stream, protocol=2)
+    pickler.tensor_class = tensor_class
+    pickler.dump(obj)
+    pickle.dump([storage.key], stream, protocol=2)
+    stream.write(struct.pack("<q", len(storage.values)) + struct.pack(f"<{len(storage.values)}f", *storage.values))
+    path.write_bytes(stream.getvalue())
+    return path
+
+
+def test_a_checkpoint_of_pytorch_0_3_reads_as_torch_reads_it(tmp_path):
+    """The legacy stream with legacy tensor classes (``torch.FloatTensor`` rebuilt by BUILD,
+    storages by persistent ids), as the 2017 VSE++ runs were written: read as torch.load reads it
+    (a transposed view and an offset view too). Their GPU runs name ``torch.cuda.FloatTensor``,
+    which torch.load cannot rebuild without a GPU; the harness reads the same values."""
+    values = [float(i) for i in range(12)]
+    storage = _Storage("94117462424048", values)
+    obj = {"epoch": 3, "model": [{"w": _OldTensor(storage, 0, (3, 4), (4, 1)), "t": _OldTensor(storage, 0, (4, 3), (1, 4)),
+                                  "row": _OldTensor(storage, 8, (4,), (1,))}]}
+    path = old_checkpoint(tmp_path / "model_best.pth.tar", obj, storage, torch.FloatTensor)
+    theirs = torch.load(path, weights_only=True, map_location="cpu")
+    mine = load_checkpoint(path, (), LIMITS)
+    assert mine["epoch"] == theirs["epoch"] == 3
+    for key in ("w", "t", "row"):
+        assert torch.equal(mine["model"][0][key], theirs["model"][0][key]), key
+    assert mine["model"][0]["row"].tolist() == [8.0, 9.0, 10.0, 11.0]
+    gpu = load_checkpoint(old_checkpoint(tmp_path / "gpu.pth.tar", obj, storage, torch.cuda.FloatTensor), (), LIMITS)
+    assert all(torch.equal(gpu["model"][0][k], mine["model"][0][k]) for k in mine["model"][0])
