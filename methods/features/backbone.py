@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from methods.errors import HarnessError, first_line
+from methods.errors import HarnessError
 from methods.features.architectures import layer_channels
 from methods.features.portable_conv import portable_convolutions
 from methods.numerics import environment_mode
@@ -100,7 +100,7 @@ def weights_problem(arch: str, path: Path, limits: ReaderLimits) -> dict:
     """``{"problem": why the weights file at ``path`` would not load into ``arch``, or None}``
     (``methods.features.weights_check`` asks this in a child process: ``python -m`` this module).
     The file comes from the internet (torchvision's download): it is read by the bounded reader of
-    released files (``methods.untrusted.safe_load``, within ``limits``), so that a crafted file is
+    files from the internet (``methods.untrusted.safe_load``, within ``limits``), so that a crafted file is
     a problem named here, never a crash or a memory bomb of the DAG build."""
     if path.stat().st_size == 0:
         return {"problem": f"is an empty file; expected a {arch} state dict (an interrupted download?)"}

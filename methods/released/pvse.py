@@ -55,8 +55,8 @@ from methods.released.mapping import map_tensors
 from methods.released.options import (COUNT, FLAG, MARGIN, NAME, VOCABULARY, WIDTH, Option, check_options as
                                       check_option_types, check_record, optional, plain_options)
 from methods.released.record import Importer, ReleasedModel, is_state_dict
-from methods.untrusted.safe_load import ReaderLimits, load_checkpoint
 from methods.released.vocabulary import check_eval_transform, read_pickled_vocabulary
+from methods.untrusted.safe_load import ReaderLimits, load_checkpoint
 
 CODE = "yalesong/pvse"
 EVAL_TRANSFORM = (256, 224)   # data.py: Resize(256), CenterCrop(crop_size), crop_size 224 (option.py)

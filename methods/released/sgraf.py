@@ -25,8 +25,8 @@ from methods.data.tokenizers import Tokenizer
 from methods.released.mapping import Rules, map_tensors
 from methods.released.options import FLAG, LAYERS, NAME, VOCABULARY, WIDTH, Option, optional, plain_options
 from methods.released.record import Importer, ReleasedModel, read_train_checkpoint
-from methods.untrusted.safe_load import ReaderLimits
 from methods.released.vocabulary import read_vocabulary_json
+from methods.untrusted.safe_load import ReaderLimits
 
 SOURCE_DATASETS = {"f30k_precomp": "flickr", "coco_precomp": "coco"}
 HEADS = {"SGR": "sgr", "SAF": "saf"}

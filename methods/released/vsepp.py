@@ -39,8 +39,8 @@ from methods.models.base import BuildContext, build_model
 from methods.released.mapping import map_tensors
 from methods.released.options import FLAG, LAYERS, MARGIN, NAME, VOCABULARY, WIDTH, Option, optional, plain_options
 from methods.released.record import Importer, ReleasedModel, read_train_checkpoint
-from methods.untrusted.safe_load import ReaderLimits
 from methods.released.vocabulary import check_eval_transform, read_pickled_vocabulary
+from methods.untrusted.safe_load import ReaderLimits
 
 CODE = "fartashf/vsepp"
 SOURCE_DATASETS = {"coco": "coco", "f30k": "flickr"}

@@ -34,8 +34,8 @@ from methods.models.base import BuildContext, build_model
 from methods.released.mapping import Rules, map_tensors
 from methods.released.options import COUNT, FLAG, LAYERS, NAME, VOCABULARY, WIDTH, optional, plain_options
 from methods.released.record import Importer, ReleasedModel, read_train_checkpoint
-from methods.untrusted.safe_load import ReaderLimits
 from methods.released.vocabulary import read_pickled_vocabulary, read_vocabulary_json
+from methods.untrusted.safe_load import ReaderLimits
 
 SOURCE_DATASETS = {"f30k_precomp": "flickr", "coco_precomp": "coco"}
 FINAL_BN_DATA = "f30k_precomp"   # EncoderImagePrecompAttn: `if self.data_name == 'f30k_precomp'`
@@ -44,9 +44,8 @@ GCN_BLOCKS = 4   # Rs_GCN_1..4, fixed in model.py
 # options the project's VSRN implements only at their default: a checkpoint trained otherwise is refused
 DEFAULT_ONLY = {"no_imgnorm": False, "use_abs": False, "measure": "cosine"}
 ARCHITECTURE_OPTIONS = ("data_name", "img_dim", "word_dim", "embed_size", "num_layers", "vocab_size")
-# the caption decoder's options: only VSRN's train.py has them (VSE++, SCAN and SGRAF do not)
-VSRN_OPTIONS = ("dim_vid", "dim_hidden", "max_len")
-# their types and the ranges the importer accepts (methods.released.options)
+# their types and the ranges the importer accepts (methods.released.options); dim_vid, dim_hidden and
+# max_len are the caption decoder's: only VSRN's train.py has them (VSE++, SCAN and SGRAF do not)
 OPTIONS = {"data_name": NAME, "img_dim": WIDTH, "word_dim": WIDTH, "embed_size": WIDTH, "num_layers": LAYERS,
            "vocab_size": VOCABULARY, "dim_vid": WIDTH, "dim_hidden": WIDTH, "max_len": COUNT,
            "no_imgnorm": optional(FLAG), "use_abs": optional(FLAG), "measure": optional(NAME)}

@@ -25,7 +25,7 @@ import struct
 import tarfile
 import zipfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from methods.untrusted.pickle_scan import MAX_NESTING, PickleRefused, scan_pickle
 from methods.untrusted.plain import ELEMENT_SIZE, TensorView, check_view
@@ -151,7 +151,7 @@ def checkpoint_globals() -> dict[str, Any]:
 
 
 class _CheckpointUnpickler(RestrictedUnpickler):
-    def __init__(self, file, allowed: Iterable[str], storage: "callable"):
+    def __init__(self, file, allowed: Iterable[str], storage: Callable[[tuple], StorageRef]):
         super().__init__(file, allowed, checkpoint_globals())
         self._storage = storage
 
