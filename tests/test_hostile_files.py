@@ -154,6 +154,14 @@ def checkpoint_zip(path: Path, data_pkl: bytes, records: dict[str, bytes] | None
     return path
 
 
+def legacy_stream(path: Path, data_pickle: bytes) -> Path:
+    """The legacy torch.save stream's three header pickles, then ``data_pickle``."""
+    headers = (0x1950A86A20F9469CFC6C, 1001, {"protocol_version": 1001, "little_endian": True,
+                                             "type_sizes": {"short": 2, "int": 4, "long": 8}})
+    path.write_bytes(b"".join(pickle.dumps(h, protocol=2) for h in headers) + data_pickle)
+    return path
+
+
 def namespace_pickle(value: bytes) -> bytes:
     """``{'opt': argparse.Namespace(data_name=<value>)}``, ``value`` a pickled value without PROTO/STOP."""
     return (b"\x80\x02}X\x03\x00\x00\x00optcargparse\nNamespace\n)\x81}X\t\x00\x00\x00data_name" + value +
@@ -184,6 +192,8 @@ def stored_pickle(obj) -> bytes:
     (lambda p: torch.save({"w": torch.zeros(2, device="meta")}, p) or p,
      r"it names torch._utils._rebuild_meta_tensor_no_storage"),
     (lambda p: checkpoint_zip(p, b"\x80\x02\x82\x01."), r"refused opcode EXT1 at byte 2"),
+    (lambda p: legacy_stream(p, b"\x80\x04\x8d" + struct.pack("<Q", 1 << 30) + b"abc."),   # scanned in place
+     r"not a readable PyTorch checkpoint \(ValueError: expected 1073741824 bytes in a unicodestring8"),
     (lambda p: checkpoint_zip(p, stored_pickle({"w": torch.zeros(4)}), {"0": bytes(8)}),
      r"storage record data/0 holds 8 bytes, but the pickle says 4 float32 elements"),
 ])
@@ -445,16 +455,12 @@ class _OldPickler(pickle.Pickler):
 def old_checkpoint(path: Path, obj, storage: _Storage, tensor_class) -> Path:
     """``obj`` in the legacy stream of PyTorch <= 0.3 (torch/serialization.py of that time)."""
     stream = io.BytesIO()
-    for header in (0x1950A86A20F9469CFC6C, 1001, {"protocol_version": 1001, "little_endian": True,
-                                                   "type_sizes": {"short": 2, "int": 4, "long": 8}}):
-        pickle.dump(header, stream, protocol=2)
     pickler = _OldPickler(stream, protocol=2)
     pickler.tensor_class = tensor_class
     pickler.dump(obj)
     pickle.dump([storage.key], stream, protocol=2)
     stream.write(struct.pack("<q", len(storage.values)) + struct.pack(f"<{len(storage.values)}f", *storage.values))
-    path.write_bytes(stream.getvalue())
-    return path
+    return legacy_stream(path, stream.getvalue())
 
 
 def test_a_checkpoint_of_pytorch_0_3_reads_as_torch_reads_it(tmp_path):

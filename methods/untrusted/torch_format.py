@@ -41,6 +41,32 @@ STORAGE_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "B
                   "Bool": "bool"}
 
 
+# the longest line a protocol-0 opcode argument may take when scanned from a file
+MAX_LINE = 1 << 20
+
+
+class _Within:
+    """A file read no further than its end, for scanning a pickle in place (a legacy stream holds
+    the pickle and then the tensors' bytes): an opcode that declares a length the file does not
+    hold (a BINUNICODE8 of 800 MB in a 100 KB file) gets what is left, never an allocation of the
+    declared length."""
+
+    def __init__(self, f: io.BufferedIOBase, size: int):
+        self.f, self.size = f, size
+
+    def left(self) -> int:
+        return max(0, self.size - self.f.tell())
+
+    def read(self, n: int = -1) -> bytes:
+        return self.f.read(self.left() if n is None or n < 0 else min(n, self.left()))
+
+    def readline(self, limit: int = -1) -> bytes:
+        return self.f.readline(min(MAX_LINE, self.left()))
+
+    def tell(self) -> int:
+        return self.f.tell()
+
+
 class StorageRef:
     """A storage the pickle refers to: its dtype, element count and, once known, its file offset
     (a legacy stream gives the offsets after the pickle); ``view`` (element offset, count) for a
@@ -285,7 +311,7 @@ def _read_zip(f: io.BufferedIOBase, file_size: int, allowed: frozenset[str], is_
 def _read_legacy(f: io.BufferedIOBase, file_size: int, allowed: frozenset[str], is_allowed) -> Any:
     def plain() -> Any:   # the small pickles around the data: plain values, no global
         start = f.tell()
-        scan_pickle(f, lambda name: False)
+        scan_pickle(_Within(f, file_size), lambda name: False)
         end = f.tell()
         f.seek(start)
         value = RestrictedUnpickler(io.BytesIO(f.read(end - start)), ()).load()
@@ -299,7 +325,7 @@ def _read_legacy(f: io.BufferedIOBase, file_size: int, allowed: frozenset[str], 
     if not isinstance(info, dict) or info.get("little_endian") is not True:
         raise PickleRefused("its tensors are stored big-endian (or its system info is missing)")
     start = f.tell()
-    scan_pickle(f, is_allowed, refused_opcodes=frozenset({"PERSID"}))
+    scan_pickle(_Within(f, file_size), is_allowed, refused_opcodes=frozenset({"PERSID"}))
     end = f.tell()
     roots: dict[str, StorageRef] = {}
     views: list[StorageRef] = []
