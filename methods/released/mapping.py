@@ -1,7 +1,7 @@
 """A source checkpoint's tensors onto the project's model: every source tensor used exactly once,
-every project tensor set exactly once, shapes and dtypes equal (a cast only where the importer
-declares it legitimate), all checked before any tensor is copied; otherwise one line naming the
-key."""
+every project tensor set exactly once, shapes and dtypes equal (no cast: the released files hold
+the models' own float32 weights and int64 step counts), all checked before any tensor is used;
+otherwise one line naming the key."""
 from __future__ import annotations
 
 import re
@@ -13,7 +13,6 @@ from methods.errors import HarnessError
 
 Rules = Sequence[tuple[str, str]]   # (regex a whole source name matches, the project name: re.sub template)
 Ignored = Sequence[tuple[str, str]]   # (regex of source names read and not kept, why nothing depends on them)
-Casts = frozenset[tuple[torch.dtype, torch.dtype]]   # (a file's dtype, the model's) an importer converts
 
 
 def project_name(source: str, rules: Rules) -> str | None:
@@ -25,11 +24,11 @@ def project_name(source: str, rules: Rules) -> str | None:
 
 
 def map_tensors(source: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor], rules: Rules,
-                where: str, ignored: Ignored = (), casts: Casts = frozenset()) -> dict[str, torch.Tensor]:
+                where: str, ignored: Ignored = ()) -> dict[str, torch.Tensor]:
     """``source`` renamed by ``rules`` into a state dict with exactly ``target``'s names, shapes and
     dtypes (``target``: the project model's own state dict). A source tensor matching an
     ``ignored`` pattern is read and not kept (the importer says why no score depends on it); a
-    dtype other than the model's is refused unless ``casts`` holds the pair."""
+    dtype other than the model's is refused."""
     out: dict[str, torch.Tensor] = {}
     origin: dict[str, str] = {}
     unplaced = []
@@ -49,11 +48,11 @@ def map_tensors(source: Mapping[str, torch.Tensor], target: Mapping[str, torch.T
             raise HarnessError(f"{where}: tensor '{key}' has shape {shape}, but '{name}' of the project's model "
                                f"is {tuple(target[name].shape)}")
         wanted = target[name].dtype
-        if tensor.dtype != wanted and (tensor.dtype, wanted) not in casts:
+        if tensor.dtype != wanted:
             raise HarnessError(f"{where}: tensor '{key}' is {str(tensor.dtype).removeprefix('torch.')}, but '{name}' "
                                f"of the project's model is {str(wanted).removeprefix('torch.')}; the importer "
                                f"converts no such file")
-        out[name], origin[name] = tensor.to(wanted), key
+        out[name], origin[name] = tensor, key
     if unplaced:
         raise HarnessError(f"{where}: {len(unplaced)} tensors have no place in the project's model "
                            f"(e.g. '{unplaced[0]}'): the checkpoint holds parts this importer does not know")

@@ -42,9 +42,12 @@ class TensorView:
     numel: int
 
     @property
-    def nbytes(self) -> int:
-        """The bytes of the tensor itself (what a copy of it holds)."""
-        return math.prod(self.shape) * ELEMENT_SIZE[self.dtype]
+    def span(self) -> int:
+        """The stored elements from its first element to its last (what reading it reads); 0 for an
+        empty tensor."""
+        if math.prod(self.shape) == 0:
+            return 0
+        return sum((size - 1) * stride for size, stride in zip(self.shape, self.stride)) + 1
 
 
 def _is_int(x: Any) -> bool:
@@ -66,7 +69,7 @@ def check_view(view: TensorView, file_size: int, name: str) -> None:
     if view.file_offset + view.numel * ELEMENT_SIZE[view.dtype] > file_size:
         raise PickleRefused(f"tensor {name}'s storage ({view.numel} elements at byte {view.file_offset}) ends "
                             f"beyond the file ({file_size} bytes)")
-    if math.prod(view.shape) == 0:
+    if view.span == 0:
         return
     reach = 0   # the largest element offset the dimensions sorted so far reach
     for size, stride in sorted(((s, t) for s, t in zip(view.shape, view.stride) if s > 1), key=lambda d: d[1]):
@@ -74,7 +77,7 @@ def check_view(view: TensorView, file_size: int, name: str) -> None:
             raise PickleRefused(f"tensor {name} is an overlapping view (shape {view.shape}, stride {view.stride}): "
                                 f"its elements repeat stored ones, so a copy would hold more than the file")
         reach += (size - 1) * stride
-    if view.offset + reach >= view.numel:
+    if view.offset + view.span > view.numel:
         raise PickleRefused(f"tensor {name} (shape {view.shape}, stride {view.stride}, offset {view.offset}) "
                             f"reaches beyond its storage of {view.numel} elements")
 

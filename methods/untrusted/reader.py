@@ -11,6 +11,7 @@ nothing of what it reads can reach them.
 """
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -25,8 +26,6 @@ KINDS = {"pickle": "a vocabulary", "json": "a vocabulary", "checkpoint": "a chec
 
 
 def read_pickle(path: Path, allowed: list[str]):
-    import io
-
     data = path.read_bytes()
     unpickler = RestrictedUnpickler(io.BytesIO(data), allowed)
     scan_pickle(data, unpickler.known_global)

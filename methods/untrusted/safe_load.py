@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import tempfile
 from pathlib import Path
@@ -119,11 +118,10 @@ def _read_view(f, view: TensorView):
     import torch  # here, not at module level: the DAG build imports the importers' table, never torch
 
     dtype = getattr(torch, "uint8" if view.dtype == "bool" else view.dtype)
-    if math.prod(view.shape) == 0:
+    if view.span == 0:
         return torch.empty(view.shape, dtype=getattr(torch, view.dtype))
-    reach = sum((size - 1) * stride for size, stride in zip(view.shape, view.stride))
     size = ELEMENT_SIZE[view.dtype]
-    buffer = bytearray((reach + 1) * size)
+    buffer = bytearray(view.span * size)
     f.seek(view.file_offset + view.offset * size)
     if f.readinto(buffer) != len(buffer):
         raise OSError("the file ended inside a tensor")
@@ -164,11 +162,9 @@ def load_checkpoint(path: str | Path, allowed: Iterable[str | type], limits: Rea
     file_size = os.path.getsize(path)
     views = list(_views(tree))
     try:
-        total = 0
         for name, view in views:
             check_view(view, file_size, name)
-            total += (sum((s - 1) * t for s, t in zip(view.shape, view.stride)) + 1) * ELEMENT_SIZE[view.dtype] \
-                if math.prod(view.shape) else 0
+        total = sum(view.span * ELEMENT_SIZE[view.dtype] for _, view in views)
         if total > file_size:
             raise PickleRefused(f"its {len(views)} tensors would read {total} bytes, more than the file's "
                                 f"{file_size} (views that share their stored bytes)")

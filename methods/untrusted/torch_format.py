@@ -193,9 +193,18 @@ class _CheckpointUnpickler(RestrictedUnpickler):
         return self._storage(pid[1:])
 
 
-def _unpickle(data: bytes | io.BufferedIOBase, allowed: Iterable[str], storage) -> Any:
-    unpickler = _CheckpointUnpickler(io.BytesIO(data) if isinstance(data, bytes) else data, allowed, storage)
-    return unpickler.load()
+def _unpickle(data: bytes, allowed: Iterable[str], storage) -> Any:
+    return _CheckpointUnpickler(io.BytesIO(data), allowed, storage).load()
+
+
+def _scanned_pickle(f: io.BufferedIOBase, file_size: int, is_allowed, refused_opcodes: frozenset[str]) -> bytes:
+    """The bytes of the pickle at ``f``'s position (left after its STOP), once every opcode of it
+    has been scanned in place (``_Within``: never past the file's end)."""
+    start = f.tell()
+    scan_pickle(_Within(f, file_size), is_allowed, refused_opcodes)
+    end = f.tell()
+    f.seek(start)
+    return f.read(end - start)
 
 
 def _storage_type(value: Any) -> str:
@@ -310,12 +319,8 @@ def _read_zip(f: io.BufferedIOBase, file_size: int, allowed: frozenset[str], is_
 
 def _read_legacy(f: io.BufferedIOBase, file_size: int, allowed: frozenset[str], is_allowed) -> Any:
     def plain() -> Any:   # the small pickles around the data: plain values, no global
-        start = f.tell()
-        scan_pickle(_Within(f, file_size), lambda name: False)
-        end = f.tell()
-        f.seek(start)
-        value = RestrictedUnpickler(io.BytesIO(f.read(end - start)), ()).load()
-        return value
+        data = _scanned_pickle(f, file_size, lambda name: False, frozenset({"PERSID", "BINPERSID"}))
+        return RestrictedUnpickler(io.BytesIO(data), ()).load()
 
     if plain() != LEGACY_MAGIC:
         raise ValueError("neither a zip archive nor a legacy torch.save stream (no magic number)")
@@ -324,9 +329,7 @@ def _read_legacy(f: io.BufferedIOBase, file_size: int, allowed: frozenset[str], 
     info = plain()
     if not isinstance(info, dict) or info.get("little_endian") is not True:
         raise PickleRefused("its tensors are stored big-endian (or its system info is missing)")
-    start = f.tell()
-    scan_pickle(_Within(f, file_size), is_allowed, refused_opcodes=frozenset({"PERSID"}))
-    end = f.tell()
+    data = _scanned_pickle(f, file_size, is_allowed, frozenset({"PERSID"}))
     roots: dict[str, StorageRef] = {}
     views: list[StorageRef] = []
 
@@ -349,8 +352,7 @@ def _read_legacy(f: io.BufferedIOBase, file_size: int, allowed: frozenset[str], 
         views.append(ref)
         return ref
 
-    f.seek(start)
-    result = _unpickle(f.read(end - start), allowed, storage)
+    result = _unpickle(data, allowed, storage)
     keys = plain()
     if type(keys) is not list or not all(type(k) is str for k in keys) or set(keys) != set(roots):
         raise ValueError("the list of storage keys does not name the pickle's storages")
