@@ -27,5 +27,5 @@ rule all:
     input:
         PLAN.default_targets(),
         SYNTHETIC_PRECOMP,
-        RUNTIME_TABLES,  # last: its inputs are the benchmark files of every other job
+        RUNTIME_TABLES,  # last: they wait for every other default target
     default_target: True

@@ -264,9 +264,9 @@ def validate_layer(layer: Mapping | None, where: str, model_kind: str | None = N
     validate(checked, LAYER_SCHEMA, where)
 
 
-def read_experiment(path: str | Path, dataset: Mapping) -> dict:
+def read_experiment(path: str | Path, dataset: Any) -> dict:
     """An experiment file (a resolved method config JSON, as the plan writes it) for a job on a
-    dataset (``dataset``: its payload, ``load_dataset_payload``): one of another harness version
+    dataset (``dataset``: its payload, a ``methods.data.datasets.DatasetPayload``): one of another harness version
     (a key missing or unknown) fails naming the key, and one planned for other numerics than the
     dataset runs fails, since its hash says which numerics its results come from."""
     try:
@@ -274,8 +274,8 @@ def read_experiment(path: str | Path, dataset: Mapping) -> dict:
     except (OSError, ValueError) as exc:
         raise HarnessError(f"{path}: not a readable experiment file ({type(exc).__name__}: {exc})") from None
     validate({k: v for k, v in cfg.items() if k != "numerics"}, "method", str(path))
-    planned, mode = cfg.get("numerics", "native"), dataset["dataset"].get("numerics", "native")
+    planned, mode = cfg.get("numerics", "native"), dataset.dataset.get("numerics", "native")
     if planned != mode:
-        raise HarnessError(f"{path} was planned for {planned} numerics but dataset '{dataset['name']}' runs {mode} "
-                           f"(datasets.{dataset['name']}.numerics): plan the experiment again")
+        raise HarnessError(f"{path} was planned for {planned} numerics but dataset '{dataset.name}' runs {mode} "
+                           f"(datasets.{dataset.name}.numerics): plan the experiment again")
     return cfg

@@ -12,7 +12,6 @@ from methods.cli import run_command
 from methods.data.datasets import load_dataset_payload
 from methods.job_records import EnsembleEvaluation, RunEvaluation
 from methods.metrics.evaluation import evaluate_split, split_relevances
-from methods.metrics.protocols import get_protocol
 from methods.paths import eval_file, sims_file
 from methods.scoring import average_similarities
 
@@ -24,11 +23,11 @@ def _ensemble(args) -> None:
     runs = [Path(m) for m in args.members]
     sims = average_similarities([Path(sims_file(r, args.split)) for r in runs])
     members = [RunEvaluation.read(eval_file(r, args.split)) for r in runs]
-    # an ensemble has a score matrix and no label predictions: label-prediction protocols are its members' own
-    protocols = [p for p in payload["dataset"]["protocols"] if get_protocol(p).relevance != "label_predictions"]
-    results = evaluate_split(sims, protocols, args.split, relevances, payload["dataset"])
+    # an ensemble has a score matrix and no label predictions: evaluate_split leaves label-prediction
+    # protocols to its members
+    results = evaluate_split(sims, payload.dataset["protocols"], args.split, relevances, payload.dataset)
     EnsembleEvaluation(
-        kind="ensemble", ensemble_size=len(runs), dataset=payload["name"], split=args.split,
+        kind="ensemble", ensemble_size=len(runs), dataset=payload.name, split=args.split,
         members=[{"run_dir": str(r), "config_hash": m.config_hash, "seed": m.seed,
                   "training_checks": {res["protocol"]: res.get("training_check") for res in m.results},
                   "provenance": m.provenance}

@@ -18,15 +18,15 @@ from pathlib import Path
 from methods import api
 from methods.cli import run_command
 from methods.data.caption_augment import extra_tokens
-from methods.data.datasets import load_dataset_payload, payload_splits
+from methods.data.datasets import DatasetPayload, load_dataset_payload
 from methods.data.text import Vocabulary
 from methods.errors import HarnessError
 from methods.features.backbone import eval_transform
 from methods.features.images import ImageFiles
 from methods.io import read_json, save_npy
 from methods.job_records import RunEvaluation
-from methods.metrics.evaluation import evaluate_split, label_prediction_relevance, split_relevances
-from methods.metrics.protocols import get_protocol, statistics_result
+from methods.metrics.evaluation import evaluate_split, split_relevances
+from methods.metrics.protocols import statistics_result
 from methods.model_kinds import MODEL_KINDS, image_input_of
 from methods.model_kinds.element_views import check_elements, parse_view
 from methods.paths import eval_file, model_file, sims_file, train_log
@@ -45,7 +45,55 @@ def training_environment(run_dir: str | Path) -> dict | None:
     return {**record["provenance"], "precision": record["precision"]}
 
 
-def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | Path, vocab_path: str | Path,
+def checked_views(views: list[str] | None, model_cfg: dict, model_path: Path, run_dir: Path) -> dict:
+    """Evaluation view -> the set elements it selects (``parse_view``), each checked against the
+    model's set sizes; a model that does not embed items as sets has none."""
+    elements = {view: parse_view(view) for view in views or []}
+    if elements:
+        sizes = MODEL_KINDS.get(model_cfg["kind"]).set_sizes(model_cfg)
+        if sizes is None:
+            raise HarnessError(f"{model_path}: evaluation views select set elements, but a "
+                               f"{model_cfg['kind']} model does not embed items as sets")
+        for view, chosen in elements.items():
+            check_elements(chosen, sizes, f"evaluation view '{view}' of {run_dir}")
+    return elements
+
+
+def training_vocabulary(vocab_path: str | Path, ckpt: dict, model_path: Path) -> Vocabulary:
+    """The vocabulary file, checked to be the one the model was trained with (its size)."""
+    vocab = Vocabulary.load(vocab_path)
+    extra = extra_tokens(ckpt["config"]["training"])   # <mask> of caption augmentation: an id past the vocabulary
+    if len(vocab) + extra != ckpt["vocab_size"]:
+        raise HarnessError(f"{vocab_path} has {len(vocab)} words{f' (+{extra} training-only token)' if extra else ''} "
+                           f"but {model_path} was trained with {ckpt['vocab_size']}: evaluate with the "
+                           f"training vocabulary")
+    return vocab
+
+
+def split_inputs(payload: DatasetPayload, split: str, features_dir: str | Path, ckpt: dict):
+    """(the split's data, its image features, its image files) for the model: the images when its
+    CNN was trained (the kept epoch fine-tuned it), else its image input's cached features."""
+    ds, model_cfg = payload.dataset, ckpt["config"]["model"]
+    if ckpt["best"]["finetuned"]:
+        data = payload.split(split)
+        return data, None, ImageFiles(payload.paths["images_dir"], data.filenames,
+                                      eval_transform(ds["features"]["resize"], ds["features"]["crop"]))
+    data = image_input_of(model_cfg).load(payload, split, features_dir, model_cfg)
+    return data, data.features, None
+
+
+def print_results(split: str, view: str | None, results: list[dict]) -> None:
+    for r in results:
+        print(f"{split}{'' if view is None else '@' + view} {r['protocol']}: "
+              + ", ".join(f"{k} {v:.4g}" for k, v in r["metrics"].items()))
+        if "training_check" in r:
+            check = r["training_check"]
+            print(f"  training check: {check['main_metric']} {check['value']:.4g} vs chance {check['chance']:.4g} "
+                  f"(max {check['max']:g}, gain share {check['gain_share']:.3g}), score spread "
+                  f"{check['score_spread']:.3g}")
+
+
+def evaluate_run(run_dir: Path, split: str, payload: DatasetPayload, features_dir: str | Path, vocab_path: str | Path,
                  device, relevances: dict | None = None, views: list[str] | None = None,
                  block_elements: list[tuple[str, int]] = ()) -> list[dict]:
     """Evaluate the trained model ``run_dir/model.pt`` on one test split under every protocol of
@@ -55,49 +103,23 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
     each): the split is encoded once and scored once per view. ``block_elements``: (device, budget)
     pairs of a cross-attention model's score blocks (config ``scoring.block_elements``)."""
     t0 = time.time()
-    ds, paths = payload["dataset"], payload["paths"]
+    ds = payload.dataset
     if relevances is None:
         relevances = split_relevances(payload, split)  # before any encoding: a bad positives file fails fast
     model_path = Path(model_file(run_dir))
-    model, ckpt = api.load_model(model_path, device, payload["backbones"])
+    model, ckpt = api.load_model(model_path, device, payload.backbones)
     use_block_budget(model, block_elements, device)
     cfg = ckpt["config"]
-    elements = {view: parse_view(view) for view in views or []}
-    if elements:
-        sizes = MODEL_KINDS.get(cfg["model"]["kind"]).set_sizes(cfg["model"])
-        if sizes is None:
-            raise HarnessError(f"{model_path}: evaluation views select set elements, but a "
-                               f"{cfg['model']['kind']} model does not embed items as sets")
-        for view, chosen in elements.items():
-            check_elements(chosen, sizes, f"evaluation view '{view}' of {run_dir}")
-    vocab = Vocabulary.load(vocab_path)
-    extra = extra_tokens(cfg["training"])   # <mask> of caption augmentation: an id past the vocabulary
-    if len(vocab) + extra != ckpt["vocab_size"]:
-        raise HarnessError(f"{vocab_path} has {len(vocab)} words{f' (+{extra} training-only token)' if extra else ''} "
-                           f"but {model_path} was trained with {ckpt['vocab_size']}: evaluate with the "
-                           f"training vocabulary")
+    elements = checked_views(views, cfg["model"], model_path, run_dir)
+    vocab = training_vocabulary(vocab_path, ckpt, model_path)
     batch_size, amp = cfg["training"]["eval_batch_size"], cfg["training"]["amp"]
-    if ckpt["best"]["finetuned"]:  # the CNN was trained: run it on the images
-        data = payload_splits(payload, [split])[split]
-        captions, features = data.captions, None
-        images = ImageFiles(paths["images_dir"], data.filenames,
-                            eval_transform(ds["features"]["resize"], ds["features"]["crop"]))
-    else:
-        data = image_input_of(cfg["model"]).load(payload, split, features_dir, cfg["model"])
-        captions, features, images = data.captions, data.features, None
+    data, features, images = split_inputs(payload, split, features_dir, ckpt)
     t_enc = time.time()
     img = api.encode_images(model, features, images=images, batch_size=batch_size, device=device, amp=amp)
-    txt = api.encode_texts(model, captions, vocab, batch_size=batch_size, device=device, amp=amp)
+    txt = api.encode_texts(model, data.captions, vocab, batch_size=batch_size, device=device, amp=amp)
     t_encoded = time.time()
-
-    # label prediction (micro-F1) is a protocol of models with a label head; the others skip it
+    # label prediction (micro-F1) is a protocol of models with a label head; evaluate_split skips it for the others
     predictions = model.label_predictions(img, txt)
-    split_relevance = dict(relevances)
-    if predictions is not None and "label_predictions" in relevances:
-        split_relevance["label_predictions"] = label_prediction_relevance(relevances["label_predictions"], predictions)
-    scored_protocols = [p for p in ds["protocols"]
-                        if get_protocol(p).relevance != "label_predictions" or predictions is not None]
-
     trained_in = training_environment(run_dir)   # read once for every view
 
     def evaluate_view(view: str | None) -> list[dict]:
@@ -107,25 +129,18 @@ def evaluate_run(run_dir: Path, split: str, payload: dict, features_dir: str | P
             img, txt, chosen["image_elements"], chosen["text_elements"])
         scores = api.score(model, sel_img, sel_txt, amp=amp)
         t_score = time.time()
-        results = evaluate_split(scores, scored_protocols, split, split_relevance, ds)
+        results = evaluate_split(scores, ds["protocols"], split, relevances, ds, predictions)
         # statistics describe the model's whole sets: a view of some elements reports its metrics only
         statistics = model.evaluation_statistics(img, txt) if view is None else {}
         if statistics:
             results.append(statistics_result(statistics, split, len(data.captions) // data.texts_per_image))
         save_npy(sims_file(run_dir, split, view), scores.numpy())
-        RunEvaluation(kind="single", ensemble_size=1, dataset=payload["name"], split=split, view=view, config=cfg,
+        RunEvaluation(kind="single", ensemble_size=1, dataset=payload.name, split=split, view=view, config=cfg,
                       config_hash=ckpt["config_hash"], seed=ckpt["seed"], best_epoch=ckpt["best"], results=results,
                       provenance={**provenance(device), **block_provenance(model), "training": trained_in},
                       wall_seconds={"encode_and_score": (t_encoded - t_enc) + (t_score - t_view),
                                     "total": time.time() - t0}).write(eval_file(run_dir, split, view))
-        for r in results:
-            print(f"{split}{'' if view is None else '@' + view} {r['protocol']}: "
-                  + ", ".join(f"{k} {v:.4g}" for k, v in r["metrics"].items()))
-            if "training_check" in r:
-                check = r["training_check"]
-                print(f"  training check: {check['main_metric']} {check['value']:.4g} vs chance {check['chance']:.4g} "
-                      f"(max {check['max']:g}, gain share {check['gain_share']:.3g}), score spread "
-                      f"{check['score_spread']:.3g}")
+        print_results(split, view, results)
         return results
 
     if not elements:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from methods.cli import run_command
 from methods.config import config_hash, read_experiment
-from methods.data.datasets import load_dataset_payload, payload_tokenizer
+from methods.data.datasets import DatasetPayload, load_dataset_payload
 from methods.data.inputs import region_shape
 from methods.errors import HarnessError, first_line, printable
 from methods.evaluate import evaluate_run
@@ -49,7 +49,7 @@ def check_expected(options: dict, expect: dict, where: str) -> None:
                                f"is the config key pointing at another run?")
 
 
-def import_released(payload: dict, cfg: dict, checkpoint: str | Path, vocab_path: str | Path,
+def import_released(payload: DatasetPayload, cfg: dict, checkpoint: str | Path, vocab_path: str | Path,
                     run_dir: str | Path, expect: dict | None = None, *, limits: ReaderLimits) -> None:
     """The checkpoint and its vocabulary as the run folder ``run_dir`` (empty or absent), both
     read within ``limits``; ``expect``: options the checkpoint must hold (the row's
@@ -62,22 +62,22 @@ def import_released(payload: dict, cfg: dict, checkpoint: str | Path, vocab_path
     kind = cfg["model"]["kind"]
     importer = get_importer(kind, str(checkpoint))
     try:
-        released = importer.import_checkpoint(Path(checkpoint), cfg["model"], payload["dataset"], limits)
+        released = importer.import_checkpoint(Path(checkpoint), cfg["model"], payload.dataset, limits)
     except HarnessError:
         raise
     except Exception as exc:   # every check passed and still the file does not fit: one line all the same
         raise HarnessError(f"{checkpoint}: cannot be imported ({type(exc).__name__}: {first_line(exc)})") from None
     check_expected(released.provenance.get("options", {}), expect or {}, str(checkpoint))
-    dataset = reported_dataset(payload["name"], payload["dataset"])
+    dataset = reported_dataset(payload.name, payload.dataset)
     if released.source_dataset != dataset:
-        raise HarnessError(f"{checkpoint}: trained on {released.source_dataset}, but dataset '{payload['name']}' "
+        raise HarnessError(f"{checkpoint}: trained on {released.source_dataset}, but dataset '{payload.name}' "
                            f"is {dataset}")
-    _, dim = (None, None) if released.runs_cnn else region_shape(payload["dataset"])
+    _, dim = (None, None) if released.runs_cnn else region_shape(payload.dataset)
     if dim is not None and dim != released.image_shape["dim"]:
         raise HarnessError(f"{checkpoint}: trained on {released.image_shape['dim']}-d region features, but "
-                           f"datasets.{payload['name']}.precomp.feature_dim is {dim}")
+                           f"datasets.{payload.name}.precomp.feature_dim is {dim}")
     try:
-        vocab = importer.read_vocabulary(Path(vocab_path), payload_tokenizer(payload), limits)
+        vocab = importer.read_vocabulary(Path(vocab_path), payload.tokenizer(), limits)
     except HarnessError:
         raise
     except Exception as exc:

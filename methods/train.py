@@ -36,7 +36,7 @@ from methods.training.loop import TrainInputs, load_checkpoint, train
 def _train(args) -> None:
     t0 = time.time()
     payload = load_dataset_payload(args.dataset_config)
-    ds, paths = payload["dataset"], payload["paths"]
+    ds, paths = payload.dataset, payload.paths
     cfg = read_experiment(args.experiment, payload)
     # the test relevances first: a bad positives file fails before training, not after it
     relevances = {split: split_relevances(payload, split) for split in args.evaluate}
@@ -53,7 +53,7 @@ def _train(args) -> None:
     n_tokens = len(vocab) + extra_tokens(cfg["training"])
     if word_vectors is not None and n_tokens > len(word_vectors):
         word_vectors = torch.cat([word_vectors, word_vectors.new_zeros(n_tokens - len(word_vectors), word_vectors.shape[1])])
-    model = api.build_model(cfg, n_tokens, image_shape, payload["backbones"], word_vectors, cnn=finetunes(cfg))
+    model = api.build_model(cfg, n_tokens, image_shape, payload.backbones, word_vectors, cnn=finetunes(cfg))
     use_block_budget(model, args.block_elements, device)
     run_dir = Path(args.run_dir)
     inp = TrainInputs(cfg, config_hash(cfg), args.seed, run_dir, device, vocab, splits["train"], splits["dev"],

@@ -1,4 +1,5 @@
-"""A fake MS-COCO of the real size, laid out as the README asks, for the size test and benchmark:
+"""A fake MS-COCO of the real size, laid out as docs/real-data.md describes, for the size test and the
+benchmark of docs/benchmarks.md ("Full-size COCO"):
 Karpathy's dataset_coco.json (123,287 images: 82,783 train, 30,504 restval, 5,000 val, 5,000 test;
 five captions each, a few with six or seven as in the real file), every image file it names (a few
 bytes each), BUTD region files ``{train,dev,testall}_ims.npy`` of (113,287 | 5,000 | 5,000) x 36 x

@@ -38,7 +38,7 @@ def test_load_encode_score_reproduces_the_evaluation(tiny_dag, method):
     run = next(r for r in runs_of(tiny_dag, method) if (r / "sims_test.npy").exists())
     model, info = api.load_model(run / "model.pt")
     payload = load_dataset_payload(tiny_dag / "results/synthetic/dataset.json")
-    payload["paths"] = {k: str(tiny_dag / v) if v else v for k, v in payload["paths"].items()}
+    payload.paths = {k: str(tiny_dag / v) if v else v for k, v in payload.paths.items()}
     data = IMAGE_INPUTS.get(type(model).image_input).load(payload, "test", tiny_dag / "results/synthetic/precomp",
                                                           info["config"]["model"])
     vocab = tiny_dag / "results/synthetic/vocab.json"
@@ -56,7 +56,7 @@ def test_load_encode_score_reproduces_the_evaluation(tiny_dag, method):
 
 def test_grid_input_loads_every_scale_memory_mapped(tiny_dag):
     payload = load_dataset_payload(tiny_dag / "results/synthetic/dataset.json")
-    payload["paths"] = {k: str(tiny_dag / v) if v else v for k, v in payload["paths"].items()}
+    payload.paths = {k: str(tiny_dag / v) if v else v for k, v in payload.paths.items()}
     grid = IMAGE_INPUTS.get("grid")
     model_cfg = {"backbone": "resnet18_synthetic", "grid_scales": ["conv4", "conv5"]}
     folder = tiny_dag / grid.directory({"results_dir": "results", "datasets": {}}, "synthetic", model_cfg)

@@ -212,3 +212,17 @@ def test_model_schema_has_a_block_for_every_registered_model():
 
     schema = load_schema("method")
     assert set(MODELS.names()) <= set(schema["$defs"])
+
+
+MUTABLE_AT_TOP = re.compile(r"^[A-Za-z_]\w*[ \t]*(?::[^=\n]+)?=[ \t]*(?:\{[ \t]*\}|\[[ \t]*\]|set\(\)|dict\(\)|list\(\)|"
+                            r"(?:collections\.)?(?:defaultdict|Counter|OrderedDict)\()|^[ \t]*global[ \t]", re.M)
+
+
+def test_the_rules_keep_no_mutable_state_of_their_own():
+    """The workflow's files bind the plan's pure lookups; a module-level dict, list or set that an
+    input function fills (a memo, a record of what was announced) belongs in ``methods/plan``."""
+    files = sorted((PACKAGE.parent / "workflow" / "rules").glob("*.smk")) + [PACKAGE.parent / "Snakefile"]
+    found = [f"{path.name}: {m.group(0).strip()}" for path in files for m in MUTABLE_AT_TOP.finditer(path.read_text())]
+    assert found == []
+    assert MUTABLE_AT_TOP.search("_SEEN = set()\n") and MUTABLE_AT_TOP.search("X: dict = {}\n") \
+        and MUTABLE_AT_TOP.search("def f():\n    global X\n") and not MUTABLE_AT_TOP.search("X = [a for a in b]\n")

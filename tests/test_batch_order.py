@@ -60,7 +60,7 @@ def test_buckets_shuffle_the_batches_and_depend_only_on_the_seed():
 def test_buckets_cut_the_padding_a_step_pays_for():
     """Padded tokens (batch size x longest caption, summed over batches) against the tokens
     themselves, COCO-like lengths at batch 128: random batches pad to 2.7 times the tokens,
-    pools of 50 batches to 1.04 times (the README's figures)."""
+    pools of 50 batches to 1.04 times (the figures of docs/source-code.md, "The switches")."""
     n, batch_size = 128 * 400, 128
     lengths = coco_like_lengths(n, 2)
     tokens = sum(lengths)

@@ -201,7 +201,7 @@ def planted(tmp_path_factory, harness):
                                            row["scores"]["synthetic_test"])
     (root / "spec.json").write_text(json.dumps(spec))
     payload = dataset_payload(harness, "synthetic")   # its synthetic_test relevance: captions of image, 5 each
-    (root / "dataset.json").write_text(json.dumps(payload))
+    (root / "dataset.json").write_text(json.dumps(payload.to_json()))
     return root, sims, ClaimsSpec.from_json(spec, "test"), payload
 
 

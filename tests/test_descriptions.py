@@ -13,7 +13,7 @@ from methods.model_kinds import MODEL_KINDS, DescribeContext, ModelKind, describ
 from methods.model_kinds.declared import declared_kind, register_declared_kinds
 from methods.model_kinds.description import backbone_text
 from methods.plan import Plan
-from methods.report import table
+from methods.report import markdown_table, table_rows
 from methods.report.aggregate import aggregate
 from tests.conftest import config_with_every_table
 from tests.oracles import oracle_part
@@ -105,8 +105,8 @@ def test_table_shows_what_ran_beside_the_label():
                       "paper": "p", "not_reported": None, "ensemble_size": 1, "reported": {}, "compare_to": None,
                       "ledger": [{"code": "org/repo", "switches": [], "deviations": []}]}]}
     spec = table_spec(spec.pop("rows"), **spec)
-    rows = table.build_rows(spec, {"a": aggregate(evals)})
+    rows = table_rows.build_rows(spec, {"a": aggregate(evals)})
     assert list(rows.columns[:5]) == ["table", "dataset", "row", "label", "ran"]
     assert set(rows["ran"]) == {"ResNet-18 (toy pre-trained), CNN frozen"}
-    md = table.to_markdown(spec, rows)
+    md = markdown_table.to_markdown(spec, rows)
     assert "| A (ResNet-152) [1] | 0 1 | 1 |" in md and "- [1] ran: ResNet-18 (toy pre-trained), CNN frozen" in md

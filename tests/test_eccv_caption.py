@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import methods.metrics.eccv_caption as eccv_caption_module
+from methods.data.datasets import DatasetPayload
 from methods.data.karpathy import Split, load_splits
 from methods.errors import HarnessError
 from methods.metrics.eccv import per_query
@@ -83,9 +84,9 @@ def test_split_coco_ids_follow_the_package_id_file(tmp_path):
 def test_evaluation_builds_coco_ids_for_the_eccv_protocol(tmp_path):
     image_ids, caption_ids = package_layout()
     path = write_karpathy(tmp_path / "dataset_coco.json", karpathy_entries(image_ids))
-    payload = {"name": "coco", "dataset": {"protocols": ["coco_5k", "coco_5k_eccv"], "texts_per_image": 5,
+    payload = DatasetPayload.from_json({"name": "coco", "dataset": {"protocols": ["coco_5k", "coco_5k_eccv"], "texts_per_image": 5,
                                            "splits": {"train": ["train"], "testall": ["test"]}},
-               "paths": {"karpathy_json": str(path)}}
+               "paths": {"karpathy_json": str(path)}})
     relevances = split_relevances(payload, "testall")
     assert sorted(relevances) == ["captions_of_image", "coco_ids"]
     assert relevances["coco_ids"].image_ids.tolist() == list(image_ids)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from methods.data.datasets import dataset_paths
+from methods.data.datasets import DatasetPayload, dataset_paths
 from methods.data.karpathy import load_splits
 from methods.data.positives import split_positives
 from methods.errors import HarnessError
@@ -293,9 +293,9 @@ def test_dataset_paths_name_the_positives_file_of_synthetic_datasets_only():
 
 
 def payload(tmp_path: Path, positives: Path | None) -> dict:
-    return {"name": "toy", "dataset": {"protocols": ["synthetic_test", "synthetic_eccv"], "texts_per_image": 5,
+    return DatasetPayload.from_json({"name": "toy", "dataset": {"protocols": ["synthetic_test", "synthetic_eccv"], "texts_per_image": 5,
                                        "splits": {"train": ["train", "restval"], "dev": ["val"], "test": ["test"]}},
-            "paths": {"karpathy_json": str(write_karpathy(tmp_path)), "positives": positives and str(positives)}}
+            "paths": {"karpathy_json": str(write_karpathy(tmp_path)), "positives": positives and str(positives)}})
 
 
 def test_evaluation_builds_the_relevance_each_protocol_needs(tmp_path):
@@ -305,7 +305,7 @@ def test_evaluation_builds_the_relevance_each_protocol_needs(tmp_path):
     assert relevances["extended_positives"].positives[2, 1] and relevances["extended_positives"].positives[0, 5]
     rng = np.random.default_rng(5)
     scores = rng.normal(size=(3, 15)).astype(np.float32)
-    results = evaluate_split(scores, pl["dataset"]["protocols"], "test", relevances)
+    results = evaluate_split(scores, pl.dataset["protocols"], "test", relevances)
     assert [r["protocol"] for r in results] == ["synthetic_test", "synthetic_eccv"]
     assert results[0]["metrics"] == pytest.approx(retrieval_metrics(scores))
     assert results[1]["metrics"] == pytest.approx(brute_force_eccv(scores, relevances["extended_positives"].positives))

@@ -5,7 +5,7 @@ import json
 
 from methods.job_records import EnsembleEvaluation, RowAggregate, RunEvaluation
 from methods.metrics.protocols import get_protocol
-from methods.report import aggregate, table
+from methods.report import aggregate, markdown_table, table_rows
 from methods.report.environment import environment_text, row_environment_text
 from tests.records import ensemble_evaluation, run_evaluation, table_spec
 
@@ -47,10 +47,10 @@ def test_a_rows_environments_are_collected_with_their_seeds_and_shown_under_its_
     spec = table_spec([{"id": "mixed", "label": "MIXED"}, {"id": "one", "label": "ONE"}],
                       protocols=["f30k_1k"], tolerance={"recall": 2.0, "rsum": 6.0, "rank": 1.0},
                       training_check={"min_gain_share": 0.05, "min_score_spread": 1e-4, "saturated_share": 0.99})
-    rows = table.build_rows(spec, {"mixed": agg, "one": one})
+    rows = table_rows.build_rows(spec, {"mixed": agg, "one": one})
     assert set(rows.loc[rows["row"] == "one", "environment"]) == {cpu}
     assert set(rows.loc[rows["row"] == "mixed", "environment"]) == {f"{cpu} (seeds 0 2); {gpu} (seeds 1)"}
-    md = table.to_markdown(spec, rows)
+    md = markdown_table.to_markdown(spec, rows)
     section = md.split("## Environment\n\n")[1].split("\n\n")[0].splitlines()
     assert section == [f"- {cpu} (seeds 0 2): MIXED", f"- {gpu} (seeds 1): MIXED", f"- {cpu}: ONE"]
 

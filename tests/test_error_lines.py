@@ -29,7 +29,7 @@ from methods.errors import MAX_MESSAGE_CHARS, HarnessError, run_cli
 from methods.io import read_json, torch_save, write_json, write_text
 from methods.models.checkpoint import load_trained_model, read_model_file, save_trained_model
 from methods.report.figure import scatter
-from methods.report.table import to_csv
+from methods.report.table_rows import to_csv
 from tests.conftest import REPO, copy_workflow, planted_punkt, snakemake
 
 CONFIG = REPO_ROOT / "config" / "config.yaml"

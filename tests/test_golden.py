@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
 # The digests per CPU vendor: an Intel Xeon and an AMD EPYC host of this VM type compute other bits
 # in portable mode from the backbone pre-training on (found 2026-11-28: the same commit, 99d7ab8 and
-# its successors, gives one backbone on each; the cause is not found yet, README "Numerics"). Each
+# its successors, gives one backbone on each; the cause is not found yet; docs/numerics.md). Each
 # file holds what every host of its vendor has computed so far.
 GOLDEN = {"GenuineIntel": REPO / "tests" / "data" / "golden_portable.json",
           "AuthenticAMD": REPO / "tests" / "data" / "golden_portable_amd.json"}

@@ -24,7 +24,7 @@ import torch
 from methods import api
 from methods.data.text import Vocabulary
 from methods.data.tokenizers import Tokenizer
-from methods.data.datasets import dataset_payload
+from methods.data.datasets import DatasetPayload, dataset_payload
 from methods.errors import HarnessError
 from methods.import_released import import_released
 from methods.io import write_json
@@ -289,8 +289,8 @@ def test_a_released_vocabulary_never_decides_how_captions_are_read(tmp_path, rea
     refused(lambda: vsrn.read_vocabulary(path, TOKENIZER, LIMITS), r"refused: it holds 'tokenized_captions'",
             reader_baseline)
     cfg = api.experiment_config("sgraf", "flickr")
-    payload = {"name": "flickr", "paths": {},
-               "dataset": {"tokenizer": "nltk_line", "precomp": {"n_regions": 36, "feature_dim": 12}}}
+    payload = DatasetPayload.from_json({"name": "flickr", "paths": {},
+               "dataset": {"tokenizer": "nltk_line", "precomp": {"n_regions": 36, "feature_dim": 12}}})
     with pytest.raises(HarnessError, match="tokenized_captions"):
         import_released(payload, cfg, SGRAF, path, tmp_path / "run", limits=LIMITS)
     assert not (tmp_path / "run").exists()
@@ -316,9 +316,8 @@ def import_command(tmp_path_factory):
     of the caller's."""
     folder = tmp_path_factory.mktemp("import")
     payload = dataset_payload(api.harness_config(), "flickr")
-    payload["dataset"] = {**payload["dataset"], "tokenizer": "nltk_line",
-                          "precomp": {"n_regions": 36, "feature_dim": 12}}
-    write_json(folder / "dataset.json", payload)
+    payload.dataset = {**payload.dataset, "tokenizer": "nltk_line", "precomp": {"n_regions": 36, "feature_dim": 12}}
+    write_json(folder / "dataset.json", payload.to_json())
     write_json(folder / "experiment.json", api.experiment_config("sgraf", "flickr"))
 
     def run(checkpoint: Path, vocab: Path, run_dir: Path) -> subprocess.CompletedProcess:

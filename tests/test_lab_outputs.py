@@ -244,7 +244,7 @@ EXPECTED_PLACEMENT = {
     "pretrain_backbone": "cpu", "features_synthetic": "cpu", "train_synthetic": "cpu", "evaluate_views_*": "cpu",
     "dataset_config": "local", "experiment_config": "local", "aggregate_row": "local", "table_spec": "local",
     "table": "local", "figure_spec": "local", "paper_figure": "local", "figure_reproduced_vs_reported": "local",
-    "runtime_spec": "local", "runtime": "local", "claims": "cpu", "claims_spec": "local", "claims_figure": "local",
+    "runtime": "local", "claims": "cpu", "claims_spec": "local", "claims_figure": "local",
     "report_spec": "local", "reproduction_report": "local", "paper_page": "local", "summary_spec": "local",
     "summary": "local",
 }

@@ -10,6 +10,7 @@ import pytest
 import torch
 from sklearn.metrics import f1_score, ndcg_score
 
+from methods.data.datasets import DatasetPayload
 from methods.data.multilabel import check_model_labels, image_filenames, label_count
 from methods.errors import HarnessError
 from methods.io import write_json
@@ -27,8 +28,8 @@ def labelled_payload(tmp_path, labels, texts_per_image):
     images = [{"filename": f"im{i}.jpg", "split": "test", "labels": row,
                "sentences": [{"raw": f"text {i} {k}"} for k in range(texts_per_image)]} for i, row in enumerate(labels)]
     write_json(tmp_path / "d.json", {"images": images})
-    return {"name": "d", "paths": {"karpathy_json": str(tmp_path / "d.json")},
-            "dataset": {"splits": {"test": ["test"]}, "texts_per_image": texts_per_image}}
+    return DatasetPayload.from_json({"name": "d", "paths": {"karpathy_json": str(tmp_path / "d.json")},
+            "dataset": {"splits": {"test": ["test"]}, "texts_per_image": texts_per_image}})
 
 
 def test_split_labels_give_each_text_its_images_labels(tmp_path):
@@ -47,8 +48,8 @@ def test_identical_tag_sets_are_ranked_once_with_their_first_images_labels(tmp_p
     images = [{"filename": f"im{i}.jpg", "split": "test", "labels": row, "sentences": [{"raw": t}]}
               for i, (t, row) in enumerate(zip(texts, labels))]
     write_json(tmp_path / "d.json", {"images": images})
-    payload = {"name": "d", "paths": {"karpathy_json": str(tmp_path / "d.json")},
-               "dataset": {"splits": {"test": ["test"]}, "texts_per_image": 1}}
+    payload = DatasetPayload.from_json({"name": "d", "paths": {"karpathy_json": str(tmp_path / "d.json")},
+               "dataset": {"splits": {"test": ["test"]}, "texts_per_image": 1}})
     unique = split_labels(payload, "test", get_protocol("labelwise_test"))
     assert unique.text_columns.tolist() == [0, 1, 4] and unique.image_texts.ravel().tolist() == [0, 1, 0, 0, 2]
     np.testing.assert_array_equal(unique.text_labels, [labels[0], labels[1], labels[4]])
@@ -93,8 +94,8 @@ def tied_tag_payload(tmp_path):
     images = [{"filename": f"im{i}.jpg", "split": "test", "labels": row, "sentences": [{"raw": f"tag{t}"}]}
               for i, (t, row) in enumerate(zip(texts, labels))]
     write_json(tmp_path / "d.json", {"images": images})
-    return ({"name": "d", "paths": {"karpathy_json": str(tmp_path / "d.json")},
-             "dataset": {"splits": {"test": ["test"]}, "texts_per_image": 1}}, texts, np.array(labels))
+    return (DatasetPayload.from_json({"name": "d", "paths": {"karpathy_json": str(tmp_path / "d.json")},
+             "dataset": {"splits": {"test": ["test"]}, "texts_per_image": 1}}), texts, np.array(labels))
 
 
 def test_tag_protocol_equals_the_code_on_tied_scores(tmp_path):
@@ -307,19 +308,28 @@ def test_validation_runs_the_protocols_its_selection_and_label_head_need():
 
 
 def test_validation_gives_each_caption_its_images_labels_and_joins_the_label_predictions():
-    from methods.metrics.evaluation import items_relevance
+    from methods.metrics.evaluation import evaluate_split, label_prediction_relevance
     from methods.metrics.protocols import VALIDATION_PROTOCOLS
+    from methods.metrics.relevance_builders import ItemsInOrder, build_relevances
+
+    def relevance(protocol, tpi, labels=None):
+        return build_relevances([protocol], ItemsInOrder(tpi, labels))[protocol.relevance_key]
 
     retrieval, ranking, prediction = (v.protocol for v in VALIDATION_PROTOCOLS)
     labels = np.array([[1, 0, 1], [0, 0, 0], [0, 1, 0]], dtype=np.uint8)
-    assert items_relevance(retrieval, 5).captions_per_image == 5
-    shared = items_relevance(ranking, 2, labels)
+    assert relevance(retrieval, 5).captions_per_image == 5
+    shared = relevance(ranking, 2, labels)
     np.testing.assert_array_equal(shared.text_labels, [[1, 0, 1], [1, 0, 1], [0, 0, 0], [0, 0, 0], [0, 1, 0], [0, 1, 0]])
     assert (shared.tie_order, shared.ndcg_discount) == ("against_model", "rank")
     image_scores, text_scores = np.full((3, 3), 0.9), np.full((6, 3), 0.1)
-    joined = items_relevance(prediction, 2, labels, (image_scores, text_scores))
+    joined = label_prediction_relevance(relevance(prediction, 2, labels), (image_scores, text_scores))
     assert joined.kind == "label_predictions"
     with pytest.raises(HarnessError, match="protocol validation_label_ranking needs labels, but the images have none"):
-        items_relevance(ranking, 2, None)
-    with pytest.raises(HarnessError, match="needs the model's label predictions; it makes none"):
-        items_relevance(prediction, 2, labels)
+        relevance(ranking, 2, None)
+    # a model without label predictions: its evaluation leaves the label-prediction protocol out
+    relevances = build_relevances([ranking, prediction], ItemsInOrder(2, labels))
+    scores = np.random.default_rng(0).random((3, 6))
+    assert [r["protocol"] for r in evaluate_split(scores, [ranking, prediction], "dev", relevances)] == [ranking.name]
+    assert [r["protocol"] for r in evaluate_split(scores, [ranking, prediction], "dev", relevances,
+                                                  predictions=(image_scores, text_scores))] == [ranking.name,
+                                                                                               prediction.name]

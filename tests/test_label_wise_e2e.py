@@ -10,7 +10,7 @@ import torch
 from sklearn.metrics import f1_score, ndcg_score
 
 from methods import api
-from methods.data.datasets import load_dataset_payload, payload_splits
+from methods.data.datasets import load_dataset_payload
 from methods.data.inputs import IMAGE_INPUTS
 from methods.data.text import Vocabulary
 
@@ -29,8 +29,8 @@ def test_label_wise_cells_are_recomputed_from_the_trained_model(tiny_dag):
     row = next(r for r in spec["rows"] if r["id"] == "ours")
     run = tiny_dag / "results/synthtags/runs" / row["members"][0] / "seed0"
     payload = load_dataset_payload(tiny_dag / "results/synthtags/dataset.json")
-    payload["paths"] = {k: str(tiny_dag / v) if v else v for k, v in payload["paths"].items()}
-    model, ckpt = api.load_model(run / "model.pt", torch.device("cpu"), payload["backbones"])
+    payload.paths = {k: str(tiny_dag / v) if v else v for k, v in payload.paths.items()}
+    model, ckpt = api.load_model(run / "model.pt", torch.device("cpu"), payload.backbones)
     vocab = Vocabulary.load(tiny_dag / "results/synthtags/vocab.json")
     assert ckpt["vocab_size"] == len(vocab) + 1        # <mask> of masked prediction: one id past the words
     data = IMAGE_INPUTS.get("regions").load(payload, "test", tiny_dag / "results/synthtags/precomp", ckpt["config"]["model"])
@@ -40,7 +40,7 @@ def test_label_wise_cells_are_recomputed_from_the_trained_model(tiny_dag):
     names = generated["label_names"]
     kept = [i for i, n in enumerate(names) if n.split(":")[0] in ("shape", "colour")]
     by_name = {e["filename"]: e for e in generated["images"]}
-    filenames = payload_splits(payload, ["test"])["test"].filenames   # the synthetic images' names
+    filenames = payload.split("test").filenames   # the synthetic images' names
     np.testing.assert_array_equal(data.labels, [[by_name[f]["labels"][i] for i in kept] for f in filenames])
 
     # the evaluation's batch size: with the code's token mean over padding (mean_over_padding, the

@@ -14,7 +14,7 @@ import yaml
 
 from methods.config import REPO_ROOT, load_harness_config
 from methods.data import multilabel, synthetic_tags
-from methods.data.datasets import dataset_paths, dataset_payload
+from methods.data.datasets import DatasetPayload, dataset_paths, dataset_payload
 from methods.data.synthetic import generate
 from methods.data.tokenizers import Tokenizer
 from methods.errors import HarnessError
@@ -60,8 +60,8 @@ def harness_cfg(tmp_path: Path, source: Path | None, **overrides) -> dict:
     return {"results_dir": str(tmp_path / "results"), "datasets": {"mir": ds, "synthetic": synthetic}}
 
 
-def payload(cfg: dict) -> dict:
-    return json.loads(json.dumps(dataset_payload(cfg | {"backbones": {}}, "mir")))
+def payload(cfg: dict) -> DatasetPayload:
+    return DatasetPayload.from_json(json.loads(json.dumps(dataset_payload(cfg | {"backbones": {}}, "mir").to_json())))
 
 
 def one_line(fn, *args) -> str:

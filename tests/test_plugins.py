@@ -1,5 +1,5 @@
-"""A model of one's own from a folder outside the package (``methods.plugins``): the README's worked
-example, laid out as a plug-in folder, is planned, trained, evaluated and tabled by the workflow
+"""A model of one's own from a folder outside the package (``methods.plugins``): the worked example of
+docs/adding-a-method.md, laid out as a plug-in folder, is planned, trained, evaluated and tabled by the workflow
 and found by the generic tests, while no file of the package changes."""
 import os
 import re
@@ -29,7 +29,7 @@ ORACLE = "tests/oracles/mean_regions.py"
 
 
 def plugin_folder(root: Path, oracle: bool = True) -> Path:
-    """The README's files in a folder of one's own, at the paths they have in the repository
+    """The worked example's files in a folder of one's own, at the paths they have in the repository
     (the schema file holds only the ``$defs`` block it adds); without the model's oracle file
     unless ``oracle``."""
     for path, text in worked_example_files().items():
@@ -94,7 +94,7 @@ def test_the_plan_refuses_plugin_folders_this_process_did_not_load(tmp_path):
 
 @pytest.mark.e2e
 def test_a_model_from_a_folder_of_ones_own_is_trained_and_tabled_without_a_file_of_the_package(tiny_dag, tmp_path):
-    """The README's files in a temporary folder: the workflow (a copy of its rules and config, the
+    """The worked example's files in a temporary folder: the workflow (a copy of its rules and config, the
     package imported from the repository) plans and builds the new table on the tiny synthetic
     data (the session DAG's, copied with its times: the model's run and table are all there is to
     do), its training and evaluation jobs building the model in their own processes; the generic

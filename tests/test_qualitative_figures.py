@@ -14,6 +14,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from methods.data.datasets import DatasetPayload  # noqa: E402
 from methods.data.text import SPECIALS, Vocabulary  # noqa: E402
 from methods.data.tokenizers import Tokenizer  # noqa: E402
 from methods.errors import HarnessError  # noqa: E402
@@ -97,13 +98,12 @@ def test_extended_positives_come_from_the_generators_file(tmp_path):
     caption_images = {str(100 + k): [10 + i for i in range(3) if POSITIVES[i, k]] for k in range(6)}
     (tmp_path / "positives.json").write_text(json.dumps({"dataset": "x", "definition": "d",
                                                          "splits": {"test": {"caption_images": caption_images}}}))
-    payload = {"name": "x", "paths": {"karpathy_json": str(tmp_path / "karpathy.json"),
-                                      "positives": str(tmp_path / "positives.json")},
-               "dataset": {"splits": {"test": ["test"]}, "texts_per_image": 2}}
+    payload = DatasetPayload("x", {"splits": {"test": ["test"]}, "texts_per_image": 2},
+                             {"karpathy_json": str(tmp_path / "karpathy.json"), "positives": str(tmp_path / "positives.json")})
     assert (extended_positives(payload, SPEC, SIMS) == POSITIVES).all()
     with pytest.raises(HarnessError, match=r"3 images x 6 captions, .*sims_test.npy scores 3 x 4"):
         extended_positives(payload, SPEC, SIMS[:, :4])
-    assert extended_positives({**payload, "paths": {**payload["paths"], "positives": None}}, SPEC, SIMS) is None
+    assert extended_positives(dataclasses.replace(payload, paths={**payload.paths, "positives": None}), SPEC, SIMS) is None
 
 
 def figure_inputs(out: str, figure: str) -> list[str]:

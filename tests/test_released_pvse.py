@@ -4,7 +4,7 @@
 The fixtures (tests/data/released/pvse/) were written by the authors' own code
 (github.com/yalesong/pvse, master, model.py ``PVSE``) with a tiny torchvision ResNet of Bottleneck
 blocks in place of their ResNet-152 and random weights: two files as released and as their eval.py
-loads them (the state dict alone, legacy torch.save format; K = 2 and K = 1, evaluated with the
+loads them (the state dict alone, legacy torch.save format; K = 2 and K = 1, evaluated with their
 README's ``--legacy``) and one as their train.py saves a run without ``--legacy``; their vocabulary
 pickled as their vocab.py pickles it; the scores their evaluation gives on fixed images and
 captions: tests/data/released/make_pvse_fixtures.py says how. The imported model, its CNN running
@@ -20,6 +20,7 @@ import torchvision
 from torch import nn
 from torchvision.models.resnet import Bottleneck, ResNet
 
+from methods.data.datasets import DatasetPayload
 from methods import api
 from methods.data.text import Vocabulary
 from methods.data.tokenizers import Tokenizer
@@ -226,7 +227,7 @@ def test_a_full_size_released_checkpoint_is_placed_whole(monkeypatch, base_model
 
 def payload(name="coco"):
     """A dataset payload (results/<dataset>/dataset.json) of the fields an import reads."""
-    return {"name": name, "paths": {}, "dataset": {**DATASET, "tokenizer": "nltk_line"}}
+    return DatasetPayload.from_json({"name": name, "paths": {}, "dataset": {**DATASET, "tokenizer": "nltk_line"}})
 
 
 def released_row_config(dataset: str) -> dict:

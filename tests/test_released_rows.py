@@ -121,11 +121,11 @@ def test_a_released_row_naming_an_unknown_method_fails_on_every_dataset(tmp_path
         Plan(load_harness_config(CONFIG, {"papers": [str(path)]}))
 
 
-def test_the_readmes_flickr_keys_plan_every_released_row_of_the_flickr30k_tables(tmp_path):
-    """The README's example block of released files: set as it is written (with files at those
-    names), every Flickr30K table has all its released rows, VSE0's among them."""
-    readme = (REPO / "README.md").read_text()
-    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "released:" in b]
+def test_the_docs_flickr_keys_plan_every_released_row_of_the_flickr30k_tables(tmp_path):
+    """docs/released-weights.md's example block of released files: set as it is written (with files
+    at those names), every Flickr30K table has all its released rows, VSE0's among them."""
+    page = (REPO / "docs" / "released-weights.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", page, re.S) if "released:" in b]
     keys = yaml.safe_load(block)["datasets"]["flickr"]["released"]
     files = released_files(tmp_path, tuple(keys))
     plan = Plan(load_harness_config(CONFIG, {"datasets": {"flickr": {"released": files}}}))

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from methods.data.datasets import DatasetPayload
 from methods import api
 from methods.data.inputs import CachedImageFeatures
 from methods.data.text import Vocabulary
@@ -114,8 +115,8 @@ def test_every_project_tensor_is_set_exactly_once():
 
 def payload(name="flickr", feature_dim=12):
     """A dataset payload (results/<dataset>/dataset.json) of the fields an import reads."""
-    return {"name": name, "paths": {},
-            "dataset": {"tokenizer": "nltk_line", "precomp": {"n_regions": 36, "feature_dim": feature_dim}}}
+    return DatasetPayload.from_json({"name": name, "paths": {},
+            "dataset": {"tokenizer": "nltk_line", "precomp": {"n_regions": 36, "feature_dim": feature_dim}}})
 
 
 def test_the_import_writes_a_run_folder_that_evaluates_as_the_authors_code(tmp_path):

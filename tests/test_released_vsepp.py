@@ -18,6 +18,7 @@ import torchvision
 from torch import nn
 from torchvision.models.resnet import Bottleneck, ResNet
 
+from methods.data.datasets import DatasetPayload
 from methods import api
 from methods.data.text import Vocabulary
 from methods.data.tokenizers import Tokenizer
@@ -212,7 +213,7 @@ def test_a_tensor_the_model_has_not_or_a_shape_that_differs_is_named(tmp_path, b
 
 def payload(name="flickr"):
     """A dataset payload (results/<dataset>/dataset.json) of the fields an import reads."""
-    return {"name": name, "paths": {}, "dataset": {**DATASET, "tokenizer": "nltk_line"}}
+    return DatasetPayload.from_json({"name": name, "paths": {}, "dataset": {**DATASET, "tokenizer": "nltk_line"}})
 
 
 def test_the_import_writes_a_run_folder_that_evaluates_as_the_authors_code(tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from methods.data.datasets import DatasetPayload
 from methods import api
 from methods.data.inputs import CachedImageFeatures
 from methods.data.text import Vocabulary
@@ -158,8 +159,8 @@ def test_a_vocabulary_without_the_project_specials_first_is_refused(tmp_path):
 
 def payload(name="flickr", feature_dim=10):
     """A dataset payload (results/<dataset>/dataset.json) of the fields an import reads."""
-    return {"name": name, "paths": {},
-            "dataset": {"tokenizer": "nltk_line", "precomp": {"n_regions": N_REGIONS, "feature_dim": feature_dim}}}
+    return DatasetPayload.from_json({"name": name, "paths": {},
+            "dataset": {"tokenizer": "nltk_line", "precomp": {"n_regions": N_REGIONS, "feature_dim": feature_dim}}})
 
 
 def test_the_import_writes_a_run_folder_that_evaluates_as_the_authors_code(tmp_path, monkeypatch):

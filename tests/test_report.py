@@ -6,7 +6,7 @@ import torch
 from methods.scoring import average_similarities
 from methods.job_records import RunEvaluation
 from methods.report.aggregate import aggregate
-from methods.report.table import verdict
+from methods.report.verdicts import verdict
 from methods.data.inputs import CachedImageFeatures
 from methods.training.data import PairCollator, make_train_dataset
 from methods.training.schedule import lr_at

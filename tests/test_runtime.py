@@ -3,7 +3,6 @@ sums worked by hand."""
 import csv
 import json
 import re
-import shutil
 
 import pytest
 
@@ -12,7 +11,7 @@ from methods.errors import HarnessError
 from methods.job_records import RuntimeJobSpec, RuntimeSpec
 from methods.plan import Plan
 from methods.report import runtime
-from tests.conftest import REPO, copy_workflow, snakemake
+from tests.conftest import snakemake
 
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 
@@ -155,18 +154,20 @@ def dry_run_jobs(workdir, *targets) -> list[dict]:
     return jobs
 
 
-def test_the_runtime_table_waits_for_the_benchmark_of_every_job_of_the_default_targets(tmp_path):
-    """Dry runs of the tiny DAG: every job but the config writers has a benchmark, and the runtime
-    table's inputs are exactly the benchmark files of the default targets' other jobs."""
-    work = copy_workflow(tmp_path)
-    shutil.copy(REPO / "tests" / "data" / "tiny.yaml", work / "tiny.yaml")
-    jobs = dry_run_jobs(work)
+@pytest.mark.e2e
+@pytest.mark.xdist_group("tiny_dag_folder")
+def test_the_runtime_tables_list_the_benchmark_of_every_job_of_the_default_targets(tiny_dag):
+    """The tiny DAG, run: every job but the config writers has a benchmark, and the jobs its two
+    runtime tables list (read from the DAG before any job started) are exactly the benchmark files
+    of the default targets' other jobs, each once (a dry run of them all, forced)."""
+    jobs = dry_run_jobs(tiny_dag, "--forceall")
     assert not [j["rule"] for j in jobs if j["benchmark"] is None and j["rule"] not in CONFIG_WRITERS]
     # one runtime table per dataset whose data the DAG makes (synthetic, and the tags made from it)
     runtime_jobs = [j for j in jobs if j["rule"] == "runtime"]
     assert len(runtime_jobs) == 2
     (all_job,) = [j for j in jobs if j["rule"] == "all"]
     others = [t for t in all_job["input"] if not t.startswith("tables/runtime_")]
-    without_runtime = {j["benchmark"] for j in dry_run_jobs(work, *others) if j["benchmark"]}
-    inputs = [f for j in runtime_jobs for f in j["input"] if f.endswith(".tsv")]
-    assert without_runtime and set(inputs) == without_runtime and len(inputs) == len(set(inputs))   # each job once
+    without_runtime = {j["benchmark"] for j in dry_run_jobs(tiny_dag, "--forceall", *others) if j["benchmark"]}
+    listed = [job["file"] for dataset in ("synthetic", "synthtags")
+              for job in json.loads((tiny_dag / "results" / dataset / "runtime.spec.json").read_text())["jobs"]]
+    assert without_runtime and set(listed) == without_runtime and len(listed) == len(set(listed))   # each job once

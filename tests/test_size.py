@@ -1,7 +1,8 @@
 """The harness at the size of the data it exists for: a fake MS-COCO of the real size
 (tests/fullsize_coco.py: 123,287 images, 617,631 captions, 34 GB of region features as sparse
 files), planned, prepared and trained for a few steps within bounded memory. Times are printed by
-``python -m tests.fullsize_coco DEST --measure`` (a benchmark, not asserted here; README, "Size")."""
+``python -m tests.fullsize_coco DEST --measure`` (a benchmark, not asserted here; docs/benchmarks.md,
+"Full-size COCO")."""
 import pytest
 
 from tests.fullsize_coco import measure

@@ -11,8 +11,8 @@ import pytest
 import torch
 import yaml
 
+from methods.data.datasets import DatasetPayload
 from methods.config import load_harness_config
-from methods.data.datasets import payload_splits
 from methods.data.inputs import IMAGE_INPUTS
 from methods.errors import HarnessError
 from methods.metrics.evaluation import evaluate_split
@@ -87,18 +87,18 @@ def payload(tmp_path, smoke: dict | None) -> dict:
     karpathy_file(tmp_path / "k.json", {"train": 4, "val": 3, "test": 3})
     ds = {"splits": {"train": ["train"], "dev": ["val"], "test": ["test"]}, "texts_per_image": 5,
           "precomp": {"n_regions": 2, "feature_dim": 3}, **({"smoke": {"of": "flickr", **smoke}} if smoke else {})}
-    return {"name": "flickr-smoke", "dataset": ds, "paths": {"karpathy_json": str(tmp_path / "k.json")}}
+    return DatasetPayload.from_json({"name": "flickr-smoke", "dataset": ds, "paths": {"karpathy_json": str(tmp_path / "k.json")}})
 
 
 def test_a_smoke_run_reads_the_first_images_of_each_split_with_their_captions(tmp_path):
-    splits = payload_splits(payload(tmp_path, SMOKE), ["train", "dev", "test"])
+    splits = payload(tmp_path, SMOKE).splits(["train", "dev", "test"])
     assert {n: s.filenames for n, s in splits.items()} == {
         "train": ["train0.jpg", "train1.jpg", "train2.jpg"], "dev": ["val0.jpg", "val1.jpg"],
         "test": ["test0.jpg", "test1.jpg"]}
     assert splits["test"].captions == [f"test {i} caption {c}" for i in range(2) for c in range(5)]
     assert splits["test"].coco_ids == [107, 108] and splits["test"].image_ids == [7, 8]
     assert splits["dev"].caption_keys == [("val", 5 * k + c) for k in (4, 5) for c in range(5)]
-    everything = payload_splits(payload(tmp_path, None), ["train"])["train"]
+    everything = payload(tmp_path, None).split("train")
     assert everything.filenames == [f"train{i}.jpg" for i in range(4)]
 
 

@@ -10,7 +10,7 @@ from methods.errors import HarnessError
 from methods.job_records import RowAggregate
 from methods.metrics.protocols import get_protocol
 from methods.metrics.declarations import METRICS
-from methods.report import aggregate, figure, table
+from methods.report import aggregate, figure, table, table_rows, verdicts
 from tests.records import run_evaluation, table_row, table_spec
 
 TOLERANCE = {"recall": 2.0, "rsum": 6.0, "rank": 1.0}
@@ -110,7 +110,7 @@ def test_columns_are_the_protocols_in_table_metrics(tmp_path, two_seeds):
     assert {c["reported_source"] for c in cells} == {"no reported number in the sources"}
     for c in cells:
         assert float(c["tolerance"]) == TOLERANCE[METRICS.get(c["metric"]).tolerance]
-    assert table.tolerance_for("t2i_medr", TOLERANCE) == 1.0 and table.tolerance_for("rsum", TOLERANCE) == 6.0
+    assert verdicts.tolerance_for("t2i_medr", TOLERANCE) == 1.0 and verdicts.tolerance_for("rsum", TOLERANCE) == 6.0
 
 
 def test_aggregate_keeps_every_metric_of_the_protocol(tmp_path, two_seeds):
@@ -151,13 +151,13 @@ def test_compared_rows_need_the_same_seeds(tmp_path):
                       protocols=["f30k_1k"], tolerance=TOLERANCE, training_check=TRAINING_CHECK)
     aggregates = {"base": RowAggregate.read(base), "alt": RowAggregate.read(alt)}
     with pytest.raises(HarnessError, match=r"their seeds differ \(\[0, 2\] vs \[0, 1\]\)"):
-        table.build_rows(spec, aggregates)
+        table_rows.build_rows(spec, aggregates)
 
 
 def test_scatter_keeps_only_percent_scale_metrics(tmp_path):
     path = tmp_path / "t_f30k.csv"
     with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=table.COLUMNS, lineterminator="\n", restval="")
+        writer = csv.DictWriter(f, fieldnames=table_rows.COLUMNS, lineterminator="\n", restval="")
         writer.writeheader()
         for metric, reported in [("i2t_r1", "52.9"), ("t2i_r10", "80.0"), ("i2t_r5", ""), ("rsum", "409.8"),
                                  ("i2t_medr", "1"), ("t2i_medr", "2.0")]:

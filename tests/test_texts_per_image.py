@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from methods.data.datasets import DatasetPayload
 from methods.config import validate
 from methods.data.caption_augment import CaptionAugmentation, extra_tokens
 from methods.data.inputs import IMAGE_INPUTS, CachedImageFeatures, SplitData
@@ -44,9 +45,9 @@ def write_karpathy(tmp_path, texts_per_image=1, labels=True):
 
 
 def payload(tmp_path, **extra) -> dict:
-    return {"name": "tags", "dataset": {"splits": {"train": ["train"], "test": ["test"]}, "texts_per_image": 1,
+    return DatasetPayload.from_json({"name": "tags", "dataset": {"splits": {"train": ["train"], "test": ["test"]}, "texts_per_image": 1,
                                         "precomp": {"n_regions": 3, "feature_dim": 2}, **extra},
-            "paths": {"karpathy_json": str(write_karpathy(tmp_path))}}
+            "paths": {"karpathy_json": str(write_karpathy(tmp_path))}})
 
 
 def write_regions(tmp_path, split, n, classes=None):

@@ -24,7 +24,7 @@ from methods.metrics.relevance import ExtendedPositives, SharedLabels
 from methods.metrics.retrieval import chance_recalls, retrieval_metrics
 from methods.metrics.training_check import (NOT_TRAINED, TRAINED, UNKNOWN, TrainingThresholds, failures, row_training,
                                             saturated, score_spread)
-from methods.report import table
+from methods.report import markdown_table, table_rows
 from methods.report.aggregate import aggregate
 from methods.report.reproduction import build_report
 from tests.records import run_evaluation, table_spec
@@ -225,8 +225,8 @@ def test_an_ensemble_carries_its_members_checks_and_is_flagged_for_a_member_that
     rng = np.random.default_rng(4)
     harness = load_harness_config(REPO_ROOT / "config" / "config.yaml")
     payload = dataset_payload(harness, "synthetic")
-    payload["dataset"]["protocols"] = ["synthetic_test"]   # captions of image: nothing to read from disk
-    write_json(tmp_path / "dataset.json", payload)
+    payload.dataset["protocols"] = ["synthetic_test"]   # captions of image: nothing to read from disk
+    write_json(tmp_path / "dataset.json", payload.to_json())
     matrices = {"good-0": captions_of_image(rng, 20, 3.0), "flat-1": 0.4016 + 1e-6 * rng.random((20, 100))}
     members = []
     for name, sims in matrices.items():
@@ -273,7 +273,7 @@ def planted_table():
             for r in aggregates]
     spec = table_spec(rows, dataset="flickr", dataset_kind="real", titles=["P: Table 1"], protocols=["f30k_1k"],
                       tolerance={"recall": 2.0, "rsum": 6.0, "rank": 1.0}, training_check=CONFIG)
-    return spec, table.build_rows(spec, aggregates)
+    return spec, table_rows.build_rows(spec, aggregates)
 
 
 def test_the_cells_of_a_row_that_did_not_train_say_so_and_saturated_columns_are_named(planted_table):
@@ -285,7 +285,7 @@ def test_the_cells_of_a_row_that_did_not_train_say_so_and_saturated_columns_are_
     assert by_row["good"].loc["i2t_r1", "verdict"] == "within" and by_row["good"].loc["i2t_r1", "trained"] == "yes"
     assert by_row["old"].loc["i2t_r1", "verdict"] == "within" and by_row["old"].loc["i2t_r1", "trained"] == "unknown"
     assert "no training check" in by_row["old"].loc["i2t_r1", "training_check"]
-    md = table.to_markdown(spec, rows)
+    md = markdown_table.to_markdown(spec, rows)
     lines = {line.split(" |")[0]: line for line in md.splitlines() if line.startswith("| ")}
     assert lines["| FLAT"].startswith("| FLAT | 0 1 | 1 | 50.0 ± 0.0 / 50.5 | 50.0 ± 0.0 |")
     assert lines["| FLAT"].endswith("| did not train |")   # the row's verdict, reported numbers or not
@@ -299,7 +299,7 @@ def test_the_cells_of_a_row_that_did_not_train_say_so_and_saturated_columns_are_
 
 def test_the_report_lists_rows_that_did_not_train_and_the_claims_they_leave_undetermined(planted_table, tmp_path):
     spec, rows = planted_table
-    (tmp_path / "t_flickr.csv").write_text(table.to_csv(rows))
+    (tmp_path / "t_flickr.csv").write_text(table_rows.to_csv(rows))
     write_json(tmp_path / "t.spec.json", spec.to_json())
     claims = pd.DataFrame([
         {"claim": "flat_beats_good", "words": "w", "paraphrased": False, "where": "T1", "table": "t",

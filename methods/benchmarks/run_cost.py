@@ -297,7 +297,8 @@ def positive(text: str) -> int:
     return value
 
 
-def main(argv: list[str] | None = None) -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The benchmark's command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", required=True, help="a configured dataset (its shapes; its files are not read)")
     parser.add_argument("--tables", nargs="+", required=True)
@@ -311,6 +312,30 @@ def main(argv: list[str] | None = None) -> None:
                         help="add each entry to this costs file as it is measured (GPU only)")
     parser.add_argument("--missing-only", action="store_true",
                         help="skip the run configurations the --write file holds a measurement of on this device")
+    return parser
+
+
+def print_stages(key: str, stages: dict, exps: list[str]) -> None:
+    """One line per stage kind of a measured run configuration: its costs and peak GPU memory."""
+    for kind, c in stages.items():
+        peaks = "".join(f", {p} peak {c[f'{p}_peak_gpu_mib']:,} MiB" for p in ("train", "eval")
+                        if f"{p}_peak_gpu_mib" in c)
+        print(f"{key:>28} {kind:>8}: train {c['train_s_per_item'] * 1e3:8.3f} ms/item, "
+              f"encode {c['encode_s_per_image'] * 1e3:7.3f} ms/image, score {c['score_s_per_mpair']:7.3f} s/M pairs"
+              f"{peaks} ({', '.join(exps)})", flush=True)
+
+
+def cost_entry(args, key: str, cfg: dict, exps: list[str], device_name: str, stages: dict) -> dict:
+    """A costs file's entry of one measured run configuration: what ran, where, when, at which commit."""
+    return {"key": key, "method": cfg["method"],
+            "runs": f"{args.dataset} {', '.join(args.tables)}: {', '.join(exps)}", "device": device_name,
+            "torch": str(torch.__version__),   # a TorchVersion, which YAML cannot write
+            "date": datetime.date.today().isoformat(), "commit": commit(),
+            "stages": stages}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = arguments()
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
     if args.write and device.type != "cuda":
@@ -343,17 +368,8 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             if device.type == "cuda":   # the next configuration starts from an empty cache
                 torch.cuda.empty_cache()
-        for kind, c in stages.items():
-            peaks = "".join(f", {p} peak {c[f'{p}_peak_gpu_mib']:,} MiB" for p in ("train", "eval")
-                            if f"{p}_peak_gpu_mib" in c)
-            print(f"{key:>28} {kind:>8}: train {c['train_s_per_item'] * 1e3:8.3f} ms/item, "
-                  f"encode {c['encode_s_per_image'] * 1e3:7.3f} ms/image, score {c['score_s_per_mpair']:7.3f} s/M pairs"
-                  f"{peaks} ({', '.join(exps)})", flush=True)
-        entry = {"key": key, "method": cfg["method"],
-                 "runs": f"{args.dataset} {', '.join(args.tables)}: {', '.join(exps)}", "device": name,
-                 "torch": str(torch.__version__),   # a TorchVersion, which YAML cannot write
-                 "date": datetime.date.today().isoformat(), "commit": commit(),
-                 "stages": stages}
+        print_stages(key, stages, exps)
+        entry = cost_entry(args, key, cfg, exps, name, stages)
         if args.write:   # each entry as it is measured: a job stopped at its time limit keeps what it measured
             write(args.write, [entry])
     if args.write:

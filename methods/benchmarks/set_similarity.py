@@ -167,7 +167,8 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The benchmark's command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
     parser.add_argument("--similarities", nargs="+", choices=list(SIMILARITIES), default=list(SIMILARITIES))
@@ -186,52 +187,71 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--progress", type=float, default=10.0,
                         help="print blocks done every this many seconds within a run (0: off)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    return parser
+
+
+def case_results(args, case: str, device: torch.device, name: str, block_elements: int, warmup: int) -> list[dict]:
+    """Each similarity timed on one case's random sets on ``device`` (named ``name``), printed as it ends."""
+    n, m, what = CASES[case]
+    g = torch.Generator().manual_seed(args.seed)
+    img = unit_sets(n, args.set_size, args.dim, g, device)
+    txt = unit_sets(m, args.set_size, args.dim, g, device)
+    print(f"  {case} ({what}): {n:,} image sets x {m:,} caption sets", flush=True)
+    results = []
+    for sim in args.similarities:
+        r = run(case, sim, img, txt, device, block_elements, args.repeats, warmup, args.topk, args.progress)
+        r["device"] = name
+        results.append(r)
+        extra = (f"; scores + top-{args.topk} both ways {r['score_topk_s'] * 1000:,.0f} ms "
+                 f"(top-k {r['topk_s'] * 1000:,.0f} ms)" if r["score_topk_s"] is not None else "")
+        diff = (f", max |diff| vs CPU fp32 {r['max_abs_diff_vs_cpu']:.1e}"
+                if r["max_abs_diff_vs_cpu"] is not None else "")
+        print(f"  {case} {sim}: scores {r['score_s']:.3f} s ({r['pairs_per_s']:,.0f} pairs/s){extra}, "
+              f"peak {r['peak_gib']:.2f} GiB ({r['peak_kind']}){diff}", flush=True)
+    return results
+
+
+def device_run(args, device: torch.device) -> dict:
+    """Every case and similarity on one device, printed as they end and as a table after."""
+    block_elements = args.block_elements or BLOCK_ELEMENTS.get(device.type, BLOCK_ELEMENTS["cpu"])
+    warmup = args.warmup if args.warmup is not None else (1 if device.type == "cuda" else 0)
+    name = device_name(device)
+    print(f"device: {name}; torch {torch.__version__}; {torch.get_num_threads()} CPU threads; "
+          f"K = {args.set_size}, D = {args.dim}, fp32; block budget {block_elements:,} element cosines; "
+          f"{warmup} warm-up + {args.repeats} timed runs (best reported)", flush=True)
+    results = []
+    for case in args.cases:   # one case's sets at a time: freed before the next case's are drawn
+        results += case_results(args, case, device, name, block_elements, warmup)
+    print(f"\ndevice: {name}; torch {torch.__version__}; {torch.get_num_threads()} CPU threads")
+    print(table(results))
+    if any(r["case"] in TOPK_CASES for r in results):
+        print(PAPER_REFERENCE)
+    print(flush=True)
+    return {"device": name, "device_type": device.type, "block_elements": block_elements,
+            "warmup": warmup, "repeats": args.repeats, "results": results}
+
+
+def write_results(args, runs: list[dict]) -> None:
+    """The runs of every device, with the torch, Python and benchmark settings, as JSON at ``--json``."""
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"benchmark": "set_similarity", "torch": torch.__version__, "threads": torch.get_num_threads(),
+               "python": sys.version.split()[0], "seed": args.seed, "set_size": args.set_size, "dim": args.dim,
+               "cuda_available": torch.cuda.is_available(), "runs": runs}
+    args.json.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"wrote {args.json}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = arguments()
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     exact_fp32()  # as the harness's compute commands: fp32 means no TF32
     if args.threads:
         torch.set_num_threads(args.threads)
-    runs = []
-    for device in devices(args.device):
-        block_elements = args.block_elements or BLOCK_ELEMENTS.get(device.type, BLOCK_ELEMENTS["cpu"])
-        warmup = args.warmup if args.warmup is not None else (1 if device.type == "cuda" else 0)
-        name = device_name(device)
-        print(f"device: {name}; torch {torch.__version__}; {torch.get_num_threads()} CPU threads; "
-              f"K = {args.set_size}, D = {args.dim}, fp32; block budget {block_elements:,} element cosines; "
-              f"{warmup} warm-up + {args.repeats} timed runs (best reported)", flush=True)
-        results = []
-        for case in args.cases:
-            n, m, what = CASES[case]
-            g = torch.Generator().manual_seed(args.seed)
-            img = unit_sets(n, args.set_size, args.dim, g, device)
-            txt = unit_sets(m, args.set_size, args.dim, g, device)
-            print(f"  {case} ({what}): {n:,} image sets x {m:,} caption sets", flush=True)
-            for sim in args.similarities:
-                r = run(case, sim, img, txt, device, block_elements, args.repeats, warmup, args.topk, args.progress)
-                r["device"] = name
-                results.append(r)
-                extra = (f"; scores + top-{args.topk} both ways {r['score_topk_s'] * 1000:,.0f} ms "
-                         f"(top-k {r['topk_s'] * 1000:,.0f} ms)" if r["score_topk_s"] is not None else "")
-                diff = (f", max |diff| vs CPU fp32 {r['max_abs_diff_vs_cpu']:.1e}"
-                        if r["max_abs_diff_vs_cpu"] is not None else "")
-                print(f"  {case} {sim}: scores {r['score_s']:.3f} s ({r['pairs_per_s']:,.0f} pairs/s){extra}, "
-                      f"peak {r['peak_gib']:.2f} GiB ({r['peak_kind']}){diff}", flush=True)
-            del img, txt
-        print(f"\ndevice: {name}; torch {torch.__version__}; {torch.get_num_threads()} CPU threads")
-        print(table(results))
-        if any(r["case"] in TOPK_CASES for r in results):
-            print(PAPER_REFERENCE)
-        print(flush=True)
-        runs.append({"device": name, "device_type": device.type, "block_elements": block_elements,
-                     "warmup": warmup, "repeats": args.repeats, "results": results})
+    runs = [device_run(args, device) for device in devices(args.device)]
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"benchmark": "set_similarity", "torch": torch.__version__, "threads": torch.get_num_threads(),
-                   "python": sys.version.split()[0], "seed": args.seed, "set_size": args.set_size, "dim": args.dim,
-                   "cuda_available": torch.cuda.is_available(), "runs": runs}
-        args.json.write_text(json.dumps(payload, indent=2) + "\n")
-        print(f"wrote {args.json}")
+        write_results(args, runs)
 
 
 if __name__ == "__main__":

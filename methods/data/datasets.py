@@ -2,6 +2,7 @@
 data, feature, training and evaluation jobs of one dataset read."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from methods.config import validate
@@ -37,29 +38,66 @@ def dataset_paths(cfg: dict, name: str) -> dict[str, Path | None]:
                for k in ("karpathy_json", "images_dir", "precomp_dir", "glove", "vocab", "nltk_data")}, "positives": None}
 
 
-def dataset_payload(cfg: dict, name: str) -> dict:
+@dataclass
+class DatasetPayload:
+    """What the data, feature, training and evaluation jobs of one dataset read (``dataset.json``):
+    its name, its config block (``datasets.<name>``), its resolved input paths and the configured
+    backbones. ``splits`` reads harness splits from the Karpathy file, each once per payload."""
+
+    name: str
+    dataset: dict
+    paths: dict
+    backbones: dict = field(default_factory=dict)
+    _splits: dict[str, Split] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "DatasetPayload":
+        return cls(obj["name"], obj["dataset"], obj["paths"], obj.get("backbones", {}))
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "dataset": self.dataset, "backbones": self.backbones, "paths": self.paths}
+
+    def splits(self, names: list[str]) -> dict[str, Split]:
+        """The named harness splits, each with the dataset's ``texts_per_image``; a smoke run's, its
+        first images (``smoke_limit``). The first call parses the Karpathy file once for every split
+        of the dataset (COCO's is 160 MB: a job reads it once, not once per split)."""
+        if any(n not in self._splits for n in names):
+            missing = [n for n in self.dataset["splits"] if n not in self._splits] + [
+                n for n in dict.fromkeys(names) if n not in self.dataset["splits"]]
+            loaded = load_splits(self.paths["karpathy_json"], {n: self.dataset["splits"][n] for n in missing},
+                                 self.dataset["texts_per_image"])
+            for n, split in loaded.items():
+                limit = smoke_limit(self.dataset, n)
+                self._splits[n] = split if limit is None else split.head(limit)
+        return {n: self._splits[n] for n in names}
+
+    def split(self, name: str) -> Split:
+        return self.splits([name])[name]
+
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer of the dataset (``datasets.<name>.tokenizer``)."""
+        return Tokenizer.from_dataset(self.dataset, self.paths.get("nltk_data"), f"datasets.{self.name}")
+
+
+def dataset_payload(cfg: dict, name: str) -> DatasetPayload:
     """What the data/feature/training rules of one dataset need to know (written to dataset.json)."""
-    return {"name": name, "dataset": cfg["datasets"][name], "backbones": cfg["backbones"],
-            "paths": {k: str(v) if v else None for k, v in dataset_paths(cfg, name).items()}}
+    return DatasetPayload(name, cfg["datasets"][name], {k: str(v) if v else None for k, v in dataset_paths(cfg, name).items()},
+                          cfg["backbones"])
 
 
-def load_dataset_payload(path: str | Path) -> dict:
+def load_dataset_payload(path: str | Path) -> DatasetPayload:
     payload = read_json(path)
-    if not all(isinstance(payload, dict) and isinstance(payload.get(k), dict) for k in ("dataset", "paths")):
+    if not (isinstance(payload, dict) and all(isinstance(payload.get(k), dict) for k in ("dataset", "paths"))
+            and isinstance(payload.get("name"), str)):
         raise HarnessError(f"{path}: no 'dataset' and 'paths' objects, so not the dataset config the DAG writes; "
                            f"delete it and run snakemake again")
     validate(payload["dataset"], "config#dataset", str(path))
-    return payload
+    return DatasetPayload.from_json(payload)
 
 
 def dataset_tokenizer(cfg: dict, name: str) -> Tokenizer:
     """The tokenizer of a configured dataset (``datasets.<name>.tokenizer``)."""
     return Tokenizer.from_dataset(cfg["datasets"][name], dataset_paths(cfg, name)["nltk_data"], f"datasets.{name}")
-
-
-def payload_tokenizer(payload: dict) -> Tokenizer:
-    """The tokenizer of the dataset a payload describes."""
-    return Tokenizer.from_dataset(payload["dataset"], payload["paths"].get("nltk_data"), f"datasets.{payload['name']}")
 
 
 def smoke_limit(ds_cfg: dict, split: str) -> int | None:
@@ -70,12 +108,3 @@ def smoke_limit(ds_cfg: dict, split: str) -> int | None:
     if smoke is None:
         return None
     return smoke["train_images"] if split == "train" else smoke["eval_images"]
-
-
-def payload_splits(payload: dict, names: list[str]) -> dict[str, Split]:
-    """The named harness splits of the dataset a payload describes (Karpathy file parsed once),
-    each with the dataset's ``texts_per_image``; a smoke run's, its first images (``smoke_limit``)."""
-    splits = load_splits(payload["paths"]["karpathy_json"], {n: payload["dataset"]["splits"][n] for n in names},
-                         payload["dataset"]["texts_per_image"])
-    limits = {n: smoke_limit(payload["dataset"], n) for n in names}
-    return {n: s if limits[n] is None else s.head(limits[n]) for n, s in splits.items()}

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from methods.data.datasets import dataset_paths, payload_splits, smoke_limit
+from methods.data.datasets import DatasetPayload, dataset_paths, smoke_limit
 from methods.data.karpathy import Split
 from methods.data.precomp import LAYOUT as PRECOMP_LAYOUT
 from methods.data.precomp import check_npy_header, open_precomp
@@ -171,7 +171,7 @@ class ImageInput:
     def check(self, cfg: dict, dataset: str, model_cfg: dict) -> None:
         """DAG-build-time check that the dataset can provide this input for this model."""
 
-    def load(self, payload: dict, split: str, directory: str | Path, model_cfg: dict) -> SplitData:
+    def load(self, payload: DatasetPayload, split: str, directory: str | Path, model_cfg: dict) -> SplitData:
         raise NotImplementedError
 
 
@@ -187,8 +187,8 @@ class PooledInput(ImageInput):
     def files(self, directory: str, split: str, model_cfg: dict) -> list[str]:
         return [f"{directory}/{split}_pooled.npy"]
 
-    def load(self, payload: dict, split: str, directory: str | Path, model_cfg: dict) -> SplitData:
-        karpathy = payload_splits(payload, [split])[split]
+    def load(self, payload: DatasetPayload, split: str, directory: str | Path, model_cfg: dict) -> SplitData:
+        karpathy = payload.split(split)
         path = Path(directory) / f"{split}_pooled.npy"
         check_npy_header(path, (len(karpathy), None))
         return SplitData(split, karpathy.captions, CachedImageFeatures(np.load(path, mmap_mode="r")),
@@ -227,19 +227,19 @@ class RegionInput(ImageInput):
                                f"({', '.join(ds['splits'])})")
         # its files are checked (shapes, caption counts) with the rest of the dataset, in check_dataset_inputs
 
-    def load(self, payload: dict, split: str, directory: str | Path, model_cfg: dict) -> SplitData:
-        n_regions, dim = region_shape(payload["dataset"])
-        texts_per_image = payload["dataset"]["texts_per_image"]
+    def load(self, payload: DatasetPayload, split: str, directory: str | Path, model_cfg: dict) -> SplitData:
+        n_regions, dim = region_shape(payload.dataset)
+        texts_per_image = payload.dataset["texts_per_image"]
         ims, captions, step = open_precomp(directory, split, n_regions, dim, texts_per_image)
         all_images = n_images = ims.shape[0] // step
-        limit = smoke_limit(payload["dataset"], split)
+        limit = smoke_limit(payload.dataset, split)
         if limit is not None:   # a smoke run: the first images (rows in the Karpathy file's order) and their texts
             n_images = min(limit, all_images)
             ims, captions = ims[:n_images * step], captions[:n_images * texts_per_image]
         features = CachedImageFeatures(ims, step)
         # the labels come from the Karpathy file (the captions here are the precomputed ones); only a
         # model with a label head (model.n_classes) reads them, and COCO's file takes seconds to parse
-        labels = (label_matrix(payload_splits(payload, [split])[split]) if model_cfg.get("n_classes") is not None
+        labels = (label_matrix(payload.split(split)) if model_cfg.get("n_classes") is not None
                   else None)
         classes = None
         if reads_region_classes(model_cfg, split):
@@ -289,9 +289,9 @@ class GridInput(ImageInput):
     def check(self, cfg: dict, dataset: str, model_cfg: dict) -> None:
         check_grid_scales(cfg["datasets"][dataset], dataset, model_cfg)
 
-    def load(self, payload: dict, split: str, directory: str | Path, model_cfg: dict) -> SplitData:
-        karpathy = payload_splits(payload, [split])[split]
-        check_grid_scales(payload["dataset"], payload["name"], model_cfg)
+    def load(self, payload: DatasetPayload, split: str, directory: str | Path, model_cfg: dict) -> SplitData:
+        karpathy = payload.split(split)
+        check_grid_scales(payload.dataset, payload.name, model_cfg)
         arrays = {}
         for scale in model_cfg["grid_scales"]:
             path = Path(directory) / f"{split}_{scale}.npy"

@@ -36,7 +36,7 @@ import scipy.io
 import scipy.sparse
 
 from methods.cli import run_command
-from methods.data.datasets import dataset_paths, load_dataset_payload, payload_tokenizer
+from methods.data.datasets import DatasetPayload, dataset_paths, load_dataset_payload
 from methods.data.synthetic import LABELS as SYNTHETIC_LABELS
 from methods.data.synthetic import SHAPES
 from methods.data.tokenizers import Tokenizer
@@ -343,12 +343,12 @@ def image_filenames(source_dir: Path, split: str, n: int) -> list[str]:
     return names
 
 
-def import_json(payload: dict, out: Path) -> None:
+def import_json(payload: DatasetPayload, out: Path) -> None:
     """``data/dataset_<name>.json``: every split's images with their texts and labels."""
-    ds, name = payload["dataset"], payload["name"]
-    source_dir = Path(payload["paths"]["source_dir"])
+    ds, name = payload.dataset, payload.name
+    source_dir = Path(payload.paths["source_dir"])
     check_source_dir(ds, source_dir, f"datasets.{name}")
-    tokenizer = payload_tokenizer(payload)
+    tokenizer = payload.tokenizer()
     images, imgid = [], 0
     for split in ds["splits"]:
         s, n = source_split(ds, split), split_size(ds, source_dir, split)
@@ -383,13 +383,13 @@ def link(target: Path, link_path: Path, results_dir: Path) -> None:
         os.symlink(pointer, tmp)
 
 
-def import_split(payload: dict, split: str, out_dir: Path, results_dir: Path) -> None:
+def import_split(payload: DatasetPayload, split: str, out_dir: Path, results_dir: Path) -> None:
     """``precomp/{split}_ims.npy`` (symlink) and ``{split}_caps.txt``."""
-    ds, name = payload["dataset"], payload["name"]
-    source_dir = Path(payload["paths"]["source_dir"])
+    ds, name = payload.dataset, payload.name
+    source_dir = Path(payload.paths["source_dir"])
     check_source_dir(ds, source_dir, f"datasets.{name}")
     n = split_size(ds, source_dir, split)
-    texts = split_texts(ds, source_dir, split, n, payload_tokenizer(payload))
+    texts = split_texts(ds, source_dir, split, n, payload.tokenizer())
     link(feature_file(ds, source_dir, source_split(ds, split)), out_dir / f"{split}_ims.npy", results_dir)
     write_text(out_dir / f"{split}_caps.txt", "".join(t + "\n" for t in texts))
     print(f"{split}: {n} images, {len(texts)} texts; features linked from {source_dir}")
@@ -411,8 +411,8 @@ def _run(args) -> None:
     if args.json:
         import_json(payload, Path(args.json))
     elif args.region_classes:
-        source_dir = Path(payload["paths"]["source_dir"])
-        region_classes(source_dir / f"{source_split(payload['dataset'], args.split)}_cls.npy", Path(args.region_classes))
+        source_dir = Path(payload.paths["source_dir"])
+        region_classes(source_dir / f"{source_split(payload.dataset, args.split)}_cls.npy", Path(args.region_classes))
     else:
         import_split(payload, args.split, Path(args.out_dir), Path(args.results_dir))
 

@@ -36,7 +36,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from methods.cli import run_command
-from methods.data.datasets import load_dataset_payload, payload_tokenizer
+from methods.data.datasets import load_dataset_payload
 from methods.data.tokenizers import Tokenizer
 from methods.io import atomic_path, write_json
 
@@ -464,10 +464,10 @@ def generate(out_dir: str | Path, seed: int, image_size: int, max_objects: int, 
 
 def _generate(args) -> None:
     payload = load_dataset_payload(args.dataset_config)
-    cfg = payload["dataset"]["generator"]
+    cfg = payload.dataset["generator"]
     stats = generate(args.out, cfg["seed"], cfg["image_size"], cfg["max_objects"], cfg["splits"],
                      min_objects=cfg["min_objects"], family_size=cfg["family_size"],
-                     tokenizer=payload_tokenizer(payload), name=payload["name"])
+                     tokenizer=payload.tokenizer(), name=payload.name)
     for split, s in stats.items():
         print(f"{split}: {s['images']} images, {s['captions']} captions; ambiguity {s['ambiguity']:.3f}, "
               f"diversity {s['diversity']:.3f}, hard negatives {s['hard_negative_share']:.3f}; "

@@ -26,7 +26,7 @@ import numpy as np
 import scipy.io
 
 from methods.cli import run_command
-from methods.data.datasets import load_dataset_payload
+from methods.data.datasets import DatasetPayload, load_dataset_payload
 from methods.data.multilabel import link, source_split
 from methods.data.synthetic import BACKGROUNDS, CELL_WORDS, COLOURS, PATTERNS, SHAPES, SIZES
 from methods.errors import HarnessError
@@ -77,8 +77,8 @@ def save_mat(path: Path, array: np.ndarray) -> None:
         scipy.io.savemat(str(tmp), {"feat": array})
 
 
-def write_source(payload: dict, from_json: Path, from_precomp: Path, image_size: int, out: Path, results_dir: Path) -> None:
-    ds, gen = payload["dataset"], payload["dataset"]["generated_from"]
+def write_source(payload: DatasetPayload, from_json: Path, from_precomp: Path, image_size: int, out: Path, results_dir: Path) -> None:
+    ds, gen = payload.dataset, payload.dataset["generated_from"]
     data = read_json(from_json)
     by_id = {e["imgid"]: e for e in data["images"]}
     label_names = data["label_names"]

@@ -8,22 +8,22 @@ that no other job needs to tokenise (``methods.data.text``).
 from __future__ import annotations
 
 from methods.cli import run_command
-from methods.data.datasets import load_dataset_payload, payload_splits, payload_tokenizer
+from methods.data.datasets import load_dataset_payload
 from methods.data.text import Vocabulary
 
 
 def build_vocabulary(args) -> None:
     payload = load_dataset_payload(args.dataset_config)
-    ds = payload["dataset"]
-    tokenizer = payload_tokenizer(payload)
-    splits = payload_splits(payload, list(ds["splits"]))
+    ds = payload.dataset
+    tokenizer = payload.tokenizer()
+    splits = payload.splits(list(ds["splits"]))
     train = splits["train"]
     every_caption = [c for split in splits.values() for c in split.captions]
-    if payload["paths"].get("vocab"):
-        vocab = Vocabulary.load(payload["paths"]["vocab"], tokenizer).words_only()   # its words, our tokenizer
-        vocab.check_covers(train.captions, payload["paths"]["vocab"])
+    if payload.paths.get("vocab"):
+        vocab = Vocabulary.load(payload.paths["vocab"], tokenizer).words_only()   # its words, our tokenizer
+        vocab.check_covers(train.captions, payload.paths["vocab"])
         vocab.with_tokenized(every_caption).save(args.out)
-        print(f"vocabulary: {len(vocab)} words from {payload['paths']['vocab']} (configured), "
+        print(f"vocabulary: {len(vocab)} words from {payload.paths['vocab']} (configured), "
               f"tokenizer {tokenizer.kind}")
         return
     vocab = Vocabulary.build(train.captions, ds["vocab_threshold"], tokenizer)

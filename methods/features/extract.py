@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from methods.cli import run_command
-from methods.data.datasets import load_dataset_payload, payload_splits
+from methods.data.datasets import load_dataset_payload
 from methods.features.architectures import layer_channels
 from methods.features.backbone import ResNetBackbone, eval_transform
 from methods.features.images import ImageFiles
@@ -53,9 +53,9 @@ def extract_split(backbone: ResNetBackbone, images: ImageFiles, out_dir: Path, s
 
 def _extract(args) -> None:
     payload = load_dataset_payload(args.dataset_config)
-    ds, paths = payload["dataset"], payload["paths"]
-    split = payload_splits(payload, [args.split])[args.split]
-    bb_cfg = payload["backbones"][args.backbone]
+    ds, paths = payload.dataset, payload.paths
+    split = payload.split(args.split)
+    bb_cfg = payload.backbones[args.backbone]
     backbone = ResNetBackbone(bb_cfg["arch"], bb_cfg["weights"])
     feats = ds["features"]
     images = ImageFiles(paths["images_dir"], split.filenames, eval_transform(feats["resize"], feats["crop"]))

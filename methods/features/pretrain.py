@@ -17,7 +17,7 @@ from torchvision import transforms
 from tqdm import tqdm
 
 from methods.cli import run_command
-from methods.data.datasets import load_dataset_payload, payload_splits
+from methods.data.datasets import load_dataset_payload
 from methods.errors import HarnessError
 from methods.features.backbone import eval_transform
 from methods.features.images import ImageFiles
@@ -72,10 +72,10 @@ def pretrain(arch: str, images: ImageFiles, labels: list[list[int]], epochs: int
 
 def _pretrain(args) -> None:
     payload = load_dataset_payload(args.dataset_config)
-    ds, paths = payload["dataset"], payload["paths"]
-    bb = payload["backbones"][args.backbone]
+    ds, paths = payload.dataset, payload.paths
+    bb = payload.backbones[args.backbone]
     cfg = bb["pretrain"]
-    train = payload_splits(payload, ["train"])["train"]
+    train = payload.split("train")
     if train.labels is None:
         raise HarnessError(f"{paths['karpathy_json']}: pre-training needs per-image 'labels'")
     # Flips only: random resized crops of tiny images cut objects out and make the labels wrong.

@@ -47,10 +47,10 @@ def region_features(grid: np.ndarray, boxes_crop: np.ndarray, crop: int, output_
 
 def _region_features(args) -> None:
     payload = load_dataset_payload(args.dataset_config)
-    ds = payload["dataset"]
+    ds = payload.dataset
     feats, region = ds["features"], ds["features"]["region"]
-    images = load_karpathy(payload["paths"]["karpathy_json"], ds["texts_per_image"])
-    split = build_split(images, args.split, ds["splits"][args.split], payload["name"], ds["texts_per_image"])
+    images = load_karpathy(payload.paths["karpathy_json"], ds["texts_per_image"])
+    split = build_split(images, args.split, ds["splits"][args.split], payload.name, ds["texts_per_image"])
     by_file = {e["filename"]: e for e in images}
     grid = np.load(args.grid, mmap_mode="r")
     side = ds["generator"]["image_size"]

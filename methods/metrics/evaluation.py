@@ -1,7 +1,8 @@
 """Evaluating score matrices: the named metrics of one matrix (``evaluate``, from
 ``methods.metrics.implementations``), a protocol's result with its folds and training check
-(``evaluate_protocol``, ``evaluate_split``) and the relevances a dataset's protocols need
-(``split_relevances``).
+(``evaluate_protocol``, ``evaluate_split``: the one road of validation and test evaluation) and the
+relevances a dataset's protocols need (``split_relevances``; built by relevance kind in
+``methods.metrics.relevance_builders``).
 
 Importing this module imports every metric module, which registers its implementations
 (``methods.metrics.implementations``): whatever computes metrics through it finds each declared
@@ -12,20 +13,18 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from methods.data.datasets import payload_splits
-from methods.data.inputs import label_matrix
+from methods.data.datasets import DatasetPayload
 from methods.data.karpathy import Split
-from methods.data.positives import split_positives
 from methods.errors import HarnessError
 from methods.metrics import statistics  # noqa: F401  (registers the statistics' implementations)
 from methods.metrics.declarations import METRICS, value_from
 from methods.metrics.eccv import chance_map_at_r
-from methods.metrics.eccv_caption import split_coco_ids
 from methods.metrics.implementations import evaluate
 from methods.metrics.label_prediction import LabelPredictions
 from methods.metrics.label_ranking import chance_ndcg
 from methods.metrics.protocols import MAIN_METRICS, Protocol, dataset_protocol, get_protocol
-from methods.metrics.relevance import CaptionsOfImage, ExtendedPositives, SharedLabels
+from methods.metrics.relevance import CaptionsOfImage, SharedLabels
+from methods.metrics.relevance_builders import KarpathySplitItems, build_relevances, shared_labels
 from methods.metrics.retrieval import chance_recalls
 from methods.metrics.training_check import measure
 
@@ -43,98 +42,42 @@ if set(MAIN_METRIC_CHANCE) != set(MAIN_METRICS):   # the protocols accept exactl
                      f"declare {', '.join(MAIN_METRICS)} (methods.metrics.protocols.MAIN_METRICS)")
 
 
-def evaluate_split(scores: torch.Tensor | np.ndarray, protocols: list[str], split: str,
-                   relevances: dict | None = None, dataset: dict | None = None) -> list[dict]:
-    """Results of every protocol (of ``protocols``, a dataset's list) that evaluates ``split``;
-    ``relevances``: relevance kind -> relevance (``split_relevances``), default captions_of_image;
-    ``dataset``: the dataset's config (a smoke run's protocols take its sub-sampled split)."""
+def evaluate_split(scores: torch.Tensor | np.ndarray, protocols: list[str | Protocol], split: str,
+                   relevances: dict | None = None, dataset: dict | None = None,
+                   predictions: tuple[np.ndarray, np.ndarray] | None = None) -> list[dict]:
+    """Results of every protocol (of ``protocols``: a dataset's names, or protocols such as
+    validation's) that evaluates ``split``: the one road of test evaluation, ensembles and validation
+    during training. ``relevances``: relevance key -> relevance (``build_relevances``), default
+    captions_of_image; ``dataset``: the dataset's config (a smoke run's protocols take its sub-sampled
+    split); ``predictions``: the model's per-item label probabilities
+    (``RetrievalModel.label_predictions``), joined to the labels of label-prediction protocols, which
+    a model without them skips."""
     relevances = relevances or {}
-    chosen = [dataset_protocol(p, dataset or {}) for p in protocols]
-    return [evaluate_protocol(scores, p, relevances.get(p.relevance_key)) for p in chosen if p.split == split]
+    chosen = [p if isinstance(p, Protocol) else dataset_protocol(p, dataset or {}) for p in protocols]
+    results = []
+    for protocol in chosen:
+        if protocol.split != split or (protocol.relevance == "label_predictions" and predictions is None):
+            continue
+        relevance = relevances.get(protocol.relevance_key)
+        if protocol.relevance == "label_predictions":
+            relevance = label_prediction_relevance(relevance, predictions)
+        results.append(evaluate_protocol(scores, protocol, relevance))
+    return results
 
 
-def split_relevances(payload: dict, split: str) -> dict:
+def split_relevances(payload: DatasetPayload, split: str) -> dict:
     """The relevance of every kind that the protocols of a dataset payload (``dataset.json``)
-    evaluating harness split ``split`` need, by kind: captions_of_image, or extended_positives from
-    the payload's ``paths.positives`` file (read with the Karpathy file; an error if it has none)."""
-    needed = {}
-    for name in payload["dataset"]["protocols"]:
-        protocol = get_protocol(name)
-        if protocol.split == split:
-            needed.setdefault(protocol.relevance_key, name)
-    relevances = {}
-    loaded = None   # the split, read from the Karpathy file once for every kind that needs it
-    for key, name in needed.items():
-        kind = get_protocol(name).relevance
-        if kind == "captions_of_image":
-            relevances[key] = CaptionsOfImage(payload["dataset"]["texts_per_image"])
-        elif kind == "extended_positives":
-            path = payload["paths"].get("positives")
-            if not path:
-                raise HarnessError(f"dataset {payload['name']}: protocol {name} needs extended positives (every image "
-                                   f"each caption describes), but the dataset has no positives file")
-            loaded = payload_splits(payload, [split])[split] if loaded is None else loaded
-            relevances[key] = ExtendedPositives(split_positives(path, loaded, payload["paths"]["karpathy_json"]),
-                                                loaded.texts_per_image)
-        elif kind in ("shared_labels", "label_predictions"):
-            # label predictions need the model: evaluation joins them to these labels (label_prediction_relevance)
-            loaded = payload_splits(payload, [split])[split] if loaded is None else loaded
-            relevances[key] = split_labels(payload, split, get_protocol(name), loaded)
-        elif kind == "coco_ids":
-            loaded = payload_splits(payload, [split])[split] if loaded is None else loaded
-            relevances[key] = split_coco_ids(payload["paths"]["karpathy_json"], loaded)
-        else:
-            raise HarnessError(f"dataset {payload['name']}: protocol {name} needs {kind} relevance, which "
-                               f"evaluation cannot build from a dataset")
-    return relevances
+    evaluating harness split ``split`` need, by relevance key (``build_relevances`` of the split's
+    items in its Karpathy file: captions_of_image, extended_positives from the payload's
+    ``paths.positives`` file, shared labels, COCO ids)."""
+    protocols = [p for p in map(get_protocol, payload.dataset["protocols"]) if p.split == split]
+    return build_relevances(protocols, KarpathySplitItems(payload, split))
 
 
-def split_labels(payload: dict, split: str, protocol: Protocol, loaded: Split | None = None) -> SharedLabels:
-    """The multi-hot labels of a split's images and of its texts (each text has its image's labels),
-    with the protocol's tie order and NDCG discount; with ``protocol.unique_texts`` only the first of
-    identical texts, in the order of their first occurrence (``SharedLabels.text_columns``: their
-    columns of the split's score matrix), and each image's own among them (``image_texts``). ``loaded``:
-    the split, when the caller has read it already."""
-    loaded = payload_splits(payload, [split])[split] if loaded is None else loaded
-    if loaded.labels is None:
-        raise HarnessError(f"dataset {payload['name']}: protocol {protocol.name} needs labels, but the images of "
-                           f"split '{split}' in {payload['paths']['karpathy_json']} have no 'labels'")
-    image_labels = label_matrix(loaded)   # uint8 (N, C), checked multi-hot
-    text_labels = np.repeat(image_labels, loaded.texts_per_image, axis=0)
-    conventions = {"tie_order": protocol.tie_order, "ndcg_discount": protocol.ndcg_discount}
-    if not protocol.unique_texts:
-        return SharedLabels(image_labels, text_labels, **conventions)
-    _, first, inverse = np.unique(np.asarray(loaded.captions, dtype=object).astype(str), return_index=True,
-                                  return_inverse=True)
-    columns = np.sort(first)
-    position = np.empty(len(first), dtype=np.int64)   # np.unique's (sorted) id -> rank of its first occurrence
-    position[np.argsort(first)] = np.arange(len(first))
-    image_texts = position[inverse.reshape(-1)].reshape(len(image_labels), loaded.texts_per_image)
-    return SharedLabels(image_labels, text_labels[columns], text_columns=columns,
-                        text_owners=columns // loaded.texts_per_image, image_texts=image_texts, **conventions)
-
-
-def items_relevance(protocol: Protocol, texts_per_image: int, image_labels: np.ndarray | None = None,
-                    predictions: tuple[np.ndarray, np.ndarray] | None = None):
-    """The relevance ``protocol`` needs for images in order, each with its ``texts_per_image`` texts
-    (validation's dev items, ``methods.training.loop.validate``): captions of their image, or shared
-    labels from ``image_labels`` (each text has its image's) with the protocol's conventions, joined to
-    the model's label ``predictions`` for label-prediction protocols."""
-    if protocol.relevance == "captions_of_image":
-        return CaptionsOfImage(texts_per_image)
-    if protocol.relevance not in ("shared_labels", "label_predictions") or protocol.unique_texts:
-        raise HarnessError(f"protocol {protocol.name} needs {protocol.relevance} relevance"
-                           f"{' of unique texts' if protocol.unique_texts else ''}, which images with their "
-                           f"texts in order do not give")
-    if image_labels is None:
-        raise HarnessError(f"protocol {protocol.name} needs labels, but the images have none")
-    labels = SharedLabels(image_labels, np.repeat(image_labels, texts_per_image, axis=0),
-                          tie_order=protocol.tie_order, ndcg_discount=protocol.ndcg_discount)
-    if protocol.relevance == "shared_labels":
-        return labels
-    if predictions is None:
-        raise HarnessError(f"protocol {protocol.name} needs the model's label predictions; it makes none")
-    return label_prediction_relevance(labels, predictions)
+def split_labels(payload: DatasetPayload, split: str, protocol: Protocol, loaded: Split | None = None) -> SharedLabels:
+    """The shared labels ``protocol`` reads of a dataset's split (``relevance_builders.shared_labels``);
+    ``loaded``: the split, when the caller has read it already."""
+    return shared_labels(protocol, KarpathySplitItems(payload, split, loaded))
 
 
 def label_prediction_relevance(labels: SharedLabels, predictions: tuple[np.ndarray, np.ndarray]) -> LabelPredictions:

@@ -88,7 +88,7 @@ def test_splits(cfg: dict, dataset: str) -> list[str]:
 def data_kind(ds_cfg: dict) -> str:
     """What tables and figures say of a dataset's data: ``synthetic`` for the built-in dataset and
     for datasets the DAG generates from it (synthetic tags), ``smoke`` for a smoke run, else its kind
-    (``methods.job_records.INCOMPARABLE_DATA``: the kinds whose cells are not comparable)."""
+    (``methods.report.wording.INCOMPARABLE_DATA``: the kinds whose cells are not comparable)."""
     if "smoke" in ds_cfg:
         return "smoke"
     return "synthetic" if ds_cfg["kind"] == "synthetic" or "generated_from" in ds_cfg else ds_cfg["kind"]

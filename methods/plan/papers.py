@@ -148,6 +148,8 @@ class PaperCatalogue:
         return exp
 
     def _add_paper(self, path: Path) -> dict:
+        """A paper file, loaded and checked: its name, notes and tables recorded, each of its tables
+        built on every dataset that builds it, then its figures."""
         paper = validate(load_yaml(path), "paper", str(path))
         if paper["key"] in self.papers:
             raise HarnessError(f"{path}: key '{paper['key']}' is the key of another paper file in config papers")
@@ -155,98 +157,133 @@ class PaperCatalogue:
         self.paper_notes[paper["key"]] = paper.get("notes", "")
         self.paper_tables[paper["key"]] = list(paper["tables"])
         for table_name, table in paper["tables"].items():
-            if table_name in ("runtime", "summary"):
-                raise HarnessError(f"{path}: table name '{table_name}' is taken by the {table_name} tables "
-                                   f"(tables/{table_name}_<dataset>)")
-            if table_name == "claims" or table_name.startswith("claims_"):
-                raise HarnessError(f"{path}: table name '{table_name}': 'claims' and names starting 'claims_' are taken "
-                                   f"by the claim tables (tables/claims_<paper>_<dataset>)")
-            for dataset in table["datasets"]:
-                if dataset not in self.cfg["datasets"]:
-                    raise HarnessError(f"{path}: tables.{table_name}.datasets: no dataset '{dataset}' is configured "
-                                       f"(datasets: {', '.join(sorted(self.cfg['datasets']))})")
-            for row in table["rows"]:
-                self._check_row(path, table_name, table["datasets"], row, paper)
-            datasets = self._with_smoke(table["datasets"])
-            self.declared_tables.update((table_name, dataset) for dataset in datasets)
-            for dataset in self._built_on(table_name, datasets):
-                ds_cfg = self.cfg["datasets"][dataset]
-                reported_key = reported_dataset(dataset, ds_cfg)
-                key = (table_name, dataset)
-                known = self.tables.get(key)   # a table two paper files declare: one table, both files' rows
-                rows = list(known.rows) if known else []
-                unconfigured = list(known.unconfigured) if known else []
-                for row in table["rows"]:
-                    if row["id"] in [*(r.id for r in rows), *(r["id"] for r in unconfigured)]:
-                        raise HarnessError(f"{path}: row id '{row['id']}' appears twice in table {table_name}")
-                    reported = reported_shown(row.get("reported", {}).get(reported_key, {}), ds_cfg)
-                    if "reported_only" in row:   # the paper's numbers beside ours: nothing to run
-                        rows.append(Row(table_name, row["id"], row["label"], paper["key"], seeds=[], members=[],
-                                        reported=reported, not_reported=row.get("not_reported"),
-                                        reported_only=row["reported_only"]))
-                        continue
-                    if "released" in row:   # the authors' checkpoints: imported and evaluated, not trained
-                        released = self._released_row(path, table_name, row, paper, dataset, reported)
-                        if isinstance(released, Row):
-                            rows.append(released)
-                        elif released:
-                            unconfigured.append(released)
-                        continue
-                    members = row.get("ensemble") or [{"method": row["method"], "overrides": row.get("overrides", {}),
-                                                       "variants": row.get("variants", [])}]
-                    exp_ids, ledgers, ran = [], [], []
-                    for m in members:
-                        if m["method"] not in paper["methods"]:
-                            raise HarnessError(f"{path}: row '{row['id']}' names unknown method '{m['method']}' "
-                                               f"(declared: {', '.join(sorted(paper['methods']))})")
-                        method_file = file_root(path) / paper["methods"][m["method"]]
-                        exp = self.resolve_experiment(method_file, dataset, m.get("overrides", {}), m.get("variants", []))
-                        exp_ids.append(exp.id)
-                        ran.append(describe_run(exp.config, DescribeContext(ds_cfg, self.cfg["backbones"])))
-                        source = source_ledger(self.method_file(method_file), m.get("variants", []), reported_key)
-                        stand_in = (() if "stands_in_for" not in ds_cfg else
-                                    (stand_in_deviation(dataset, ds_cfg, exp.image_input.name, exp.config["model"]),))
-                        stand_in += (smoke_deviation(dataset, ds_cfg),) if "smoke" in ds_cfg else ()
-                        ledgers.append(row_ledger(exp.config, source, f"{path}: row '{row['id']}'",
-                                                  (*tokenizer_deviation(dataset, ds_cfg, source), *stand_in)))
-                    view = self._row_view(path, table_name, row, dataset, exp_ids)
-                    seeds = ds_cfg.get("table_seeds", {}).get(table_name, ds_cfg.get("seeds", row["seeds"]))
-                    seeds = seeds[:1] if "smoke" in ds_cfg else seeds   # a smoke run: one seed per row
-                    rows.append(Row(table_name, row["id"], row["label"], paper["key"], seeds=seeds, members=exp_ids,
-                                    reported=reported, not_reported=row.get("not_reported"),
-                                    ledger=merge_ledgers(ledgers), compare_to=row.get("compare_to"),
-                                    ran=" + ".join(dict.fromkeys(ran)), view=view,
-                                    overrides=dict(row.get("overrides") or {})))
-                    self._check_distinct_runs(path, rows[-1], dataset)
-                self.tables[key] = Table(table_name, dataset,
-                                         titles=[*(known.titles if known else []), f"{paper['paper']}: {table['title']}"],
-                                         rows=rows, statistics=bool(known and known.statistics)
-                                         or table.get("embedding_statistics", False), unconfigured=unconfigured)
-                self._check_comparisons(path, self.tables[key])
+            self._add_table(path, paper, table_name, table)
         for fig_name, fig in (paper.get("figures") or {}).items():
-            if fig_name == "claims" or fig_name.startswith("claims_"):
-                raise HarnessError(f"{path}: figure name '{fig_name}': 'claims' and names starting 'claims_' are taken "
-                                   f"by the claim figures (figures/claims_<paper>_<dataset>.png)")
-            if fig["table"] not in paper["tables"]:
-                raise HarnessError(f"{path}: figure '{fig_name}' names table '{fig['table']}', which this paper "
-                                   f"file does not declare")
-            for dataset in self._with_smoke(paper["tables"][fig["table"]]["datasets"]):
-                if (fig["table"], dataset) in self.tables:
-                    if (fig_name, dataset) in self.figures:
-                        raise HarnessError(f"{path}: figure '{fig_name}' is declared by two paper files")
-                    table_rows = {r["id"]: r for r in paper["tables"][fig["table"]]["rows"]}
-                    for name in ([fig["row"]] if fig.get("row") else []) + (fig.get("rows") or []):
-                        if name not in table_rows:
-                            raise HarnessError(f"{path}: figure '{fig_name}' names row '{name}', which table "
-                                               f"'{fig['table']}' does not have")
-                        if "reported_only" in table_rows[name] or "released" in table_rows[name]:
-                            what = "reported only" if "reported_only" in table_rows[name] else "the authors' weights"
-                            raise HarnessError(f"{path}: figure '{fig_name}' names row '{name}', which is {what}: "
-                                               f"it has no trained model to show")
-                    self.figures[(fig_name, dataset)] = Figure(fig_name, dataset, fig["kind"], fig["table"],
-                                                               fig["title"], row=fig.get("row"), rows=fig.get("rows"),
-                                                               paper=paper["key"])
+            self._add_figure(path, paper, fig_name, fig)
         return paper
+
+    def _add_table(self, path: Path, paper: dict, table_name: str, table: dict) -> None:
+        """A paper file's table: its name and datasets checked, its rows checked, declared on its
+        datasets (and their smoke runs) and built on those that build it."""
+        if table_name in ("runtime", "summary"):
+            raise HarnessError(f"{path}: table name '{table_name}' is taken by the {table_name} tables "
+                               f"(tables/{table_name}_<dataset>)")
+        if table_name == "claims" or table_name.startswith("claims_"):
+            raise HarnessError(f"{path}: table name '{table_name}': 'claims' and names starting 'claims_' are taken "
+                               f"by the claim tables (tables/claims_<paper>_<dataset>)")
+        for dataset in table["datasets"]:
+            if dataset not in self.cfg["datasets"]:
+                raise HarnessError(f"{path}: tables.{table_name}.datasets: no dataset '{dataset}' is configured "
+                                   f"(datasets: {', '.join(sorted(self.cfg['datasets']))})")
+        for row in table["rows"]:
+            self._check_row(path, table_name, table["datasets"], row, paper)
+        datasets = self._with_smoke(table["datasets"])
+        self.declared_tables.update((table_name, dataset) for dataset in datasets)
+        for dataset in self._built_on(table_name, datasets):
+            self._build_table(path, paper, table_name, table, dataset)
+
+    def _build_table(self, path: Path, paper: dict, table_name: str, table: dict, dataset: str) -> None:
+        """A paper file's table on ``dataset``, each row by its kind (reported only, the authors'
+        released weights, trained here); a table another paper file declares too gets these rows
+        after that file's."""
+        ds_cfg = self.cfg["datasets"][dataset]
+        reported_key = reported_dataset(dataset, ds_cfg)
+        key = (table_name, dataset)
+        known = self.tables.get(key)   # a table two paper files declare: one table, both files' rows
+        rows = list(known.rows) if known else []
+        unconfigured = list(known.unconfigured) if known else []
+        for row in table["rows"]:
+            if row["id"] in [*(r.id for r in rows), *(r["id"] for r in unconfigured)]:
+                raise HarnessError(f"{path}: row id '{row['id']}' appears twice in table {table_name}")
+            reported = reported_shown(row.get("reported", {}).get(reported_key, {}), ds_cfg)
+            if "reported_only" in row:   # the paper's numbers beside ours: nothing to run
+                rows.append(Row(table_name, row["id"], row["label"], paper["key"], seeds=[], members=[],
+                                reported=reported, not_reported=row.get("not_reported"),
+                                reported_only=row["reported_only"]))
+            elif "released" in row:   # the authors' checkpoints: imported and evaluated, not trained
+                released = self._released_row(path, table_name, row, paper, dataset, reported)
+                if isinstance(released, Row):
+                    rows.append(released)
+                elif released:
+                    unconfigured.append(released)
+            else:
+                rows.append(self._trained_row(path, table_name, row, paper, dataset, reported))
+                self._check_distinct_runs(path, rows[-1], dataset)
+        self.tables[key] = Table(table_name, dataset,
+                                 titles=[*(known.titles if known else []), f"{paper['paper']}: {table['title']}"],
+                                 rows=rows, statistics=bool(known and known.statistics)
+                                 or table.get("embedding_statistics", False), unconfigured=unconfigured)
+        self._check_comparisons(path, self.tables[key])
+
+    def _trained_row(self, path: Path, table_name: str, row: dict, paper: dict, dataset: str, reported: dict) -> Row:
+        """A row the harness trains on ``dataset``: its members' experiments (one, or an
+        ensemble's), what they ran, their merged ledger, its evaluation view and its seeds."""
+        ds_cfg = self.cfg["datasets"][dataset]
+        members = row.get("ensemble") or [{"method": row["method"], "overrides": row.get("overrides", {}),
+                                           "variants": row.get("variants", [])}]
+        exp_ids, ledgers, ran = [], [], []
+        for m in members:
+            exp_id, member_ran, ledger = self._row_member(path, row, m, paper, dataset)
+            exp_ids.append(exp_id)
+            ran.append(member_ran)
+            ledgers.append(ledger)
+        view = self._row_view(path, table_name, row, dataset, exp_ids)
+        seeds = ds_cfg.get("table_seeds", {}).get(table_name, ds_cfg.get("seeds", row["seeds"]))
+        seeds = seeds[:1] if "smoke" in ds_cfg else seeds   # a smoke run: one seed per row
+        return Row(table_name, row["id"], row["label"], paper["key"], seeds=seeds, members=exp_ids,
+                   reported=reported, not_reported=row.get("not_reported"),
+                   ledger=merge_ledgers(ledgers), compare_to=row.get("compare_to"),
+                   ran=" + ".join(dict.fromkeys(ran)), view=view,
+                   overrides=dict(row.get("overrides") or {}))
+
+    def _row_member(self, path: Path, row: dict, m: dict, paper: dict, dataset: str) -> tuple[str, str, dict]:
+        """One member ``m`` of a trained row on ``dataset``: its experiment's id, what it runs and
+        its ledger against its source code (with the dataset's own deviations: tokenizer, stand-in
+        data, smoke run)."""
+        ds_cfg = self.cfg["datasets"][dataset]
+        if m["method"] not in paper["methods"]:
+            raise HarnessError(f"{path}: row '{row['id']}' names unknown method '{m['method']}' "
+                               f"(declared: {', '.join(sorted(paper['methods']))})")
+        method_file = file_root(path) / paper["methods"][m["method"]]
+        exp = self.resolve_experiment(method_file, dataset, m.get("overrides", {}), m.get("variants", []))
+        ran = describe_run(exp.config, DescribeContext(ds_cfg, self.cfg["backbones"]))
+        source = source_ledger(self.method_file(method_file), m.get("variants", []), reported_dataset(dataset, ds_cfg))
+        stand_in = (() if "stands_in_for" not in ds_cfg else
+                    (stand_in_deviation(dataset, ds_cfg, exp.image_input.name, exp.config["model"]),))
+        stand_in += (smoke_deviation(dataset, ds_cfg),) if "smoke" in ds_cfg else ()
+        ledger = row_ledger(exp.config, source, f"{path}: row '{row['id']}'",
+                            (*tokenizer_deviation(dataset, ds_cfg, source), *stand_in))
+        return exp.id, ran, ledger
+
+    def _add_figure(self, path: Path, paper: dict, fig_name: str, fig: dict) -> None:
+        """A paper file's figure, on every dataset its table is built on: its name, table and rows checked."""
+        if fig_name == "claims" or fig_name.startswith("claims_"):
+            raise HarnessError(f"{path}: figure name '{fig_name}': 'claims' and names starting 'claims_' are taken "
+                               f"by the claim figures (figures/claims_<paper>_<dataset>.png)")
+        if fig["table"] not in paper["tables"]:
+            raise HarnessError(f"{path}: figure '{fig_name}' names table '{fig['table']}', which this paper "
+                               f"file does not declare")
+        for dataset in self._with_smoke(paper["tables"][fig["table"]]["datasets"]):
+            if (fig["table"], dataset) in self.tables:
+                if (fig_name, dataset) in self.figures:
+                    raise HarnessError(f"{path}: figure '{fig_name}' is declared by two paper files")
+                self._check_figure_rows(path, paper, fig_name, fig)
+                self.figures[(fig_name, dataset)] = Figure(fig_name, dataset, fig["kind"], fig["table"],
+                                                           fig["title"], row=fig.get("row"), rows=fig.get("rows"),
+                                                           paper=paper["key"])
+
+    @staticmethod
+    def _check_figure_rows(path: Path, paper: dict, fig_name: str, fig: dict) -> None:
+        """The rows a figure names are rows of its table with a trained model to show."""
+        table_rows = {r["id"]: r for r in paper["tables"][fig["table"]]["rows"]}
+        for name in ([fig["row"]] if fig.get("row") else []) + (fig.get("rows") or []):
+            if name not in table_rows:
+                raise HarnessError(f"{path}: figure '{fig_name}' names row '{name}', which table "
+                                   f"'{fig['table']}' does not have")
+            if "reported_only" in table_rows[name] or "released" in table_rows[name]:
+                what = "reported only" if "reported_only" in table_rows[name] else "the authors' weights"
+                raise HarnessError(f"{path}: figure '{fig_name}' names row '{name}', which is {what}: "
+                                   f"it has no trained model to show")
 
     def _released_row(self, path: Path, table_name: str, row: dict, paper: dict, dataset: str,
                       reported: dict) -> Row | dict:

@@ -73,20 +73,22 @@ class Plan:
             raise HarnessError(f"unknown experiment '{exp_id}' for dataset '{dataset}'") from None
 
     def default_targets(self) -> list[str]:
-        targets = []
-        for dataset in self.cfg["default_datasets"]:
-            names = sorted(t for t, d in self.tables if d == dataset)
-            targets += [f"tables/{t}_{dataset}.{ext}" for t in names for ext in ("csv", "html")]
-            if names:
-                targets.append(f"figures/reproduced_vs_reported_{dataset}.png")
-            targets += sorted(f"figures/{f}_{dataset}.png" for f, d in self.figures if d == dataset)
-            for paper in self.papers:
-                if dataset in self.paper_datasets(paper):
-                    targets += [f"reports/{paper}_{dataset}.md", f"reports/{paper}_{dataset}.html"]
-                if (paper, dataset) in self.claims:
-                    targets += [f"tables/claims_{paper}_{dataset}.csv", f"figures/claims_{paper}_{dataset}.png"]
-            if names:
-                targets += [f"tables/summary_{dataset}.md", f"tables/summary_{dataset}.html"]
+        return [t for dataset in self.cfg["default_datasets"] for t in self.dataset_targets(dataset)]
+
+    def dataset_targets(self, dataset: str) -> list[str]:
+        """A dataset's tables, figures, claims, reports and summary (its share of the default targets)."""
+        names = sorted(t for t, d in self.tables if d == dataset)
+        targets = [f"tables/{t}_{dataset}.{ext}" for t in names for ext in ("csv", "html")]
+        if names:
+            targets.append(f"figures/reproduced_vs_reported_{dataset}.png")
+        targets += sorted(f"figures/{f}_{dataset}.png" for f, d in self.figures if d == dataset)
+        for paper in self.papers:
+            if dataset in self.paper_datasets(paper):
+                targets += [f"reports/{paper}_{dataset}.md", f"reports/{paper}_{dataset}.html"]
+            if (paper, dataset) in self.claims:
+                targets += [f"tables/claims_{paper}_{dataset}.csv", f"figures/claims_{paper}_{dataset}.png"]
+        if names:
+            targets += [f"tables/summary_{dataset}.md", f"tables/summary_{dataset}.html"]
         return targets
 
     # -- claims and reports ---------------------------------------------------------------

@@ -32,18 +32,19 @@ import numpy as np
 import pandas as pd
 
 from methods.cli import run_command
-from methods.data.datasets import load_dataset_payload
+from methods.data.datasets import DatasetPayload, load_dataset_payload
 from methods.errors import HarnessError
 from methods.io import load_npy, write_text
-from methods.job_records import INCOMPARABLE_DATA, ClaimSpec, ClaimsRowSpec, ClaimsSpec, RowAggregate, data_caveat
+from methods.job_records import ClaimSpec, ClaimsRowSpec, ClaimsSpec, RowAggregate
 from methods.metrics.declarations import METRICS, base_metrics, value_from
-from methods.metrics.evaluation import split_relevances
+from methods.metrics.relevance_builders import KarpathySplitItems, build_relevances
 from methods.metrics.protocols import CHECKED_PROTOCOLS, dataset_protocol, get_protocol
 from methods.metrics.query_units import QueryUnits, protocol_units
 from methods.metrics.training_check import (NOT_TRAINED, UNKNOWN, RowTraining, TrainingThresholds, row_training,
                                             saturated)
 from methods.report.bootstrap import claim_verdict, mean_over_seeds, paired_difference_interval
 from methods.report.cells import escape_cell, number, ours_difference
+from methods.report.wording import INCOMPARABLE_DATA, data_caveat
 from methods.scoring import average_similarities
 
 COLUMNS = ("paper", "dataset", "data", "claim", "words", "paraphrased", "where", "table", "compare", "margin",
@@ -58,7 +59,7 @@ DIGITS = 4
 class RowScores:
     """The per-image units of the compared rows, per protocol and seed (each score matrix loaded once)."""
 
-    def __init__(self, spec: ClaimsSpec, payload: dict):
+    def __init__(self, spec: ClaimsSpec, payload: DatasetPayload):
         self.spec, self.payload = spec, payload
         self._relevances: dict[tuple[str, str], object] = {}   # (split, relevance key) -> relevance
         self.units: dict[tuple[str, str], list[QueryUnits]] = {}   # (row key, protocol) -> one per seed
@@ -74,15 +75,15 @@ class RowScores:
                     for protocol in protocols:
                         wanted = [m for m in metrics if set(base_metrics(m)) <= set(get_protocol(protocol).metrics)]
                         self.units.setdefault((key, protocol), []).append(protocol_units(
-                            scores, dataset_protocol(protocol, payload["dataset"]), self._relevance(split, protocol),
+                            scores, dataset_protocol(protocol, payload.dataset), self._relevance(split, protocol),
                             wanted))
 
     def _relevance(self, split: str, protocol: str):
         """The protocol's relevance on its split (built once per kind: only those the claims need)."""
         kind = get_protocol(protocol).relevance_key
         if (split, kind) not in self._relevances:
-            only = {**self.payload, "dataset": {**self.payload["dataset"], "protocols": [protocol]}}
-            self._relevances[(split, kind)] = split_relevances(only, split)[kind]
+            items = KarpathySplitItems(self.payload, split)
+            self._relevances[(split, kind)] = build_relevances([get_protocol(protocol)], items)[kind]
         return self._relevances[(split, kind)]
 
     @staticmethod
@@ -172,7 +173,7 @@ def check_claim(claim: ClaimSpec, protocol: str, spec: ClaimsSpec, scores: RowSc
         "verdict": said}
 
 
-def claims_frame(spec: ClaimsSpec, payload: dict) -> pd.DataFrame:
+def claims_frame(spec: ClaimsSpec, payload: DatasetPayload) -> pd.DataFrame:
     scores = RowScores(spec, payload)
     training = rows_training(spec)
     records = [check_claim(claim, protocol, spec, scores, training)

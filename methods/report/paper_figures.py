@@ -44,12 +44,12 @@ from PIL import Image  # noqa: E402
 
 from methods.cli import run_command  # noqa: E402
 from methods.data.batches import feature_tensors  # noqa: E402
-from methods.data.datasets import load_dataset_payload  # noqa: E402
+from methods.data.datasets import DatasetPayload, load_dataset_payload  # noqa: E402
 from methods.data.positives import split_positives  # noqa: E402
 from methods.data.text import Vocabulary  # noqa: E402
 from methods.errors import HarnessError  # noqa: E402
 from methods.io import load_npy, read_json  # noqa: E402
-from methods.job_records import FigureSpec, RowAggregate, RunEvaluation, incomparable_note  # noqa: E402
+from methods.job_records import FigureSpec, RowAggregate, RunEvaluation  # noqa: E402
 from methods.metrics.protocols import get_protocol  # noqa: E402
 from methods.metrics.training_check import TrainingThresholds  # noqa: E402
 from methods.model_kinds import MODEL_KINDS, image_input_of  # noqa: E402
@@ -58,7 +58,6 @@ from methods.paths import eval_file, model_file, sims_file, train_log  # noqa: E
 from methods.registry import Registry  # noqa: E402
 from methods.report.figure_kinds import FIGURE_KINDS  # noqa: E402
 from methods.report.figure_layout import save_figure  # noqa: E402
-from methods.data.datasets import payload_splits  # noqa: E402
 from methods.features.backbone import eval_transform  # noqa: E402
 from methods.features.images import ImageFiles  # noqa: E402
 from methods.report.retrieval_examples import (TOP_K, ItemLabels, asa_attention_figure,  # noqa: E402
@@ -67,6 +66,7 @@ from methods.report.saf_weights import run_check, saf_weights_figure  # noqa: E4
 from methods.report.label_figures import CLASSIFICATION, RETRIEVAL, training_curves  # noqa: E402
 from methods.report.label_figures import ndcg_against_weight  # noqa: E402
 from methods.report.set_figures import element_projection, setting_panels  # noqa: E402
+from methods.report.wording import incomparable_note  # noqa: E402
 from methods.scoring import encode_texts  # noqa: E402
 
 LOSS_ORDER = ("triplet_sum", "triplet_hardest", "nt_xent", "smooth_ap")
@@ -219,13 +219,13 @@ def shown_crop(img: Image.Image, resize: int, crop: int) -> np.ndarray:
 class ShownImages:
     """Image i of a split as an (H, W, 3) array, resized and centre-cropped as the CNN saw it."""
 
-    def __init__(self, payload: dict, split: str, figure: str):
-        files = payload_splits(payload, [split])[split].filenames
-        images_dir = payload["paths"]["images_dir"]
+    def __init__(self, payload: DatasetPayload, split: str, figure: str):
+        files = payload.split(split).filenames
+        images_dir = payload.paths["images_dir"]
         if not files or images_dir is None:
-            raise HarnessError(f"figure {figure}: dataset {payload['name']} has no image files to show "
-                               f"(datasets.{payload['name']}.images_dir)")
-        feats = payload["dataset"]["features"]
+            raise HarnessError(f"figure {figure}: dataset {payload.name} has no image files to show "
+                               f"(datasets.{payload.name}.images_dir)")
+        feats = payload.dataset["features"]
         self.files = ImageFiles(images_dir, files, lambda img: shown_crop(img, feats["resize"], feats["crop"]))
 
     def __getitem__(self, index: int) -> np.ndarray:
@@ -246,29 +246,29 @@ def _test_run(spec: FigureSpec, args):
     return payload, data, sims
 
 
-def extended_positives(payload: dict, spec: FigureSpec, sims: np.ndarray) -> np.ndarray | None:
+def extended_positives(payload: DatasetPayload, spec: FigureSpec, sims: np.ndarray) -> np.ndarray | None:
     """The (images x captions) extended positives of the figure's split where the dataset has them
     (the synthetic generator writes every image each caption describes), else None."""
-    path = payload["paths"].get("positives")
+    path = payload.paths.get("positives")
     if not path:
         return None
     split = spec.split
-    positives = split_positives(path, payload_splits(payload, [split])[split], payload["paths"]["karpathy_json"])
+    positives = split_positives(path, payload.split(split), payload.paths["karpathy_json"])
     if positives.shape != sims.shape:
         raise HarnessError(f"{path}: split '{split}' has {positives.shape[0]} images x {positives.shape[1]} captions, "
                            f"{sims_file(spec.run, split)} scores {sims.shape[0]} x {sims.shape[1]}")
     return positives
 
 
-def item_labels(payload: dict, data) -> ItemLabels | None:
+def item_labels(payload: DatasetPayload, data) -> ItemLabels | None:
     """The split's labels when the dataset ranks by shared labels (label-wise protocols), else None."""
-    if data.labels is None or not any(get_protocol(p).relevance == "shared_labels" for p in payload["dataset"]["protocols"]):
+    if data.labels is None or not any(get_protocol(p).relevance == "shared_labels" for p in payload.dataset["protocols"]):
         return None
-    names = read_json(payload["paths"]["karpathy_json"]).get("label_names") or [str(c) for c in range(data.labels.shape[1])]
+    names = read_json(payload.paths["karpathy_json"]).get("label_names") or [str(c) for c in range(data.labels.shape[1])]
     return ItemLabels(data.labels, data.text_labels(), names)
 
 
-def _relevance(payload: dict, spec: FigureSpec, data, sims: np.ndarray) -> dict:
+def _relevance(payload: DatasetPayload, spec: FigureSpec, data, sims: np.ndarray) -> dict:
     """``labels`` or ``positives`` of the retrieval figures (``Matches``): shared labels on label-wise
     data, else the extended positives where the dataset has them (else neither: own captions)."""
     labels = item_labels(payload, data)
@@ -296,14 +296,14 @@ def image_retrieval_examples(spec: FigureSpec, aggregates: dict, args):
 def asa_attention(spec: FigureSpec, aggregates: dict, args, n_images: int = 3):
     run = Path(spec.run)
     payload = load_dataset_payload(args.dataset_config)
-    model, ckpt, finetuned = load_trained_model(Path(model_file(run)), payload["backbones"], torch.device("cpu"))
+    model, ckpt, finetuned = load_trained_model(Path(model_file(run)), payload.backbones, torch.device("cpu"))
     model_cfg = ckpt["config"]["model"]
     FIGURE_KINDS.get("asa_attention").check_model(model_cfg, f"figure {spec.figure}, row '{spec.row}' ({run})")
     data = image_input_of(model_cfg).load(payload, spec.split, args.features_dir, model_cfg)
     image_ids = spread_queries(len(data), n_images)
     if finetuned:  # the trained CNN computes the maps from the images
-        feats = payload["dataset"]["features"]
-        files = ImageFiles(payload["paths"]["images_dir"], data.filenames, eval_transform(feats["resize"], feats["crop"]))
+        feats = payload.dataset["features"]
+        files = ImageFiles(payload.paths["images_dir"], data.filenames, eval_transform(feats["resize"], feats["crop"]))
         batch = {"images": torch.stack([files[i] for i in image_ids])}
     else:
         batch = {"features": feature_tensors(data.features.take(np.array(image_ids)))}
@@ -336,7 +336,7 @@ def set_element_projection(spec: FigureSpec, aggregates: dict, args, n_images: i
     labels = {r.id: r.label for r in spec.rows}
     models = {}
     for row_id, run in spec.trained.items():
-        model, ckpt, _ = load_trained_model(Path(model_file(run)), payload["backbones"], torch.device("cpu"))
+        model, ckpt, _ = load_trained_model(Path(model_file(run)), payload.backbones, torch.device("cpu"))
         model_cfg = ckpt["config"]["model"]
         if MODEL_KINDS.get(model_cfg["kind"]).set_sizes(model_cfg) is None:
             raise HarnessError(f"figure {spec.figure}: row '{row_id}' is not a set-embedding model")

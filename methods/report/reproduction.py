@@ -16,10 +16,11 @@ import pandas as pd
 
 from methods.cli import run_command
 from methods.io import write_text
-from methods.job_records import INCOMPARABLE_DATA, SMOKE_SCOPE, ReportSpec, TableRowSpec, TableSpec, data_caveat
+from methods.job_records import ReportSpec, TableRowSpec, TableSpec
 from methods.report.bootstrap import VERDICTS, verdict_kind
 from methods.report.cells import escape_cell, number, ours_difference
 from methods.report.environment import environment_lines, split_environments
+from methods.report.wording import INCOMPARABLE_DATA, SMOKE_SCOPE, data_caveat
 
 CELL_KINDS = ("within", "outside", "not comparable", "not reported", "reported only", "did not train")
 LISTED_CELLS = 25   # cells outside tolerance listed by name; the rest are counted
@@ -188,48 +189,53 @@ def training_findings(training: pd.DataFrame) -> list[str]:
     return lines
 
 
-def not_reproduced(spec: ReportSpec, claims: pd.DataFrame | None, cells: dict[str, pd.DataFrame],
-                   table_specs: list[TableSpec], training: pd.DataFrame) -> list[str]:
-    """Section 4: the claims not supported, rows that did not train, cells outside tolerance or not
-    comparable, rows not run or not reported, each with its reason. ``training``: ``table, row,
-    trained, training_check`` of this paper's rows and the rows its claims compare."""
-    lines = ["## 4. What could not be reproduced, and why", ""]
-    data_not_comparable = spec.dataset_kind in INCOMPARABLE_DATA
+def _not_a_reproduction(spec: ReportSpec) -> list[str]:
+    """Why nothing in section 4 says whether the paper reproduces, on data not comparable with its numbers."""
     if spec.dataset_kind == "smoke":
-        lines += [f"Nothing here says whether the paper reproduces: this is a smoke run of {spec.reported_dataset} "
-                  f"({SMOKE_SCOPE}), which checks that every job of its tables runs on the dataset's files; no cell "
-                  f"is compared with a reported number. Run the same targets without -smoke for the reproduction "
-                  f"itself.", ""]
-    elif data_not_comparable:
-        lines += [f"Nothing here says whether the paper reproduces: the data is synthetic, standing in for "
-                  f"{spec.reported_dataset}, so no cell is compared with a reported number and the claims are "
-                  f"tested on the harness's stand-in runs. Run the same targets with {spec.reported_dataset} "
-                  f"configured for the reproduction itself.", ""]
+        return [f"Nothing here says whether the paper reproduces: this is a smoke run of {spec.reported_dataset} "
+                f"({SMOKE_SCOPE}), which checks that every job of its tables runs on the dataset's files; no cell "
+                f"is compared with a reported number. Run the same targets without -smoke for the reproduction "
+                f"itself.", ""]
+    if spec.dataset_kind in INCOMPARABLE_DATA:
+        return [f"Nothing here says whether the paper reproduces: the data is synthetic, standing in for "
+                f"{spec.reported_dataset}, so no cell is compared with a reported number and the claims are "
+                f"tested on the harness's stand-in runs. Run the same targets with {spec.reported_dataset} "
+                f"configured for the reproduction itself.", ""]
+    return []
+
+
+def _claim_finding(spec: ReportSpec, r) -> str | None:
+    """Why one claim check is not supported, as a finding (None: it is)."""
+    why = _unsupported(spec, r)
+    return None if why is None else f"- Claim `{r.claim}` ({r.protocol}) is {why}"
+
+
+def _unsupported(spec: ReportSpec, r) -> str | None:
+    """What a claim check's verdict says against it, from its interval, margin and seeds (None: nothing)."""
+    interval = f"[{number(r.ci_low, signed=True)}, {number(r.ci_high, signed=True)}]"
+    seeds = "seeds per row" if pd.isna(r.n_seeds) else f"{int(r.n_seeds)} seed{'s' if r.n_seeds > 1 else ''}"
+    if r.verdict.startswith("contradicted"):
+        return f"contradicted: the interval of the difference {interval} lies below the claimed margin ({r.margin:g})."
+    if r.verdict.startswith("undetermined: saturated"):
+        return (f"undetermined: {r.metric} is saturated on every compared row (within "
+                f"{1 - spec.training_check['saturated_share']:.0%} of its best), so it cannot tell them apart.")
+    if r.verdict.startswith("undetermined:"):   # "undetermined: <rows> did not train"
+        rows = r.verdict.removeprefix("undetermined: ")
+        for reason in INCOMPARABLE_DATA.values():
+            rows = rows.removesuffix(f" ({reason})")
+        return f"undetermined: {rows} (below), so its interval {interval} is not read."
+    if r.verdict.startswith("undetermined"):
+        return ("undetermined: its bootstrap interval is not defined (a resample of the test images had no query "
+                "the metric counts).")
+    if r.verdict.startswith("inconclusive"):
+        return (f"inconclusive: the interval {interval} contains the claimed margin ({r.margin:g}); "
+                f"{r.n_images} test images and {seeds} do not tell the difference from it.")
+    return None
+
+
+def _row_findings(spec: ReportSpec, cells: dict[str, pd.DataFrame], table_specs: list[TableSpec]) -> list[str]:
+    """Rows judged against an ensemble of another size, and this paper's rows not run or not reported."""
     findings = []
-    for r in claims.itertuples() if claims is not None else []:
-        interval = f"[{number(r.ci_low, signed=True)}, {number(r.ci_high, signed=True)}]"
-        seeds = "seeds per row" if pd.isna(r.n_seeds) else f"{int(r.n_seeds)} seed{'s' if r.n_seeds > 1 else ''}"
-        if r.verdict.startswith("contradicted"):
-            findings.append(f"- Claim `{r.claim}` ({r.protocol}) is contradicted: the interval of the difference "
-                            f"{interval} lies below the claimed margin ({r.margin:g}).")
-        elif r.verdict.startswith("undetermined: saturated"):
-            findings.append(f"- Claim `{r.claim}` ({r.protocol}) is undetermined: {r.metric} is saturated on every "
-                            f"compared row (within {1 - spec.training_check['saturated_share']:.0%} of its best), "
-                            f"so it cannot tell them apart.")
-        elif r.verdict.startswith("undetermined:"):   # "undetermined: <rows> did not train"
-            why = r.verdict.removeprefix("undetermined: ")
-            for reason in INCOMPARABLE_DATA.values():
-                why = why.removesuffix(f" ({reason})")
-            findings.append(f"- Claim `{r.claim}` ({r.protocol}) is undetermined: {why} (below), so its interval "
-                            f"{interval} is not read.")
-        elif r.verdict.startswith("undetermined"):
-            findings.append(f"- Claim `{r.claim}` ({r.protocol}) is undetermined: its bootstrap interval is not "
-                            f"defined (a resample of the test images had no query the metric counts).")
-        elif r.verdict.startswith("inconclusive"):
-            findings.append(f"- Claim `{r.claim}` ({r.protocol}) is inconclusive: the interval {interval} contains "
-                            f"the claimed margin ({r.margin:g}); {r.n_images} test images and {seeds} do not tell "
-                            f"the difference from it.")
-    findings += training_findings(training)
     for frame in cells.values():   # a single model is never judged against an ensemble number
         incomparable = frame[frame["verdict"].str.startswith("not comparable (ensemble")]
         for (row, why), group in incomparable.groupby(["row", "verdict"]):
@@ -240,16 +246,36 @@ def not_reproduced(spec: ReportSpec, claims: pd.DataFrame | None, cells: dict[st
             for table in table_specs for r in table.rows
             if r.paper == spec.paper and (r.reported_only or r.not_reported)):
         findings.append(f"- Row `{row_id}` {reason.rstrip('.')}.")
+    return findings
+
+
+def _outside_lines(outside: pd.DataFrame) -> list[str]:
+    """The cells outside tolerance, the first ``LISTED_CELLS`` by name."""
+    if not len(outside):
+        return []
+    lines = ["", f"Cells outside tolerance ({len(outside)}):", "",
+             "| table | row | protocol | metric | reported | reproduced | difference |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.table} | {r.row} | {r.protocol} | {r.metric} | {r.reported} | {r.reproduced} | {r.difference} |"
+              for r in outside.head(LISTED_CELLS).itertuples()]
+    if len(outside) > LISTED_CELLS:
+        lines.append(f"| … {len(outside) - LISTED_CELLS} more in the tables | | | | | | |")
+    return lines
+
+
+def not_reproduced(spec: ReportSpec, claims: pd.DataFrame | None, cells: dict[str, pd.DataFrame],
+                   table_specs: list[TableSpec], training: pd.DataFrame) -> list[str]:
+    """Section 4: the claims not supported, rows that did not train, cells outside tolerance or not
+    comparable, rows not run or not reported, each with its reason. ``training``: ``table, row,
+    trained, training_check`` of this paper's rows and the rows its claims compare."""
+    lines = ["## 4. What could not be reproduced, and why", "", *_not_a_reproduction(spec)]
+    findings = [] if claims is None else [
+        finding for finding in (_claim_finding(spec, r) for r in claims.itertuples()) if finding]
+    findings += training_findings(training)
+    findings += _row_findings(spec, cells, table_specs)
     lines += findings
     outside = pd.concat([f[f["verdict"] == "outside"] for f in cells.values()]) if cells else pd.DataFrame()
-    if len(outside):
-        lines += ["", f"Cells outside tolerance ({len(outside)}):", "",
-                  "| table | row | protocol | metric | reported | reproduced | difference |", "|---|---|---|---|---|---|---|"]
-        lines += [f"| {r.table} | {r.row} | {r.protocol} | {r.metric} | {r.reported} | {r.reproduced} | {r.difference} |"
-                  for r in outside.head(LISTED_CELLS).itertuples()]
-        if len(outside) > LISTED_CELLS:
-            lines.append(f"| … {len(outside) - LISTED_CELLS} more in the tables | | | | | | |")
-    if not findings and not len(outside) and not data_not_comparable:
+    lines += _outside_lines(outside)
+    if not findings and not len(outside) and spec.dataset_kind not in INCOMPARABLE_DATA:
         lines.append(("Every claim tested is supported, and every" if claims is not None else "Every")
                      + " cell compared is within tolerance.")
     return lines + [""]

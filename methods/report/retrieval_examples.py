@@ -28,7 +28,8 @@ import torch
 from matplotlib.patches import Rectangle
 
 from methods.errors import HarnessError
-from methods.job_records import FigureSpec, incomparable_note
+from methods.job_records import FigureSpec
+from methods.report.wording import incomparable_note
 
 TOP_K = 5
 

@@ -1,7 +1,7 @@
 """Build ``tables/runtime_<dataset>.md`` (+ ``.csv``): where the time of a dataset's default
 targets went, from the Snakemake benchmark file of every job behind them
-(``results/benchmarks/<rule>/...tsv``; the spec, written by the DAG, lists them with their rule
-and the papers that need each job).
+(``results/benchmarks/<rule>/...tsv``; the spec, read from the DAG before any job starts
+(``methods.plan.runtime_jobs``), lists them with their rule and the papers that need each job).
 
 - per rule: jobs, wall seconds (sum, mean, max), CPU seconds (sum), the largest max RSS;
 - per paper: the jobs only that paper's rows, tables and figures need; ``shared``: the dataset's
@@ -38,6 +38,9 @@ def read_benchmark(path: str) -> pd.DataFrame:
     """The lines of one benchmark TSV (``NA`` and ``-`` are missing values)."""
     try:
         frame = pd.read_csv(path, sep="\t", na_values=["NA", "-"])
+    except FileNotFoundError:
+        raise HarnessError(f"benchmark {path}: cannot read it: no such file (its job's outputs exist but it recorded "
+                           f"no benchmark, e.g. made with --touch; snakemake --forcerun <its rule> measures it)") from None
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise HarnessError(f"benchmark {path}: cannot read it as a Snakemake benchmark TSV ({exc})") from None
     missing = [c for c in NEEDED if c not in frame.columns]

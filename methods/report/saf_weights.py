@@ -25,9 +25,10 @@ import torch
 
 from methods.data.batches import feature_tensors, pad_tokens
 from methods.data.text import Vocabulary
-from methods.job_records import FigureSpec, RunEvaluation, incomparable_note
+from methods.job_records import FigureSpec, RunEvaluation
 from methods.metrics.retrieval import chance_recalls, retrieval_metrics
 from methods.metrics.training_check import TrainingThresholds, failures, measure
+from methods.report.wording import incomparable_note
 
 RSUM_MAX = 600.0   # six recalls in %
 

@@ -15,11 +15,12 @@ import pandas as pd
 
 from methods.cli import run_command
 from methods.io import write_text
-from methods.job_records import RowAggregate, SummarySpec, data_caveat
+from methods.job_records import RowAggregate, SummarySpec
 from methods.metrics.training_check import NOT_TRAINED, TRAINED, UNKNOWN, TrainingThresholds, row_training
 from methods.report.bootstrap import verdict_kind
 from methods.report.cells import escape_cell, number
 from methods.report.html import write_markdown
+from methods.report.wording import data_caveat
 
 COLUMNS = ("dataset", "paper", "table", "row", "label", "seeds", "ensemble_size", "protocol", "main_metric", "value",
            "value_std", "chance", "times_chance", "gain_share", "trained", "training_check")

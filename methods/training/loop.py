@@ -39,8 +39,9 @@ from methods.losses.gradient_count import count_negatives_with_gradient
 from methods.losses.terms import OneDirection
 from methods.losses.weighted_sum import Loss
 from methods.metrics.declarations import METRICS, value_from
-from methods.metrics.evaluation import evaluate_protocol, items_relevance
+from methods.metrics.evaluation import evaluate_split
 from methods.metrics.protocols import selected_metric, validation_protocols
+from methods.metrics.relevance_builders import ItemsInOrder, build_relevances
 from methods.models.base import RetrievalModel
 from methods.paths import checkpoints_dir
 from methods.runtime import seed_worker, to_device
@@ -152,14 +153,15 @@ def validate(model: RetrievalModel, inp: TrainInputs, amp: bool) -> dict:
                             features=inp.dev.features, images=images, amp=amp)
     scores = score_matrix(model, img, cap, amp=amp)
     predictions = model.label_predictions(img, cap)
+    protocols = validation_protocols(inp.config["training"]["selection_metric"], predictions is not None)
     image_labels = None if inp.dev.labels is None else inp.dev.labels[:n]
+    try:
+        relevances = build_relevances(protocols, ItemsInOrder(inp.dev.texts_per_image, image_labels))
+    except HarnessError as e:
+        raise HarnessError(f"validation on the dev split: {e}") from None
     metrics = {}
-    for protocol in validation_protocols(inp.config["training"]["selection_metric"], predictions is not None):
-        try:
-            relevance = items_relevance(protocol, inp.dev.texts_per_image, image_labels, predictions)
-        except HarnessError as e:
-            raise HarnessError(f"validation on the dev split: {e}") from None
-        metrics.update(evaluate_protocol(scores, protocol, relevance)["metrics"])
+    for result in evaluate_split(scores, protocols, "dev", relevances, predictions=predictions):
+        metrics.update(result["metrics"])
     return metrics
 
 
@@ -201,6 +203,29 @@ class GradientCounter:
                 out[direction][f"{k}_mean"] = mean
                 out[direction][f"{k}_std"] = max(0.0, squares / n - mean * mean) ** 0.5
         return out
+
+
+@dataclass
+class EpochProgress:
+    """An epoch's running sums: samples seen, summed loss, single-image batches skipped and the
+    gradient counts; a mid-epoch checkpoint holds them (``state_dict``) and a re-run resumes them."""
+
+    seen: int
+    total: float
+    skipped: int
+    counter: GradientCounter
+
+    @classmethod
+    def resumed(cls, partial: dict | None, relative_threshold: float, device: torch.device) -> "EpochProgress":
+        """A new epoch's (``partial`` None) or a preempted one's sums."""
+        counter = GradientCounter(relative_threshold)
+        if not partial:
+            return cls(0, 0.0, 0, counter)
+        counter.load_state_dict(partial["counter"], device)
+        return cls(partial["seen"], partial["total"], partial["skipped"], counter)
+
+    def state_dict(self) -> dict:
+        return {"seen": self.seen, "total": self.total, "skipped": self.skipped, "counter": self.counter.state_dict()}
 
 
 class Checkpoints:
@@ -317,23 +342,18 @@ class Trainer:
         # global RNG, so creating it mid-epoch on resume leaves the dropout RNG stream where it was
         loader = DataLoader(dataset.for_epoch(epoch_seed), batch_sampler=batches[skip:], collate_fn=collate,
                             num_workers=inp.loader_workers, generator=shuffle, worker_init_fn=seed_worker)
-        loss_kind = self.loss.kind_at(self.global_epoch)
         count_every = tr["gradient_count"]["every_n_steps"]
         count_loss = self.loss.one_direction_at(self.global_epoch)
-        counter = GradientCounter(tr["gradient_count"]["relative_threshold"])
-        seen, total, skipped = 0, 0.0, 0
-        if partial:
-            seen, total, skipped = partial["seen"], partial["total"], partial["skipped"]
-            counter.load_state_dict(partial["counter"], device)
+        progress = EpochProgress.resumed(partial, tr["gradient_count"]["relative_threshold"], device)
         model.train()
-        seen_before = seen  # samples of this epoch before a resumed checkpoint: not this process's speed
+        seen_before = progress.seen  # samples of this epoch before a resumed checkpoint: not this process's speed
         t0 = time.perf_counter()
         bar = tqdm(loader, desc=f"{stage['name']} {epoch + 1}/{stage['epochs']}", disable=not inp.progress,
                    mininterval=2.0, initial=skip, total=skip + len(loader))
         step = skip - 1
         for step, batch in enumerate(bar, start=skip):
             if batch["positives"].shape[0] < 2:  # one image: no negatives to rank against (and BN needs 2)
-                skipped += 1
+                progress.skipped += 1
                 continue
             if per_step:
                 _set_lr(optimizer, lr_at(stage, epoch + step / (skip + len(loader))))
@@ -341,31 +361,35 @@ class Trainer:
             loss, outputs = self.step_fn(batch, self.global_epoch)
             if count_every and count_loss is not None and step % count_every == 0:
                 for scores in outputs["scores"]:
-                    counter.add(count_loss, scores, batch["positives"])
+                    progress.counter.add(count_loss, scores, batch["positives"])
             if not torch.isfinite(loss):
                 raise HarnessError(f"loss is {loss.item()} at stage '{stage['name']}' epoch {epoch + 1} "
                                    f"step {step + 1}; stopping (last good checkpoint: {self.checkpoints.last})")
             apply_gradients(loss, optimizer, self.scaler, model.trainable_parameters(), tr["grad_clip"])
-            seen += batch["tokens"].shape[0]
-            total += loss.item()
-            bar.set_postfix(loss=f"{loss.item():.3f}", samples_per_s=f"{(seen - seen_before) / (time.perf_counter() - t0):.0f}",
+            progress.seen += batch["tokens"].shape[0]
+            progress.total += loss.item()
+            bar.set_postfix(loss=f"{loss.item():.3f}",
+                            samples_per_s=f"{(progress.seen - seen_before) / (time.perf_counter() - t0):.0f}",
                             refresh=False)
             if self.received and step + 1 < skip + len(loader):
                 self.checkpoints.save_last(model, self.scaler, self.best, self.history, stage_idx, epoch, step + 1,
-                                           optimizer, {"seen": seen, "total": total, "skipped": skipped,
-                                                       "counter": counter.state_dict()})
+                                           optimizer, progress.state_dict())
                 raise self.stop(f"at stage '{stage['name']}' epoch {epoch + 1} after step {step + 1}")
-        val = validate(model, inp, self.amp)
         record = {"stage": stage["name"], "stage_index": stage_idx, "epoch": epoch + 1, "lr": lr,
-                  "batches": skip + len(loader), "loss_kind": loss_kind,
-                  "train_loss": total / max(1, step + 1 - skipped), "val": val,
-                  "gradient_counts": counter.summary(), "skipped_single_image_batches": skipped,
-                  "seconds": time.perf_counter() - t0}
+                  "batches": skip + len(loader), "loss_kind": self.loss.kind_at(self.global_epoch),
+                  "train_loss": progress.total / max(1, step + 1 - progress.skipped),
+                  "val": validate(model, inp, self.amp), "gradient_counts": progress.counter.summary(),
+                  "skipped_single_image_batches": progress.skipped, "seconds": time.perf_counter() - t0}
+        self.end_epoch(stage_idx, stage, epoch, optimizer, record)
+
+    def end_epoch(self, stage_idx: int, stage: dict, epoch: int, optimizer, record: dict) -> None:
+        """After an epoch's validation: its record in the history, the kept epoch updated (its
+        weights in ``best.pt``), and the checkpoint a re-run starts from."""
+        model, val = self.model, record["val"]
         self.history.append(record)
-        print(f"[{stage['name']} {epoch + 1}/{stage['epochs']}] loss {record['train_loss']:.4f} "
-              f"val {self.selection.name} {selection_value(val, self.selection.name):.2f} ({record['seconds']:.1f}s)",
-              flush=True)
         value = selection_value(val, self.selection.name)
+        print(f"[{stage['name']} {epoch + 1}/{stage['epochs']}] loss {record['train_loss']:.4f} "
+              f"val {self.selection.name} {value:.2f} ({record['seconds']:.1f}s)", flush=True)
         if self.keep_last or self.best["value"] is None or self.selection.better(value, self.best["value"]):
             self.best = {"metric": "last" if self.keep_last else self.selection.name, "value": value, "rsum": val["rsum"], "stage": stage_idx,
                          "epoch": epoch + 1, "finetuned": stage["finetune_backbone"]}

@@ -120,6 +120,15 @@ class _Machine:
         self.opcodes += 1
         if name in self.refused_opcodes or name in EXTENSION_OPCODES or name == "NEXT_BUFFER":
             raise PickleRefused(f"refused opcode {name} at byte {pos}")
+        if name == "STOP":
+            self.pop(pos)
+            return True
+        if not (self.stack_opcode(name, arg, pos) or self.object_opcode(name, arg, pos)):
+            raise PickleRefused(f"refused opcode {name} at byte {pos}")
+        return False
+
+    def stack_opcode(self, name: str, arg, pos: int) -> bool:
+        """Constants, containers, marks and the stack's own opcodes; False for any other."""
         if name in _CONSTANTS:
             self.push(_Value(0, arg if name in _TEXT else None), pos)
         elif name in _EMPTY:
@@ -127,11 +136,6 @@ class _Machine:
         elif name == "MARK":
             self.marks.append(len(self.stack))
         elif name in _FROM_MARK:
-            items = self.pop_mark(pos)
-            self.push(_Value(1 + max((i.depth for i in items), default=0)), pos)
-        elif name == "INST":
-            module, _, cls = arg.partition(" ")
-            self.check_global(module, cls, pos)
             items = self.pop_mark(pos)
             self.push(_Value(1 + max((i.depth for i in items), default=0)), pos)
         elif name in _INTO_TARGET_FROM_MARK:
@@ -155,7 +159,13 @@ class _Machine:
             self.pop_mark(pos)
         elif name == "DUP":
             self.push(self.top(pos), pos)
-        elif name in _GETS:
+        elif name not in _NOTHING:
+            return False
+        return True
+
+    def object_opcode(self, name: str, arg, pos: int) -> bool:
+        """The memo, globals and the opcodes that build objects from them; False for any other."""
+        if name in _GETS:
             if arg not in self.memo:
                 self.refuse(f"memo index {arg} read before it is set", pos)
             self.push(self.memo[arg], pos)
@@ -170,23 +180,24 @@ class _Machine:
             module, _, cls = arg.partition(" ")
             self.check_global(module, cls, pos)
             self.push(_Value(0), pos)
+        elif name == "INST":
+            module, _, cls = arg.partition(" ")
+            self.check_global(module, cls, pos)
+            items = self.pop_mark(pos)
+            self.push(_Value(1 + max((i.depth for i in items), default=0)), pos)
         elif name == "STACK_GLOBAL":
             cls, module = self.pop(pos), self.pop(pos)
             if module.text is None or cls.text is None:
                 self.refuse("STACK_GLOBAL of a name computed at load time", pos)
             self.check_global(module.text, cls.text, pos)
             self.push(_Value(0), pos)
-        elif name == "REDUCE":
+        elif name in ("REDUCE", "NEWOBJ"):
             args = self.pop(pos)
             self.pop(pos)
             self.push(_Value(1 + args.depth), pos)
         elif name == "BUILD":
             state = self.pop(pos)
             self.deepen(self.top(pos), [state], pos)
-        elif name == "NEWOBJ":
-            args = self.pop(pos)
-            self.pop(pos)
-            self.push(_Value(1 + args.depth), pos)
         elif name == "NEWOBJ_EX":
             kwargs, args = self.pop(pos), self.pop(pos)
             self.pop(pos)
@@ -194,14 +205,9 @@ class _Machine:
         elif name in _PERSIDS:   # only when the caller allows them (a checkpoint's storages)
             pid = _Value(0) if name == "PERSID" else self.pop(pos)
             self.push(_Value(1 + pid.depth), pos)
-        elif name in _NOTHING:
-            pass
-        elif name == "STOP":
-            self.pop(pos)
-            return True
         else:
-            raise PickleRefused(f"refused opcode {name} at byte {pos}")
-        return False
+            return False
+        return True
 
 
 def scan_pickle(source: bytes | IO[bytes], allowed: Callable[[str], bool],

@@ -3,7 +3,7 @@ rule dataset_config:
     output:
         DATASET_JSON,
     params:
-        payload=lambda w: json.dumps(dataset_payload(HARNESS, w.dataset)),
+        payload=lambda w: json.dumps(dataset_payload(HARNESS, w.dataset).to_json()),
     localrule: True
     conda:
         CONDA_ENV
@@ -30,9 +30,7 @@ rule generate_synthetic:
         out_dir=lambda w: LAYOUT.data_dir(w.dataset),
     threads: dataset_res("generate", "threads")
     resources:
-        mem_mb=dataset_res("generate", "mem_mb"),
-        runtime=dataset_res("generate", "runtime"),
-        gpu=res("generate", "gpus"),
+        **wildcard_resources("generate"),
     conda:
         CONDA_ENV
     log:
@@ -47,19 +45,17 @@ rule vocab:
     """Vocabulary from the training captions only (or the configured one, checked against them),
     with every split's captions tokenised by the dataset's tokenizer."""
     input:
-        unpack(data_inputs),
+        unpack(lambda w: INPUTS.data(w.dataset)),
         cfg=dataset_json,
-        configured=lambda w: [str(p)] if (p := dataset_paths(HARNESS, w.dataset)["vocab"]) else [],
-        punkt=tokenizer_inputs,
+        configured=lambda w: INPUTS.configured_vocabulary(w.dataset),
+        punkt=lambda w: INPUTS.tokenizer(w.dataset),
     output:
         VOCAB,
     params:
         numerics=numerics_env_of(lambda d: dataset_resource(d, "vocab", "threads")),
     threads: dataset_res("vocab", "threads")
     resources:
-        mem_mb=dataset_res("vocab", "mem_mb"),
-        runtime=dataset_res("vocab", "runtime"),
-        gpu=res("vocab", "gpus"),
+        **wildcard_resources("vocab"),
     conda:
         CONDA_ENV
     log:
@@ -77,7 +73,7 @@ rule vocab:
 rule synthetic_tags_source:
     """A tag dataset's source folder in the label-wise layout, from a synthetic dataset's regions and scenes."""
     input:
-        unpack(synthetic_tags_from),
+        unpack(lambda w: INPUTS.synthetic_tags_from(w.dataset)),
         cfg=dataset_json,
     output:
         directory(SOURCE),
@@ -90,9 +86,7 @@ rule synthetic_tags_source:
         results_dir=lambda w: R,   # the folder inside which its links are relative
     threads: dataset_res("generate", "threads")
     resources:
-        mem_mb=dataset_res("generate", "mem_mb"),
-        runtime=dataset_res("generate", "runtime"),
-        gpu=res("generate", "gpus"),
+        **wildcard_resources("generate"),
     conda:
         CONDA_ENV
     log:
@@ -107,7 +101,7 @@ rule synthetic_tags_source:
 rule import_multilabel:
     """A multi-label dataset's Karpathy-style file (texts and labels of every split) from its source folder."""
     input:
-        source=lambda w: multilabel_source_inputs(w.dataset),
+        source=lambda w: INPUTS.multilabel_source(w.dataset),
         cfg=dataset_json,
     output:
         f"{DATA}/dataset_{{dataset}}.json",
@@ -117,9 +111,7 @@ rule import_multilabel:
         numerics=numerics_env_of(lambda d: dataset_resource(d, "generate", "threads")),
     threads: dataset_res("generate", "threads")
     resources:
-        mem_mb=dataset_res("generate", "mem_mb"),
-        runtime=dataset_res("generate", "runtime"),
-        gpu=res("generate", "gpus"),
+        **wildcard_resources("generate"),
     conda:
         CONDA_ENV
     log:
@@ -133,7 +125,7 @@ rule import_multilabel:
 rule multilabel_precomp:
     """One split of a multi-label dataset in the precomputed-regions layout: features linked, texts written."""
     input:
-        source=lambda w: multilabel_source_inputs(w.dataset, w.split),
+        source=lambda w: INPUTS.multilabel_source(w.dataset, w.split),
         cfg=dataset_json,
     output:
         ims=f"{PRECOMP}/{{split}}_ims.npy",
@@ -146,9 +138,7 @@ rule multilabel_precomp:
         results_dir=lambda w: R,   # the folder inside which its links are relative
     threads: dataset_res("regions", "threads")
     resources:
-        mem_mb=dataset_res("regions", "mem_mb"),
-        runtime=dataset_res("regions", "runtime"),
-        gpu=res("regions", "gpus"),
+        **wildcard_resources("regions"),
     conda:
         CONDA_ENV
     log:
@@ -163,7 +153,7 @@ rule multilabel_precomp:
 rule multilabel_region_classes:
     """The detector class of every region of a split (argmax of the source's class scores)."""
     input:
-        source=multilabel_cls_input,
+        source=lambda w: INPUTS.multilabel_classes(w.dataset, w.split),
         cfg=dataset_json,
     output:
         f"{PRECOMP}/{{split}}_region_classes.npy",
@@ -173,9 +163,7 @@ rule multilabel_region_classes:
         numerics=numerics_env_of(lambda d: dataset_resource(d, "regions", "threads")),
     threads: dataset_res("regions", "threads")
     resources:
-        mem_mb=dataset_res("regions", "mem_mb"),
-        runtime=dataset_res("regions", "runtime"),
-        gpu=res("regions", "gpus"),
+        **wildcard_resources("regions"),
     conda:
         CONDA_ENV
     log:

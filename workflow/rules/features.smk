@@ -1,13 +1,13 @@
 # GPUs of the pre-training jobs: one rule for every dataset a backbone pre-trains on, so the most
 # any of them asks for (the synthetic datasets, of portable numerics, run on the CPU: none)
-PRETRAIN_GPUS = max([dataset_gpus(bb["pretrain"]["dataset"], "train") for bb in HARNESS["backbones"].values()
+PRETRAIN_GPUS = max([resources_of(bb["pretrain"]["dataset"], "train")["gpu"] for bb in HARNESS["backbones"].values()
                      if "pretrain" in bb and bb["pretrain"]["dataset"] in HARNESS["datasets"]], default=0)
 
 
 rule pretrain_backbone:
     """Backbone pre-trained on a synthetic training split (stands in for ImageNet weights)."""
     input:
-        unpack(data_inputs),
+        unpack(lambda w: INPUTS.data(w.dataset)),
         cfg=dataset_json,
     output:
         LAYOUT.backbone_weights("{dataset}", "{backbone}"),
@@ -41,9 +41,9 @@ for _name, _ds in HARNESS["datasets"].items():
         name:
             f"features_{_name}"
         input:
-            unpack(lambda w, name=_name: data_inputs_of(name)),
+            unpack(lambda w, name=_name: INPUTS.data(name)),
             cfg=LAYOUT.dataset_config(_name),
-            weights=backbone_weights,
+            weights=lambda w: INPUTS.backbone_weights(w.backbone),
         output:
             pooled=f"{LAYOUT.features_dir(_name, '{backbone}')}/{{split}}_pooled.npy",
             **{
@@ -52,13 +52,11 @@ for _name, _ds in HARNESS["datasets"].items():
             },
         params:
             numerics=numerics_env(_name, dataset_resource(_name, "features", "threads")),
-            out_dir=lambda w, name=_name: features_dir(name, w.backbone),
+            out_dir=lambda w, name=_name: LAYOUT.features_dir(name, w.backbone),
             device=DEVICE,
         threads: dataset_resource(_name, "features", "threads")
         resources:
-            mem_mb=dataset_resource(_name, "features", "mem_mb"),
-            runtime=dataset_resource(_name, "features", "runtime"),
-            gpu=dataset_gpus(_name, "features"),
+            **resources_of(_name, "features"),
         conda:
             CONDA_ENV
         log:
@@ -74,9 +72,9 @@ for _name, _ds in HARNESS["datasets"].items():
 rule region_features:
     """RoIAlign region features of a synthetic split, in the BUTD precomputed layout."""
     input:
-        unpack(data_inputs),
+        unpack(lambda w: INPUTS.data(w.dataset)),
         cfg=dataset_json,
-        grid=region_grid,
+        grid=lambda w: INPUTS.region_grid(w.dataset, w.split),
     output:
         ims=f"{PRECOMP}/{{split}}_ims.npy",
         caps=f"{PRECOMP}/{{split}}_caps.txt",
@@ -89,9 +87,7 @@ rule region_features:
         out_dir=lambda w: LAYOUT.precomp_dir(w.dataset),
     threads: dataset_res("regions", "threads")
     resources:
-        mem_mb=dataset_res("regions", "mem_mb"),
-        runtime=dataset_res("regions", "runtime"),
-        gpu=res("regions", "gpus"),
+        **wildcard_resources("regions"),
     conda:
         CONDA_ENV
     log:

@@ -1,7 +1,7 @@
 rule aggregate_row:
     """Mean and std over the seeds of one table row."""
     input:
-        row_evals,
+        lambda w: INPUTS.row_evals(w.table, w.dataset, w.row),
     output:
         LAYOUT.row_aggregate("{dataset}", "{table}", "{row}"),
     localrule: True
@@ -33,7 +33,7 @@ rule table_spec:
 rule table:
     """A table: reproduced (mean ± std over seeds) beside reported, difference and verdict."""
     input:
-        unpack(table_inputs),
+        unpack(lambda w: INPUTS.table(w.table, w.dataset)),
     output:
         csv="tables/{table}_{dataset}.csv",
         md="tables/{table}_{dataset}.md",
@@ -75,7 +75,7 @@ rule released_rows_table_spec:
 rule released_rows_table:
     """A table's released rows: reproduced beside reported, difference and verdict."""
     input:
-        unpack(released_table_inputs),
+        unpack(lambda w: INPUTS.released_table(w.table, w.dataset)),
     output:
         csv="tables/released/{table}_{dataset}.csv",
         md="tables/released/{table}_{dataset}.md",
@@ -101,7 +101,7 @@ for _name in HARNESS["datasets"]:
         name:
             f"released_{_name}"
         input:
-            lambda w, name=_name: released_tables_of(name),
+            lambda w, name=_name: INPUTS.released_tables(name),
 
 
 rule figure_reproduced_vs_reported:
@@ -141,13 +141,13 @@ rule figure_spec:
 rule paper_figure:
     """A figure a paper file declares (RSUM per loss and model; gradient counts per epoch; SAF weights)."""
     input:
-        unpack(figure_inputs),
+        unpack(lambda w: INPUTS.figure(w.figure, w.dataset)),
     output:
         report("figures/{figure}_{dataset}.png", category=figure_paper_name, subcategory="{dataset}",
                caption="../report/figure.rst"),
     params:
         numerics=numerics_env_of(lambda d: 1),
-        extra=figure_extra_args,
+        extra=lambda w: INPUTS.figure_arguments(w.figure, w.dataset),
     localrule: True
     conda:
         CONDA_ENV
@@ -180,7 +180,7 @@ rule claims_spec:
 rule claims:
     """Each claim of a paper on a dataset: the paper's difference, ours with its bootstrap interval, a verdict."""
     input:
-        unpack(claims_inputs),
+        unpack(lambda w: INPUTS.claims(w.paper, w.dataset)),
     output:
         csv="tables/claims_{paper}_{dataset}.csv",   # in the paper's page (rule paper_page)
         md="tables/claims_{paper}_{dataset}.md",
@@ -238,7 +238,7 @@ rule report_spec:
 rule reproduction_report:
     """A paper's reproduction report on a dataset (ML Reproducibility Challenge structure), from its tables and claims."""
     input:
-        unpack(report_inputs),
+        unpack(lambda w: INPUTS.report(w.paper, w.dataset)),
     output:
         "reports/{paper}_{dataset}.md",   # in the paper's page (rule paper_page)
     localrule: True
@@ -257,7 +257,7 @@ rule paper_page:
     """A paper's page on a dataset for snakemake --report: its reproduction report, each of its tables
     and its claims table, its figures beside them (methods.report.html)."""
     input:
-        unpack(paper_page_inputs),
+        unpack(lambda w: INPUTS.paper_page(w.paper, w.dataset)),
     output:
         report("reports/{paper}_{dataset}.html", category=paper_name, subcategory="{dataset}",
                caption="../report/reproduction.rst"),
@@ -276,7 +276,7 @@ rule paper_page:
 
 
 # What the run found on a dataset, paper by paper: each row's main metric against chance, whether
-# it trained, each claim's verdict (the numbers the README points to, generated, not copied).
+# it trained, each claim's verdict (the numbers docs/synthetic-dataset.md points to, generated, not copied).
 rule summary_spec:
     """The papers, tables, rows (with their aggregates) and claims tables of a dataset's summary."""
     output:

@@ -24,7 +24,7 @@ for _name in HARNESS["datasets"]:
         name:
             f"train_{_name}"
         input:
-            unpack(lambda w, name=_name: train_inputs_of(name, w.exp)),
+            unpack(lambda w, name=_name: INPUTS.train(name, w.exp)),
         output:
             model=model_file(_run),
             log=train_log(_run),
@@ -32,16 +32,14 @@ for _name in HARNESS["datasets"]:
             **{f"sims_{s}": sims_file(_run, s) for s in _tests},
         params:
             numerics=numerics_env(_name, dataset_resource(_name, "train", "threads")),
-            features=lambda w, name=_name: image_features_dir(name, w.exp),
-            run_dir=lambda w, name=_name: run_dir(name, w.exp, w.seed),
+            features=lambda w, name=_name: PLAN.image_feature_dir(name, w.exp),
+            run_dir=lambda w, name=_name: PLAN.run_dir(name, w.exp, w.seed),
             splits=" ".join(_tests),
             device=DEVICE,
             block_elements=BLOCK_ELEMENTS,
         threads: dataset_resource(_name, "train", "threads")
         resources:
-            mem_mb=dataset_resource(_name, "train", "mem_mb"),
-            runtime=dataset_resource(_name, "train", "runtime"),
-            gpu=dataset_gpus(_name, "train"),
+            **resources_of(_name, "train"),
             # on SLURM, SIGUSR1 five minutes before the time limit: training writes a checkpoint
             # and stops, and the retry resumes from it (SIGTERM at the limit is handled the same way)
             slurm_extra="'--signal=USR1@300'",
@@ -69,7 +67,7 @@ for _name in HARNESS["datasets"]:
         name:
             f"evaluate_released_{_name}"
         input:
-            unpack(lambda w, name=_name: released_inputs_of(name, w.exp, w.checkpoint)),
+            unpack(lambda w, name=_name: INPUTS.released(name, w.exp, w.checkpoint)),
         output:
             model=model_file(_imported),
             vocab=run_vocab(_imported),
@@ -79,7 +77,7 @@ for _name in HARNESS["datasets"]:
             checkpoint=r"[a-z0-9_]+",
         params:
             numerics=numerics_env(_name, dataset_resource(_name, "evaluate", "threads")),
-            features=lambda w, name=_name: image_features_dir(name, w.exp),
+            features=lambda w, name=_name: PLAN.image_feature_dir(name, w.exp),
             run_dir=lambda w, name=_name: LAYOUT.released_dir(name, w.exp, w.checkpoint),
             expect=lambda w, name=_name: json.dumps(dict(PLAN.released_member(name, w.exp, w.checkpoint).expect)),
             splits=" ".join(_tests),
@@ -88,9 +86,7 @@ for _name in HARNESS["datasets"]:
             reader_limits=READER_LIMITS,
         threads: dataset_resource(_name, "evaluate", "threads")
         resources:
-            mem_mb=dataset_resource(_name, "evaluate", "mem_mb"),
-            runtime=dataset_resource(_name, "evaluate", "runtime"),
-            gpu=dataset_gpus(_name, "evaluate"),
+            **resources_of(_name, "evaluate"),
         conda:
             CONDA_ENV
         log:
@@ -108,15 +104,15 @@ for _name in HARNESS["datasets"]:
 rule ensemble:
     """Average the members' score matrices (an ensemble row), then evaluate like a single model."""
     input:
-        unpack(positives_inputs),
+        unpack(lambda w: INPUTS.positives(w.dataset)),
         cfg=dataset_json,
-        sims=lambda w: [sims_file(d, w.split) for d in ensemble_members(w)],
-        evals=lambda w: [eval_file(d, w.split) for d in ensemble_members(w)],
+        sims=lambda w: [sims_file(d, w.split) for d in INPUTS.ensemble_members(w.dataset, w.ens, w.seed)],
+        evals=lambda w: [eval_file(d, w.split) for d in INPUTS.ensemble_members(w.dataset, w.ens, w.seed)],
     output:
         eval_file(LAYOUT.ensemble_dir("{dataset}", "{ens}", "{seed}"), "{split}"),
     params:
         numerics=numerics_env_of(lambda d: dataset_resource(d, "evaluate", "threads")),
-        members=ensemble_members,
+        members=lambda w: INPUTS.ensemble_members(w.dataset, w.ens, w.seed),
     threads: dataset_res("evaluate", "threads")
     resources:
         mem_mb=dataset_res("evaluate", "mem_mb"),
@@ -144,22 +140,20 @@ for _name in HARNESS["datasets"]:
             name:
                 f"evaluate_views_{_name}_{_exp.replace('-', '_')}"
             input:
-                unpack(lambda w, name=_name, exp=_exp: view_inputs_of(name, exp, w.seed, w.split)),
+                unpack(lambda w, name=_name, exp=_exp: INPUTS.views(name, exp, w.seed, w.split)),
             output:
                 [eval_file(LAYOUT.run_dir(_name, _exp, "{seed}"), "{split}", v) for v in _views],
                 [sims_file(LAYOUT.run_dir(_name, _exp, "{seed}"), "{split}", v) for v in _views],
             params:
                 numerics=numerics_env(_name, dataset_resource(_name, "evaluate", "threads")),
-                features=lambda w, name=_name, exp=_exp: image_features_dir(name, exp),
-                run_dir=lambda w, name=_name, exp=_exp: run_dir(name, exp, w.seed),
+                features=lambda w, name=_name, exp=_exp: PLAN.image_feature_dir(name, exp),
+                run_dir=lambda w, name=_name, exp=_exp: PLAN.run_dir(name, exp, w.seed),
                 views=",".join(_views),
                 device=DEVICE,
                 block_elements=BLOCK_ELEMENTS,
             threads: dataset_resource(_name, "evaluate", "threads")
             resources:
-                mem_mb=dataset_resource(_name, "evaluate", "mem_mb"),
-                runtime=dataset_resource(_name, "evaluate", "runtime"),
-                gpu=dataset_gpus(_name, "evaluate"),
+                **resources_of(_name, "evaluate"),
             conda:
                 CONDA_ENV
             log:

@@ -1,0 +1,42 @@
+"""The DAG build's checks of a config's files, each run once per build: a dataset's files (splits,
+sizes, protocols' image counts, COCO ids; stats every image) and a backbone's weights (loading a
+weights file is slow). The input functions of the rules call them; the counts a dataset's check
+made are what the dry run's cost estimates read.
+"""
+from __future__ import annotations
+
+from methods.data.checks import check_backbone_weights, check_dataset_inputs
+from methods.data.datasets import dataset_paths
+from methods.data.multilabel import check_source as check_multilabel_source
+from methods.features.weights_check import check_weights_fit
+from methods.metrics.protocols import check_coco_ids, check_split_sizes
+
+
+class InputChecks:
+    """The checks of one validated harness config, remembered for the DAG build that owns this object."""
+
+    def __init__(self, cfg: dict):
+        self.cfg = cfg
+        self._split_images: dict[str, dict[str, int]] = {}
+        self._backbones: set[str] = set()
+
+    def dataset(self, name: str) -> dict[str, int]:
+        """Checks a dataset's files (once) and returns its images per harness split."""
+        if name not in self._split_images:
+            splits, keep_index = check_dataset_inputs(self.cfg, name)
+            ds, karpathy = self.cfg["datasets"][name], dataset_paths(self.cfg, name)["karpathy_json"]
+            sizes, where = {n: len(s) for n, s in splits.items()}, str(karpathy)
+            if ds["kind"] == "multilabel":   # the source files' headers (none when generated)
+                sizes, where = check_multilabel_source(self.cfg, name), f"datasets.{name}.source_dir"
+            check_split_sizes(name, ds["protocols"], sizes, where)
+            check_coco_ids(ds["protocols"], splits, karpathy)
+            keep_index()   # a Karpathy file's index is cached once every check of the dataset has passed
+            self._split_images[name] = sizes
+        return self._split_images[name]
+
+    def backbone(self, name: str) -> None:
+        """The backbone's weights are configured, present, and fit its architecture (checked once)."""
+        if name not in self._backbones:
+            check_backbone_weights(self.cfg, name)
+            check_weights_fit(self.cfg, name)
+            self._backbones.add(name)
