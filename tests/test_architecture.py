@@ -26,7 +26,7 @@ LAYERS = [
     ("losses/metrics", ("methods.losses", "methods.metrics")),
     ("training/evaluation", ("methods.training", "methods.scoring", "methods.released")),   # released: the authors' weights as a trained model
     ("report", ("methods.report",)),
-    ("plan/CLI", ("methods.plan", "methods.fidelity", "methods.estimate", "methods.api", "methods.train",
+    ("plan/CLI", ("methods.plan", "methods.fidelity", "methods.estimate", "methods.dry_run", "methods.api", "methods.train",
                   "methods.import_released",
                   "methods.evaluate", "methods.ensemble", "methods.benchmarks")),
 ]

@@ -1,12 +1,12 @@
 """What the rules read and say, as pure functions of the plan, called here without Snakemake: the
-dry run's notes (methods/plan/dry_run.py), a rule's resources (methods/plan/resources.py) and the
+dry run's notes (methods/dry_run.py), a rule's resources (methods/plan/resources.py) and the
 inputs of a rule's jobs (methods/plan/rule_inputs.py), against the plan's own records."""
 import pytest
 
 from methods.estimate import estimate, table_work
 from methods.plan import Plan
 from methods.plan.dag_checks import InputChecks
-from methods.plan.dry_run import dry_run_lines
+from methods.dry_run import dry_run_lines
 from methods.plan.resources import dataset_gpus, dataset_resource, job_resources
 from methods.plan.rule_inputs import RuleInputs
 from tests.conftest import config_with_every_table
@@ -35,6 +35,14 @@ def test_a_dry_run_prices_each_real_table_once_and_no_synthetic_one(plan):
     unconfigured = [f"tables/table1_coco.csv: row '{r['id']}' (the authors' released weights) is left out: set "
                     f"{', '.join(r['keys'])}" for r in plan.table("table1", "coco").unconfigured]
     assert lines == unconfigured + expected and asked == ["coco"]
+
+
+def test_a_dry_run_reads_the_measured_costs_once_for_all_its_tables(plan):
+    reads = []
+    dry_run_lines(plan, [("table1", "coco"), ("sgraf_t1", "coco"), ("sgraf_t1", "flickr")], [],
+                  lambda d: COCO_IMAGES if d == "coco" else {"train": 29_000, "dev": 1_014, "test": 1_000},
+                  lambda: reads.append(1) or [])
+    assert reads == [1]
 
 
 def test_a_dry_run_of_released_rows_names_those_left_out_without_an_estimate(plan):

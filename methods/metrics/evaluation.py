@@ -14,7 +14,6 @@ import numpy as np
 import torch
 
 from methods.data.datasets import DatasetPayload
-from methods.data.karpathy import Split
 from methods.errors import HarnessError
 from methods.metrics import statistics  # noqa: F401  (registers the statistics' implementations)
 from methods.metrics.declarations import METRICS, value_from
@@ -74,10 +73,9 @@ def split_relevances(payload: DatasetPayload, split: str) -> dict:
     return build_relevances(protocols, KarpathySplitItems(payload, split))
 
 
-def split_labels(payload: DatasetPayload, split: str, protocol: Protocol, loaded: Split | None = None) -> SharedLabels:
-    """The shared labels ``protocol`` reads of a dataset's split (``relevance_builders.shared_labels``);
-    ``loaded``: the split, when the caller has read it already."""
-    return shared_labels(protocol, KarpathySplitItems(payload, split, loaded))
+def split_labels(payload: DatasetPayload, split: str, protocol: Protocol) -> SharedLabels:
+    """The shared labels ``protocol`` reads of a dataset's split (``relevance_builders.shared_labels``)."""
+    return shared_labels(protocol, KarpathySplitItems(payload, split))
 
 
 def label_prediction_relevance(labels: SharedLabels, predictions: tuple[np.ndarray, np.ndarray]) -> LabelPredictions:

@@ -3,8 +3,7 @@ kind (``RELEVANCE_BUILDERS``), the same for validation during training and for t
 
 The items are images in order, each with ``texts_per_image`` texts (text k is of image
 k // texts_per_image). Two sources give them: a harness split of a dataset's Karpathy file
-(``KarpathySplitItems``: test evaluation, ensembles, claims; what it reads of the file, it reads
-once) and a split already in memory, such as the dev split's first images that validation ranks
+(``KarpathySplitItems``: test evaluation, ensembles, claims; the payload reads the file once) and a split already in memory, such as the dev split's first images that validation ranks
 (``ItemsInOrder``: its labels only, so a kind that needs more of the file names what is missing in
 one line).
 """
@@ -38,16 +37,14 @@ class SplitItems(Interface):
 
 class KarpathySplitItems:
     """Harness split ``split`` of a dataset (the ``dataset.json`` payload), read from its Karpathy
-    file on first need (or ``loaded``: the caller has read it already)."""
+    file on first need (``DatasetPayload.split``: once per payload)."""
 
-    def __init__(self, payload: DatasetPayload, split: str, loaded: Split | None = None):
-        self.payload, self.split, self._loaded = payload, split, loaded
+    def __init__(self, payload: DatasetPayload, split: str):
+        self.payload, self.split = payload, split
         self.texts_per_image = payload.dataset["texts_per_image"]
 
     def loaded(self) -> Split:
-        if self._loaded is None:
-            self._loaded = self.payload.split(self.split)
-        return self._loaded
+        return self.payload.split(self.split)
 
     def image_labels(self, protocol: Protocol) -> np.ndarray:
         loaded = self.loaded()

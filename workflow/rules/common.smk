@@ -82,7 +82,7 @@ from methods.paths import eval_file, model_file, run_vocab, sims_file, train_log
 from methods.plan import Plan, data_kind, test_splits
 from methods.plan.dag_checks import InputChecks
 from methods.plan.datasets import as_configured   # the one-line errors' keys (HarnessErrorsInOneLine)
-from methods.plan.dry_run import dry_run_lines
+from methods.dry_run import dry_run_lines
 from methods.plan.resources import dataset_resource as plan_dataset_resource, job_resources, numerics_prefix, rule_resource
 from methods.plan.rule_inputs import RuleInputs
 from methods.plan.runtime_jobs import PlannedJob, jobs_behind, runtime_spec
@@ -223,7 +223,7 @@ CHECKS = InputChecks(HARNESS)   # each configured file checked once per DAG buil
 
 def announce_dry_run():
     """Once the DAG is built, a dry run names each released row its tables leave out and prints
-    the GPU-time estimate of each table of a real dataset it holds (methods/plan/dry_run.py)."""
+    the GPU-time estimate of each table of a real dataset it holds (methods/dry_run.py)."""
     if not (workflow.dryrun and workflow.is_main_process):
         return
     jobs = [(job.rule.name, job.wildcards_dict) for job in workflow.dag.jobs]

@@ -5,6 +5,7 @@ and a smoke run is a few batches).
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, Iterable
 
 from methods.estimate import BENCHMARK as COST_BENCHMARK, estimate, table_work
@@ -30,10 +31,11 @@ def dry_run_lines(plan, tables: Iterable[tuple[str, str]], released_tables: Iter
     released-rows table it holds, each table once, in name order. ``split_images(dataset)``: the
     dataset's images per split (its checks); ``costs()``: the measured costs, read when needed."""
     tables, released_tables, lines = set(tables), set(released_tables), []
+    read_costs = functools.cache(costs)   # read once, for the first real table
     for table, dataset in sorted(tables | released_tables):
         # a paper table of synthetic data shows no released row; its released-rows table names them
         if (table, dataset) in released_tables or data_kind(plan.cfg["datasets"][dataset]) != "synthetic":
             lines += unconfigured_lines(plan, table, dataset)
         if (table, dataset) in tables and data_kind(plan.cfg["datasets"][dataset]) not in ("synthetic", "smoke"):
-            lines += estimate_lines(plan, table, dataset, split_images(dataset), costs())
+            lines += estimate_lines(plan, table, dataset, split_images(dataset), read_costs())
     return lines
