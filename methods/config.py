@@ -17,7 +17,6 @@ import yaml
 
 from methods.errors import HarnessError, shorten
 from methods.paths import ResultsLayout
-from methods.plugins import schema_files
 
 # libyaml's safe loader where PyYAML was built with it: the plan reads the method files and
 # schemas at every Snakemake start, and the pure-Python parser dominated that time
@@ -44,51 +43,12 @@ def load_yaml(path: str | Path) -> Any:
         raise HarnessError(f"{path}: cannot be read ({exc.strerror or exc})") from None
 
 
-def with_model_dispatch(schema: dict) -> dict:
-    """The method schema with its model dispatch, read from its ``$defs``: a block whose ``kind``
-    is a const is one model's block (named by that kind); ``model.kind`` lists them, and each
-    kind's ``model`` is checked against its block. A new model adds its block, nothing else."""
-    kinds = []
-    for name, block in schema["$defs"].items():
-        kind = block.get("properties", {}).get("kind", {})
-        if "const" in kind:
-            if kind["const"] != name:
-                raise HarnessError(f"{SCHEMA_DIR / 'method.schema.yaml'}: $defs.{name}: a model block is named by "
-                                   f"its kind ('{kind['const']}')")
-            kinds.append(name)
-    schema["properties"]["model"]["properties"]["kind"] = {"enum": kinds, "description": "a model block of $defs"}
-    schema["allOf"] = schema.get("allOf", []) + [
-        {"if": {"properties": {"model": {"properties": {"kind": {"const": kind}}}}},
-         "then": {"properties": {"model": {"$ref": f"#/$defs/{kind}"}}}} for kind in kinds]
-    return schema
-
-
-def with_plugin_blocks(schema: dict, stem: str) -> dict:
-    """``schema`` with the ``$defs`` blocks of the plug-in folders' ``<stem>.schema.yaml`` (a model
-    of one's own: ``methods.plugins``); a file holds ``$defs`` only, and a name may not repeat one."""
-    for path in schema_files(stem):
-        extra = load_yaml(path)
-        if not isinstance(extra, dict) or set(extra) != {"$defs"} or not isinstance(extra["$defs"], dict):
-            raise HarnessError(f"{path}: a plug-in's schema file holds one key, $defs (the blocks it adds)")
-        for name, block in extra["$defs"].items():
-            if name in schema["$defs"]:
-                raise HarnessError(f"{path}: $defs.{name}: the method schema already has a block '{name}'")
-            kind = (block.get("properties", {}).get("kind", {}) if isinstance(block, dict) else {})
-            if "const" in kind and kind["const"] != name:
-                raise HarnessError(f"{path}: $defs.{name}: a model block is named by its kind ('{kind['const']}')")
-            schema["$defs"][name] = block
-    return schema
-
-
 def load_schema(name: str) -> dict:
-    """``name`` is a schema file stem, ``file#def`` for one of its ``$defs`` (e.g. ``config#dataset``),
-    or ``LAYER_SCHEMA`` (one config layer of a method file, derived from the method schema)."""
-    if name == LAYER_SCHEMA:
-        return method_layer_schema()
+    """``name`` is a schema file stem, or ``file#def`` for one of its ``$defs`` (e.g. ``config#dataset``).
+    The method schema's file holds what is not a model's; its model blocks come from the models'
+    declarations (``methods.model_kinds.method_schema``, which validates method configs)."""
     stem, _, definition = name.partition("#")
     schema = load_yaml(SCHEMA_DIR / f"{stem}.schema.yaml")
-    if stem == "method":
-        schema = with_model_dispatch(with_plugin_blocks(schema, stem))
     if definition:
         return {"$defs": schema["$defs"], "$ref": f"#/$defs/{definition}"}
     return schema
@@ -109,10 +69,18 @@ def validate(obj: Any, schema_name: str, where: str) -> Any:
 
     Raises one HarnessError naming the file (``where``) and the offending key path.
     """
+    if schema_name in ("method", LAYER_SCHEMA):
+        raise ValueError("a method config is validated with its models' blocks: "
+                         "methods.model_kinds.method_schema.validate_method / validate_layer")
+    return validate_against(obj, _validator(schema_name), schema_name, where)
+
+
+def validate_against(obj: Any, validator: jsonschema.Draft202012Validator, schema_name: str, where: str) -> Any:
+    """``validate`` with a given validator of the schema named ``schema_name`` in messages."""
     passed, seen = _PASSED.setdefault(schema_name, set()), repr(obj)   # repr: a tuple is no array, True no 1
     if seen in passed:   # a plan resolves many rows to the same config: each is checked once per process
         return obj
-    errors = sorted(_validator(schema_name).iter_errors(obj),
+    errors = sorted(validator.iter_errors(obj),
                     key=lambda e: [(isinstance(p, str), p) for p in e.absolute_path])  # list indices, then keys
     if errors:
         first = errors[0]
@@ -244,38 +212,3 @@ def _require_tested(condition: dict) -> dict:
             "properties": {name: _require_tested(v) for name, v in condition["properties"].items()}}
 
 
-def method_layer_schema() -> dict:
-    """What one config layer of a method file may hold (its base, a preset, a variant's base or
-    preset, a paper row's overrides): the method schema with nothing required, plus the keys only
-    a layer sets (``$defs.layer_only`` of method_file.schema.yaml, e.g. ``training.run_stages``)."""
-    layer_only = load_schema("method_file")["$defs"]["layer_only"]
-    return deep_merge(partial_schema(load_schema("method")), {"properties": layer_only["properties"]})
-
-
-def validate_layer(layer: Mapping | None, where: str, model_kind: str | None = None) -> None:
-    """Validate one config layer strictly (no unknown key at any level), before any merge can drop
-    or replace it. ``model_kind``: the method's model kind, which picks the model block's keys
-    where the layer's ``model`` does not name its own."""
-    if not layer:
-        return
-    checked = dict(layer)
-    if model_kind is not None and isinstance(layer.get("model"), Mapping) and "kind" not in layer["model"]:
-        checked["model"] = {"kind": model_kind, **layer["model"]}
-    validate(checked, LAYER_SCHEMA, where)
-
-
-def read_experiment(path: str | Path, dataset: Any) -> dict:
-    """An experiment file (a resolved method config JSON, as the plan writes it) for a job on a
-    dataset (``dataset``: its payload, a ``methods.data.datasets.DatasetPayload``): one of another harness version
-    (a key missing or unknown) fails naming the key, and one planned for other numerics than the
-    dataset runs fails, since its hash says which numerics its results come from."""
-    try:
-        cfg = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise HarnessError(f"{path}: not a readable experiment file ({type(exc).__name__}: {exc})") from None
-    validate({k: v for k, v in cfg.items() if k != "numerics"}, "method", str(path))
-    planned, mode = cfg.get("numerics", "native"), dataset.dataset.get("numerics", "native")
-    if planned != mode:
-        raise HarnessError(f"{path} was planned for {planned} numerics but dataset '{dataset.name}' runs {mode} "
-                           f"(datasets.{dataset.name}.numerics): plan the experiment again")
-    return cfg

@@ -22,13 +22,14 @@ import shutil
 from pathlib import Path
 
 from methods.cli import run_command
-from methods.config import config_hash, read_experiment
+from methods.config import config_hash
 from methods.data.datasets import DatasetPayload, load_dataset_payload
 from methods.data.inputs import region_shape
 from methods.errors import HarnessError, first_line, printable
 from methods.evaluate import evaluate_run
 from methods.io import new_temp_folder
 from methods.metrics.evaluation import split_relevances
+from methods.model_kinds.method_schema import read_experiment
 from methods.models.checkpoint import save_trained_model
 from methods.paths import model_file, run_vocab
 from methods.plan.datasets import reported_dataset

@@ -1,8 +1,8 @@
 """Models from a folder of one's own (a plug-in folder), loaded as files of the package would be.
 
-A plug-in folder mirrors the repository: ``methods/model_kinds/<name>.py`` (what the plan knows
-of a model, torch-free), ``methods/models/<name>.py`` (the model), ``workflow/schemas/method.schema.yaml``
-(its ``$defs``: one block per model) and, anywhere in it, method files and paper files. A paper
+A plug-in folder mirrors the repository: ``methods/model_kinds/<name>.py`` (the model's
+declaration, torch-free: its settings, from which its schema block is generated),
+``methods/models/<name>.py`` (the model) and, anywhere in it, method files and paper files. A paper
 file in a plug-in folder names its method files relative to that folder, as the repository's
 name theirs relative to the repository.
 

@@ -17,7 +17,7 @@ import torch
 
 from methods import api
 from methods.cli import run_command
-from methods.config import config_hash, read_experiment
+from methods.config import config_hash
 from methods.data.caption_augment import extra_tokens
 from methods.data.datasets import load_dataset_payload
 from methods.data.text import Vocabulary
@@ -26,6 +26,7 @@ from methods.evaluate import evaluate_run
 from methods.io import write_json
 from methods.metrics.evaluation import split_relevances
 from methods.model_kinds import finetunes, image_input_of
+from methods.model_kinds.method_schema import read_experiment
 from methods.models.checkpoint import save_trained_model
 from methods.paths import model_file, train_log
 from methods.runtime import compute_setup, provenance, resolve_device, seed_everything

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from methods.config import load_schema
+from methods.model_kinds.method_schema import method_schema
 
 PACKAGE = Path(__file__).resolve().parents[1] / "methods"
 
@@ -109,7 +110,7 @@ def test_schema_enums_list_exactly_the_registered_names(registry_path, schema_pa
     import importlib
 
     registry = getattr(importlib.import_module(registry_path[0]), registry_path[1])
-    schema = load_schema(schema_path[0])
+    schema = method_schema() if schema_path[0] == "method" else load_schema(schema_path[0])
     assert schema_enum(schema, *schema_path[1:]) == registry.names()
 
 
@@ -133,14 +134,17 @@ def test_the_other_registry_backed_schema_enums_follow_their_registries():
     assert set(selection) - {"last"} <= set(METRICS.names()) and "last" in selection
 
 
-@pytest.mark.parametrize("kind", sorted(load_schema("method")["properties"]["model"]["properties"]["kind"]["enum"]))
-def test_a_models_schema_block_names_its_constructors_keywords(kind):
+@pytest.mark.parametrize("kind", sorted(method_schema()["properties"]["model"]["properties"]["kind"]["enum"]))
+def test_a_models_constructor_takes_its_declared_settings(kind):
     """A model config's keys are its constructor's keywords (``from_config`` passes them as they
-    are): the schema block lists exactly the keywords the build context does not give, and each
-    keyword without a default is required."""
+    are): the declared settings, whose schema block is generated, are exactly the keywords the
+    build context does not give; each keyword without a default is required, and a setting a
+    config may leave out has the constructor's default as its declared default."""
+    from methods.model_kinds import MODEL_KINDS
     from methods.models import MODELS, BuildContext, constructor_keywords
 
-    block = load_schema("method")["$defs"][kind]
+    block = method_schema()["$defs"][kind]
+    declared = MODEL_KINDS.get(kind).declaration(kind)
     cls = MODELS.get(kind)
     cfg = {"kind": kind, "backbone": "cnn", "text": {"word_dim": 4, "hidden_dim": 4, "num_layers": 1,
                                                         "bidirectional": True, "word_init": "random"}}
@@ -151,6 +155,8 @@ def test_a_models_schema_block_names_its_constructors_keywords(kind):
     assert set(keywords) == (set(block["properties"]) - {"kind"}) | given
     no_default = {name for name, p in keywords.items() if p.default is p.empty}
     assert no_default - given <= set(block["required"])
+    assert set(block["properties"]) - {"kind"} == set(declared.settings)
+    assert declared.defaults() == {name: keywords[name].default for name in declared.defaults()}
 
 
 def test_the_text_blocks_keys_are_the_text_encoders_keywords():
@@ -158,7 +164,7 @@ def test_the_text_blocks_keys_are_the_text_encoders_keywords():
 
     from methods.models.text import GRUTextEncoder
 
-    block = load_schema("method")["$defs"]["text_gru"]
+    block = method_schema()["$defs"]["text_gru"]
     keywords = set(inspect.signature(GRUTextEncoder.__init__).parameters) - {"self"}
     # word_init chooses the word vectors; the vocabulary's size and the source's epsilon come from the model
     assert keywords == (set(block["properties"]) - {"word_init"}) | {"vocab_size", "word_vectors", "l2norm_eps"}
@@ -210,7 +216,7 @@ def test_the_workflow_passes_snakemakes_linter():
 def test_model_schema_has_a_block_for_every_registered_model():
     from methods.models import MODELS
 
-    schema = load_schema("method")
+    schema = method_schema()
     assert set(MODELS.names()) <= set(schema["$defs"])
 
 

@@ -12,13 +12,12 @@ import pandas as pd
 import pytest
 
 import methods.model_kinds
-from methods.config import with_plugin_blocks
 from methods.errors import HarnessError
 from methods.plugins import PLUGINS_ENV, check_loaded, load_plugin_modules, resolve_folders
 from tests.conftest import REPO, SNAKEMAKE, copy_workflow, local_snakemake_env
 from tests.test_readme import worked_example_files
 
-SCHEMA = "workflow/schemas/method.schema.yaml"
+DECLARATION = "methods/model_kinds/mean_regions.py"
 # what a region model's table needs of the synthetic dataset's jobs: data, backbone, features,
 # regions, vocabulary and the dataset's config
 SYNTHETIC_DATA = [f"results/synthetic/{name}" for name in
@@ -29,15 +28,14 @@ ORACLE = "tests/oracles/mean_regions.py"
 
 
 def plugin_folder(root: Path, oracle: bool = True) -> Path:
-    """The worked example's files in a folder of one's own, at the paths they have in the repository
-    (the schema file holds only the ``$defs`` block it adds); without the model's oracle file
-    unless ``oracle``."""
+    """The worked example's files in a folder of one's own, at the paths they have in the repository;
+    without the model's oracle file unless ``oracle``."""
     for path, text in worked_example_files().items():
         if path == ORACLE and not oracle:
             continue
         target = root / path
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text("$defs:\n" + text if path == SCHEMA else text)
+        target.write_text(text)
     return root
 
 
@@ -53,9 +51,8 @@ def package_files() -> dict[str, tuple[int, int]]:
 
 def test_the_worked_example_is_four_files_and_its_oracle_at_their_paths_in_the_repository():
     files = worked_example_files()
-    assert sorted(files) == ["config/methods/mean_regions.yaml", "methods/models/mean_regions.py",
-                             "methods/papers/mean_regions.yaml", ORACLE, SCHEMA]
-    assert files[SCHEMA].startswith("  mean_regions:\n")   # a block under $defs, as the text says
+    assert sorted(files) == ["config/methods/mean_regions.yaml", DECLARATION, "methods/models/mean_regions.py",
+                             "methods/papers/mean_regions.yaml", ORACLE]
 
 
 def test_a_plugin_module_may_not_take_the_name_of_a_module_of_the_package(tmp_path, monkeypatch):
@@ -64,24 +61,6 @@ def test_a_plugin_module_may_not_take_the_name_of_a_module_of_the_package(tmp_pa
     monkeypatch.setenv(PLUGINS_ENV, str(tmp_path))
     with pytest.raises(HarnessError, match=r"sgraf\.py: methods\.model_kinds already has a module 'sgraf'"):
         load_plugin_modules("methods.model_kinds", methods.model_kinds.__path__)
-
-
-def test_a_plugin_schema_file_adds_model_blocks_only(tmp_path, monkeypatch):
-    schema = tmp_path / SCHEMA
-    schema.parent.mkdir(parents=True)
-    monkeypatch.setenv(PLUGINS_ENV, str(tmp_path))
-    base = {"$defs": {"sgraf": {"type": "object"}}}
-    schema.write_text("$defs:\n  mine: {type: object, properties: {kind: {const: mine}}}\n")
-    assert set(with_plugin_blocks({"$defs": dict(base["$defs"])}, "method")["$defs"]) == {"sgraf", "mine"}
-    schema.write_text("$defs:\n  sgraf: {type: object}\n")
-    with pytest.raises(HarnessError, match=r"method\.schema\.yaml: \$defs\.sgraf: the method schema already has"):
-        with_plugin_blocks({"$defs": dict(base["$defs"])}, "method")
-    schema.write_text("$defs:\n  mine: {type: object, properties: {kind: {const: yours}}}\n")
-    with pytest.raises(HarnessError, match=r"\$defs\.mine: a model block is named by its kind \('yours'\)"):
-        with_plugin_blocks({"$defs": dict(base["$defs"])}, "method")
-    schema.write_text("properties: {}\n$defs: {}\n")
-    with pytest.raises(HarnessError, match="holds one key, \\$defs"):
-        with_plugin_blocks({"$defs": dict(base["$defs"])}, "method")
 
 
 def test_the_plan_refuses_plugin_folders_this_process_did_not_load(tmp_path):
@@ -146,7 +125,7 @@ def test_a_model_from_a_folder_of_ones_own_is_trained_and_tabled_without_a_file_
                             capture_output=True, text=True, timeout=900)
     out = tested.stdout + tested.stderr
     passed = ["tests/test_registries.py::test_model_forward_backward_and_block_scoring[mean_regions]",
-              "tests/test_architecture.py::test_a_models_schema_block_names_its_constructors_keywords[mean_regions]",
+              "tests/test_architecture.py::test_a_models_constructor_takes_its_declared_settings[mean_regions]",
               "tests/test_float64.py::test_float64_scores_equal_the_per_pair_reference[mean_regions]",
               "tests/test_descriptions.py::test_description_of_a_hand_built_config[mean_regions]"]
     assert all(f"PASSED {test}" in out for test in passed), out[-4000:]

@@ -189,7 +189,7 @@ def test_every_listed_importer_reads_the_code_base_the_dag_names():
 
 
 def test_an_experiment_planned_for_other_numerics_is_refused(tmp_path):
-    from methods.config import read_experiment
+    from methods.model_kinds.method_schema import read_experiment
     cfg = api.experiment_config("sgraf", "flickr")
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**cfg, "numerics": "portable"}))

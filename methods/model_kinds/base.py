@@ -4,17 +4,28 @@ these declarations; the model itself (``methods.models``) is registered under th
 """
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar, Mapping
 
 from methods.data.inputs import IMAGE_INPUTS, ImageInput
 from methods.model_kinds.description import DescribeContext, schedule_text
+from methods.model_kinds.settings import Declaration, Setting
 from methods.registry import Registry
 
 
 class ModelKind:
-    """Subclass per model kind, registered in ``MODEL_KINDS`` under the kind's config name."""
+    """Subclass per model kind, registered in ``MODEL_KINDS`` under the kind's config name: the
+    model's declaration, written once."""
 
     image_input: ClassVar[str]   # ``methods.data.inputs.IMAGE_INPUTS``: pooled, regions or grid
+    # the keys of its ``model`` config block but ``kind`` (``methods.model_kinds.settings``): its
+    # method-schema block is generated from them and its constructor takes them as keywords
+    settings: ClassVar[Mapping[str, Setting]]
+    schema_description: ClassVar[str | None] = None
+    schema_conditions: ClassVar[Mapping[str, Any]] = {}   # JSON Schema keywords across the settings
+
+    @classmethod
+    def declaration(cls, kind: str) -> Declaration:
+        return Declaration(kind, cls.settings, cls.schema_description, cls.schema_conditions)
 
     @classmethod
     def set_sizes(cls, model_cfg: dict) -> tuple[int, int] | None:

@@ -3,6 +3,19 @@
 (``methods.models.set_embedding``)."""
 from methods.model_kinds.base import MODEL_KINDS, ModelKind
 from methods.model_kinds.description import DescribeContext, backbone_text, finetunes, gru_text, regions_text
+from methods.model_kinds.settings import BACKBONE_BN, GRID_SCALE, choice, integer, number, part, setting, text
+
+# what both set models take (their parts are blocks of the method schema, shared by the two)
+SET_SETTINGS = {
+    "image_projection": part("set_image_projection"),
+    "set_size": integer("K: elements per set, both modalities", minimum=1),
+    "dropout": number("DivE --dropout / --img_1x1_dropout (0.1)", minimum=0, exclusiveMaximum=1),
+    "lr_scale": part("set_lr_scale", default=None),   # no scale: 1 for both
+    "set_module": part("set_module"),
+    "similarity": part("set_similarity"),
+    "text": part("text_gru"),
+    "text_global": part("set_text_global", default="average_final"),
+}
 
 
 class SetEmbeddingKind(ModelKind):
@@ -34,6 +47,15 @@ class SetEmbeddingKind(ModelKind):
 @MODEL_KINDS.register("set_embedding")
 class SetEmbeddingRegionsKind(SetEmbeddingKind):
     image_input = "regions"
+    settings = {
+        **SET_SETTINGS,
+        "region_padding": choice(["batch_longest", "all"], "training batches' regions after region_drop: "
+                                 "batch_longest pads to the most regions any image of the batch kept (DivE's "
+                                 "collate_fn_butd), all keeps every image's full count"),
+        "embed_dim": integer("D: region MLP, GRU hidden, slots and elements", minimum=2),
+        "region_drop": number("fraction of regions removed per training image (DivE --butd_drop_prob 0.2)",
+                              minimum=0, exclusiveMaximum=1),
+    }
 
     @classmethod
     def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
@@ -43,6 +65,17 @@ class SetEmbeddingRegionsKind(SetEmbeddingKind):
 @MODEL_KINDS.register("set_embedding_grid")
 class SetEmbeddingGridKind(SetEmbeddingKind):
     image_input = "grid"
+    schema_description = "set embeddings of a CNN grid's cells (the set-embedding paper's ResNet-152 + bi-GRU rows)"
+    settings = {
+        **SET_SETTINGS,
+        "backbone": text("a key of config backbones: the CNN whose cached maps are read, and which a fine-tune "
+                         "stage trains"),
+        "backbone_bn": BACKBONE_BN,
+        "grid_scales": setting({"type": "array", "minItems": 1, "maxItems": 1, "items": GRID_SCALE},
+                               "the one ResNet stage whose cells are the local inputs (conv5: 7x7 at 224 px)"),
+        "embed_dim": integer("D: cell MLP, GRU hidden, slots and elements (a multiple of 4: the 2-D positions give "
+                             "rows and columns sin/cos pairs on half of it each)", minimum=4, multipleOf=4),
+    }
 
     @classmethod
     def describe(cls, cfg: dict, ctx: DescribeContext) -> str:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from methods.config import deep_merge, dotted_to_nested, validate, validate_layer
+from methods.config import deep_merge, dotted_to_nested
 from methods.data.caption_augment import CaptionAugmentation
 from methods.errors import HarnessError
 from methods.fidelity import load_method_file
 from methods.losses.term_kinds import rebase_term
 from methods.model_kinds import finetunes, image_input_of
+from methods.model_kinds.method_schema import validate_layer, validate_method
 
 
 def apply_layer(cfg: dict, layer: dict) -> dict:
@@ -104,7 +105,7 @@ def resolve_method_config(method_file: str | Path, dataset: str, overrides: dict
             raise HarnessError(f"{method_file}: run_stages names unknown stages {unknown}; stages: {names}")
         cfg["training"]["stages"] = [s for s in cfg["training"]["stages"] if s["name"] in keep]
     where = f"{method_file} (dataset {dataset}, overrides {overrides or {}})"
-    validate(cfg, "method", where)
+    validate_method(cfg, where)
     image_input = image_input_of(cfg["model"])   # what the schema cannot say: the model's input fixes it
     if finetunes(cfg) and not image_input.finetunable:
         raise HarnessError(f"{where}: training.stages: finetune_backbone is true, but a {cfg['model']['kind']} model "

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from methods import numerics
-from methods.config import REPO_ROOT, config_hash, dotted_to_nested, load_yaml, validate, validate_layer
+from methods.config import REPO_ROOT, config_hash, dotted_to_nested, load_yaml, validate
 from methods.errors import HarnessError
 from methods.fidelity import (merge_ledgers, row_ledger, smoke_deviation, source_ledger, stand_in_deviation,
                               tokenizer_deviation)
@@ -15,6 +15,7 @@ from methods.metrics.declarations import base_metrics, check_claimable
 from methods.metrics.protocols import STATISTICS_PROTOCOL, get_protocol
 from methods.model_kinds import MODEL_KINDS, DescribeContext, describe_run
 from methods.model_kinds.element_views import check_elements, view_name
+from methods.model_kinds.method_schema import validate_layer, validate_method
 from methods.paths import ResultsLayout
 from methods.plan.datasets import data_kind, reported_dataset, reported_shown, source_dataset, stand_in_protocols
 from methods.plan.method_files import check_method_file, load_method_file, model_kind, resolve_method_config
@@ -30,7 +31,7 @@ def smoke_training(cfg: dict, smoke: dict, where: str) -> dict:
     training = cfg["training"]
     stages = [{**stage, "epochs": min(stage["epochs"], smoke["epochs"])} for stage in training["stages"]]
     out = {**cfg, "training": {**training, "stages": stages, "max_batches_per_epoch": smoke["batches_per_epoch"]}}
-    return validate(out, "method", where)
+    return validate_method(out, where)
 
 
 def check_reported(by_protocol: dict, where: str) -> None:
