@@ -23,6 +23,7 @@ from pathlib import Path
 
 from methods.cli import run_command
 from methods.config import config_hash
+from methods.data.caption_augment import extra_tokens
 from methods.data.datasets import DatasetPayload, load_dataset_payload
 from methods.data.inputs import region_shape
 from methods.errors import HarnessError, first_line, printable
@@ -84,12 +85,19 @@ def import_released(payload: DatasetPayload, cfg: dict, checkpoint: str | Path, 
     except Exception as exc:
         raise HarnessError(f"{vocab_path}: cannot be read as a vocabulary ({type(exc).__name__}: "
                            f"{first_line(exc)})") from None
-    if len(vocab) != released.vocab_size:
+    if len(vocab) + released.extra_tokens != released.vocab_size:
+        past = f" ({released.extra_tokens} of its ids past the words)" if released.extra_tokens else ""
         raise HarnessError(f"{vocab_path} has {len(vocab)} words, but {checkpoint} was trained with "
-                           f"{released.vocab_size}: give the vocabulary released with it")
+                           f"{released.vocab_size}{past}: give the vocabulary released with it")
     # the authors trained the weights: the method's training-only token (<mask>, methods.data.caption_augment)
-    # has no row in their embedding, so the run's config holds no training that would add one
-    training = {k: v for k, v in cfg["training"].items() if k not in ("caption_augment", "masked_prediction")}
+    # stays in the run's config only where their embedding has its row (VSE-infinity's), so that the
+    # run's ids past the words are the file's
+    training = cfg["training"]
+    if not released.extra_tokens:
+        training = {k: v for k, v in training.items() if k not in ("caption_augment", "masked_prediction")}
+    elif extra_tokens(training) != released.extra_tokens:
+        raise HarnessError(f"{checkpoint}: its embedding has {released.extra_tokens} token ids past the words, but "
+                           f"the method's training adds {extra_tokens(training)}")
     run_cfg = {**cfg, "model": released.model_config, "training": training}
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = new_temp_folder(run_dir)

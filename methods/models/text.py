@@ -1,7 +1,8 @@
 """GRU caption encoder: word embedding -> [dropout] -> (bi)GRU.
 
 ``forward`` gives one vector per caption (last valid state, l2); ``words`` gives one vector
-per word (the two directions averaged, l2), for cross-attention models.
+per word (the two directions averaged, l2), for cross-attention models, and ``word_states``
+the same before the l2 (for a model that pools the words).
 """
 from __future__ import annotations
 
@@ -57,12 +58,18 @@ class GRUTextEncoder(nn.Module):
             out = hidden[-1]
         return l2norm(out, eps=self.l2norm_eps)
 
-    def words(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """(B, max(lengths), hidden) unit vectors, one per word; padded positions are zero."""
+    def word_states(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """(B, max(lengths), hidden): the GRU's output at each word (the two directions averaged);
+        padded positions are zero."""
         out, _ = self.gru(self._packed(tokens, lengths))
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=int(lengths.max()))
         if self.bidirectional:
             half = out.shape[-1] // 2
             out = (out[..., :half] + out[..., half:]) / 2
+        return out
+
+    def words(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """(B, max(lengths), hidden) unit vectors, one per word; padded positions are zero."""
+        out = self.word_states(tokens, lengths)
         mask = torch.arange(out.shape[1], device=out.device)[None, :] < lengths.to(out.device)[:, None]
         return l2norm(out, eps=self.l2norm_eps) * mask[..., None]

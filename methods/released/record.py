@@ -24,8 +24,9 @@ class ReleasedModel:
     """A released checkpoint as the project's model: its model config block, the state dict that
     fills it, the image input's shape and vocabulary size it was built for, the dataset it was
     trained on (the harness's name: flickr, coco), whether its CNN runs on the images at
-    evaluation (a checkpoint holding the CNN's weights) and what the file said of itself (epoch,
-    selection score, options)."""
+    evaluation (a checkpoint holding the CNN's weights), what the file said of itself (epoch,
+    selection score, options) and the token ids its embedding has past the released vocabulary's
+    words (VSE-infinity's ``<mask>``, which its train.py adds when it loads the vocabulary)."""
 
     model_config: dict
     state_dict: dict
@@ -34,6 +35,7 @@ class ReleasedModel:
     source_dataset: str
     provenance: dict
     runs_cnn: bool = False
+    extra_tokens: int = 0
 
 
 @dataclass(frozen=True)
