@@ -24,8 +24,9 @@ from methods.plugins import schema_files
 def method_schema() -> dict:
     """The method schema: the file, each declared kind's block under ``$defs``, and the dispatch."""
     schema = load_schema("method")
-    for path in schema_files("method"):
-        raise HarnessError(f"{path}: a model's schema block is generated from its settings: declare them in the "
+    stale = schema_files("method")
+    if stale:
+        raise HarnessError(f"{stale[0]}: a model's schema block is generated from its settings: declare them in the "
                            f"ModelKind of its methods/model_kinds/<name>.py (settings) and remove this file")
     for kind, declared in MODEL_KINDS.items():
         if kind in schema["$defs"]:

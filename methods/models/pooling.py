@@ -62,10 +62,10 @@ class GPO(nn.Module):
         self.gru = nn.GRU(d_pe, d_hidden, 1, batch_first=True, bidirectional=True)
         self.linear = nn.Linear(d_hidden, 1, bias=False)
 
-    def pool_weights(self, lengths: torch.Tensor, max_len: int) -> torch.Tensor:
-        """(B, max_len, 1) weights θ of the ranks, zero (to float precision) beyond each length."""
-        dtype, device = self.linear.weight.dtype, self.linear.weight.device
-        mask = valid_mask(lengths.to(device), max_len)[..., None]
+    def pool_weights(self, lengths: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, L, 1) weights θ of the ranks, zero (to float precision) beyond each length; ``mask``:
+        (B, L, 1), True at the valid ranks (L = max(lengths))."""
+        dtype, device, max_len = self.linear.weight.dtype, self.linear.weight.device, mask.shape[1]
         pe = rank_encoding(self.d_pe, max_len, dtype, device).expand(lengths.shape[0], -1, -1) * mask
         packed = pack_padded_sequence(pe, lengths.cpu().long(), batch_first=True, enforce_sorted=False)
         out, _ = pad_packed_sequence(self.gru(packed)[0], batch_first=True, total_length=max_len)
@@ -78,7 +78,7 @@ class GPO(nn.Module):
         features = features[:, :max_len]
         mask = valid_mask(lengths.to(features.device), max_len)[..., None]
         ranked = features.masked_fill(~mask, PADDED_SCORE).sort(dim=1, descending=True).values.masked_fill(~mask, 0)
-        return (ranked * self.pool_weights(lengths, max_len)).sum(dim=1)
+        return (ranked * self.pool_weights(lengths, mask)).sum(dim=1)
 
 
 class MeanPooling(nn.Module):
