@@ -27,7 +27,8 @@ from methods import numerics
 from methods.config import REPO_ROOT, load_harness_config, load_yaml, validate
 from methods.data.caption_augment import extra_tokens
 from methods.data.inputs import CachedGridFeatures, CachedImageFeatures
-from methods.data.text import Vocabulary
+from methods.data.text import Vocabulary, load_vocabulary
+from methods.data.wordpiece import WordPieceVocabulary
 from methods.errors import HarnessError
 from methods.metrics.evaluation import evaluate_protocol
 from methods.metrics.protocols import get_protocol
@@ -102,29 +103,36 @@ def run_dirs(table: str, row: str, dataset: str, harness: dict | None = None) ->
 
 
 def build_model(config: dict, vocab_size: int, image_shape: dict, backbones: dict | None = None,
-                word_vectors: torch.Tensor | None = None, cnn: bool = True) -> RetrievalModel:
+                word_vectors: torch.Tensor | None = None, cnn: bool = True,
+                text_encoders: dict | None = None) -> RetrievalModel:
     """A model with random weights from a resolved config (``config["model"]``, or the block itself).
     ``image_shape``: ``{"dim": C}`` (pooled), ``{"dim": C, "regions": R}`` (regions) or
     ``{"scales": {...}}`` (grid); ``backbones``: config ``backbones`` for models with a CNN;
-    ``cnn``: False when the model will only read cached features (no stage fine-tunes)."""
+    ``cnn``: False when the model will only read cached features (no stage fine-tunes);
+    ``text_encoders``: config ``text_encoders`` for a model with a BERT text block."""
     model_cfg = config.get("model", config)
     if backbones is None:
         backbones = harness_config()["backbones"]
-    model = build_from_context(model_cfg, BuildContext(vocab_size, image_shape, backbones, word_vectors, cnn))
+    if text_encoders is None:
+        text_encoders = harness_config()["text_encoders"] if model_cfg.get("text", {}).get("kind") == "bert" else {}
+    model = build_from_context(model_cfg, BuildContext(vocab_size, image_shape, backbones, word_vectors,
+                                                       text_encoders=text_encoders, cnn=cnn))
     if "training" in config:
-        model.vocab_words = vocab_size - extra_tokens(config["training"])
+        model.vocab_words = vocab_size - extra_tokens(config["training"], config["model"].get("text"))
     return model
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu",
-               backbones: dict | None = None) -> tuple[RetrievalModel, dict]:
+               backbones: dict | None = None, text_encoders: dict | None = None) -> tuple[RetrievalModel, dict]:
     """A trained model (``<run>/model.pt``) in eval mode, and the file's contents (config, seed,
     vocabulary size, best epoch)."""
     device = _device(device, "load_model")
-    if backbones is None:
-        backbones = harness_config()["backbones"]
-    model, info, _ = load_trained_model(path, backbones, device)
-    model.vocab_words = info["vocab_size"] - extra_tokens(info["config"]["training"])
+    if backbones is None or text_encoders is None:
+        harness = harness_config()
+        backbones = harness["backbones"] if backbones is None else backbones
+        text_encoders = harness["text_encoders"] if text_encoders is None else text_encoders
+    model, info, _ = load_trained_model(path, backbones, device, text_encoders)
+    model.vocab_words = info["vocab_size"] - extra_tokens(info["config"]["training"], info["config"]["model"].get("text"))
     return model, info
 
 
@@ -192,7 +200,7 @@ def encode_texts(model: RetrievalModel, texts: Sequence[str] | Sequence[Sequence
         if vocab is None:
             raise HarnessError("encode_texts: captions given as strings need the vocabulary (vocab=...)")
         source = vocab if isinstance(vocab, (str, Path)) else "the vocabulary given"
-        vocab = vocab if isinstance(vocab, Vocabulary) else Vocabulary.load(vocab)
+        vocab = vocab if isinstance(vocab, (Vocabulary, WordPieceVocabulary)) else load_vocabulary(vocab)
         if model.vocab_words is not None and len(vocab) != model.vocab_words:
             raise HarnessError(f"encode_texts: {source} has {len(vocab)} words, but the model was trained with a "
                                f"vocabulary of {model.vocab_words}: use the vocabulary of its training run")

@@ -155,19 +155,22 @@ def load_harness_config(path: str | Path, overrides: Mapping | None = None) -> d
 
 
 def harness_config(raw: Mapping, where: str) -> dict:
-    """The harness config ``raw`` validated, each backbone the DAG pre-trains (``pretrain``) with
-    the weights path that rule writes under ``results_dir`` (so a config that moves
-    ``results_dir`` moves them too); a ``weights`` given for such a backbone must be that path."""
+    """The harness config ``raw`` validated, each backbone and text encoder the DAG pre-trains
+    (``pretrain``) with the path its rule writes under ``results_dir`` (so a config that moves
+    ``results_dir`` moves them too); a path given for such an entry must be that path."""
     cfg = validate(copy.deepcopy(dict(raw)), "config", where)
     layout = ResultsLayout(cfg["results_dir"])
-    for name, bb in cfg["backbones"].items():
-        if "pretrain" not in bb:
-            continue
-        written = layout.backbone_weights(bb["pretrain"]["dataset"], name)
-        if bb.get("weights") not in (None, written):
-            raise HarnessError(f"{where}: backbones.{name}: pre-trained by the DAG, which writes its weights to "
-                               f"'{written}' (results_dir + dataset); leave 'weights' out, or give that path")
-        bb["weights"] = written
+    cfg.setdefault("text_encoders", {})
+    for section, key, written_by in (("backbones", "weights", layout.backbone_weights),
+                                     ("text_encoders", "path", layout.text_encoder_dir)):
+        for name, entry in cfg[section].items():
+            if "pretrain" not in entry:
+                continue
+            written = written_by(entry["pretrain"]["dataset"], name)
+            if entry.get(key) not in (None, written):
+                raise HarnessError(f"{where}: {section}.{name}: pre-trained by the DAG, which writes it to "
+                                   f"'{written}' (results_dir + dataset); leave '{key}' out, or give that path")
+            entry[key] = written
     return cfg
 
 

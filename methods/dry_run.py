@@ -13,8 +13,9 @@ from methods.plan.datasets import data_kind
 
 
 def unconfigured_lines(plan, table: str, dataset: str) -> list[str]:
-    """The released rows of a table that its config leaves out, and the keys that would add each."""
-    return [f"tables/{table}_{dataset}.csv: row '{row['id']}' (the authors' released weights) is left out: set "
+    """The rows of a table that its config leaves out (released weights or a BERT folder not
+    configured), and the keys that would add each."""
+    return [f"tables/{table}_{dataset}.csv: row '{row['id']}' ({row['needs']}) is left out: set "
             f"{', '.join(row['keys'])}" for row in plan.table(table, dataset).unconfigured]
 
 
@@ -38,4 +39,9 @@ def dry_run_lines(plan, tables: Iterable[tuple[str, str]], released_tables: Iter
             lines += unconfigured_lines(plan, table, dataset)
         if (table, dataset) in tables and data_kind(plan.cfg["datasets"][dataset]) not in ("synthetic", "smoke"):
             lines += estimate_lines(plan, table, dataset, split_images(dataset), read_costs())
+    datasets = {dataset for _, dataset in tables}
+    for (paper, dataset), untested in sorted(plan.untested_claims.items()):
+        if dataset in datasets:
+            lines += [f"claims of {paper} on {dataset}: '{claim}' is not tested (a row it compares is left out): set "
+                      f"{', '.join(keys)}" for claim, keys in untested]
     return lines

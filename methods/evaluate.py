@@ -19,7 +19,7 @@ from methods import api
 from methods.cli import run_command
 from methods.data.caption_augment import extra_tokens
 from methods.data.datasets import DatasetPayload, load_dataset_payload
-from methods.data.text import Vocabulary
+from methods.data.text import Vocabulary, load_vocabulary
 from methods.errors import HarnessError
 from methods.features.backbone import eval_transform
 from methods.features.images import ImageFiles
@@ -61,8 +61,8 @@ def checked_views(views: list[str] | None, model_cfg: dict, model_path: Path, ru
 
 def training_vocabulary(vocab_path: str | Path, ckpt: dict, model_path: Path) -> Vocabulary:
     """The vocabulary file, checked to be the one the model was trained with (its size)."""
-    vocab = Vocabulary.load(vocab_path)
-    extra = extra_tokens(ckpt["config"]["training"])   # <mask> of caption augmentation: an id past the vocabulary
+    vocab = load_vocabulary(vocab_path)
+    extra = extra_tokens(ckpt["config"]["training"], ckpt["config"]["model"].get("text"))   # <mask> of caption augmentation: an id past the vocabulary
     if len(vocab) + extra != ckpt["vocab_size"]:
         raise HarnessError(f"{vocab_path} has {len(vocab)} words{f' (+{extra} training-only token)' if extra else ''} "
                            f"but {model_path} was trained with {ckpt['vocab_size']}: evaluate with the "
@@ -107,7 +107,7 @@ def evaluate_run(run_dir: Path, split: str, payload: DatasetPayload, features_di
     if relevances is None:
         relevances = split_relevances(payload, split)  # before any encoding: a bad positives file fails fast
     model_path = Path(model_file(run_dir))
-    model, ckpt = api.load_model(model_path, device, payload.backbones)
+    model, ckpt = api.load_model(model_path, device, payload.backbones, payload.text_encoders)
     use_block_budget(model, block_elements, device)
     cfg = ckpt["config"]
     elements = checked_views(views, cfg["model"], model_path, run_dir)

@@ -99,6 +99,14 @@ class ResultsLayout:
     def backbone_weights(self, dataset: str, backbone: str) -> str:
         return f"{self.root}/{dataset}/backbones/{backbone}.pt"
 
+    def text_encoder_dir(self, dataset: str, encoder: str) -> str:
+        """The folder of a text encoder the DAG pre-trains (config.json, vocab.txt, model.safetensors)."""
+        return f"{self.root}/{dataset}/text_encoders/{encoder}"
+
+    def wordpiece_captions(self, dataset: str, encoder: str) -> str:
+        """A dataset's captions tokenised for one BERT text encoder (``methods.data.wordpiece``)."""
+        return f"{self.root}/{dataset}/text/{encoder}.json"
+
     def experiment_config(self, dataset: str, exp: str) -> str:
         return f"{self.root}/{dataset}/runs/{exp}/config.json"
 

@@ -20,7 +20,7 @@ from methods.cli import run_command
 from methods.config import config_hash
 from methods.data.caption_augment import extra_tokens
 from methods.data.datasets import load_dataset_payload
-from methods.data.text import Vocabulary
+from methods.data.text import Vocabulary, load_vocabulary
 from methods.data.word_vectors import initial_word_vectors
 from methods.evaluate import evaluate_run
 from methods.io import write_json
@@ -45,16 +45,17 @@ def _train(args) -> None:
     seed_everything(args.seed)
     kind = image_input_of(cfg["model"])
     splits = {name: kind.load(payload, name, args.features_dir, cfg["model"]) for name in ("train", "dev")}
-    vocab = Vocabulary.load(args.vocab)
+    vocab = load_vocabulary(args.vocab)
     vocab.check_covers(splits["train"].captions[:5000], args.vocab)
     image_shape = splits["train"].features.image_shape()
     vectors = initial_word_vectors(cfg["model"], paths, vocab)
     word_vectors = None if vectors is None else torch.from_numpy(vectors)
     # token ids past the vocabulary (``<mask>`` of caption augmentation) start from the random init
-    n_tokens = len(vocab) + extra_tokens(cfg["training"])
+    n_tokens = len(vocab) + extra_tokens(cfg["training"], cfg["model"].get("text"))
     if word_vectors is not None and n_tokens > len(word_vectors):
         word_vectors = torch.cat([word_vectors, word_vectors.new_zeros(n_tokens - len(word_vectors), word_vectors.shape[1])])
-    model = api.build_model(cfg, n_tokens, image_shape, payload.backbones, word_vectors, cnn=finetunes(cfg))
+    model = api.build_model(cfg, n_tokens, image_shape, payload.backbones, word_vectors, cnn=finetunes(cfg),
+                            text_encoders=payload.text_encoders)
     use_block_budget(model, args.block_elements, device)
     run_dir = Path(args.run_dir)
     inp = TrainInputs(cfg, config_hash(cfg), args.seed, run_dir, device, vocab, splits["train"], splits["dev"],

@@ -116,7 +116,7 @@ def test_schema_enums_list_exactly_the_registered_names(registry_path, schema_pa
 
 def test_the_other_registry_backed_schema_enums_follow_their_registries():
     """Set similarities, protocols, tokenizers and selection metrics are named in the schemas too."""
-    from methods.data.tokenizers import TOKENIZERS
+    from methods.data.tokenizers import SOURCE_TOKENIZERS, TOKENIZERS
     from methods.metrics.protocols import PROTOCOLS, STATISTICS_PROTOCOL
     from methods.metrics.declarations import METRICS
     from methods.models.set_similarity import SET_SIMILARITIES
@@ -128,7 +128,7 @@ def test_the_other_registry_backed_schema_enums_follow_their_registries():
         sorted(set(PROTOCOLS.names()) - {STATISTICS_PROTOCOL})
     assert set(schema_enum(config, "$defs", "stood_in_protocol")) <= set(PROTOCOLS.names())
     assert schema_enum(config, "$defs", "dataset", "properties", "tokenizer") == sorted(TOKENIZERS)
-    assert schema_enum(load_schema("method_file"), "$defs", "tokenizer", "properties", "value") == sorted(TOKENIZERS)
+    assert schema_enum(load_schema("method_file"), "$defs", "tokenizer", "properties", "value") == sorted(SOURCE_TOKENIZERS)
     # a selection metric is a registered metric, or `last` (keep the final epoch)
     selection = schema_enum(method, "properties", "training", "properties", "selection_metric")
     assert set(selection) - {"last"} <= set(METRICS.names()) and "last" in selection

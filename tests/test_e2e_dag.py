@@ -514,3 +514,27 @@ def test_every_figure_of_the_tiny_dag_passes_the_layout_check(tiny_dag):
     problems = [line for p in figure_logs for line in p.read_text(errors="replace").splitlines()
                 if line.startswith("layout:")]
     assert problems == []
+
+
+def test_the_bert_row_trains_on_the_tiny_bert_the_dag_pretrained(tiny_dag):
+    from safetensors.torch import load_file
+    spec = json.loads((tiny_dag / "results/synthetic/tables/berttest.spec.json").read_text())
+    rows = {r["id"]: r for r in spec["rows"]}
+    assert "BERT bert_synthetic -> 128 (lr x0.1)" in rows["bert"]["ran"]
+    folder = tiny_dag / "results/synthetic/text_encoders/bert_synthetic"
+    pieces = (folder / "vocab.txt").read_text().splitlines()
+    captions = json.loads((tiny_dag / "results/synthetic/text/bert_synthetic.json").read_text())
+    karpathy = json.loads((tiny_dag / "results/synthetic/data/dataset_synthetic.json").read_text())
+    every = {s["raw"] for img in karpathy["images"] for s in img["sentences"]}
+    assert captions["kind"] == "wordpiece" and set(captions["tokenized_captions"]) == every   # every split's
+    run = tiny_dag / "results/synthetic/runs" / rows["bert"]["members"][0] / "seed0"
+    state = torch.load(run / "model.pt", weights_only=True)["state_dict"]
+    pretrained = load_file(str(folder / "model.safetensors"))
+    trained = state["text.bert.embeddings.word_embeddings.weight"]
+    start = pretrained["bert.embeddings.word_embeddings.weight"]
+    assert trained.shape == start.shape == (len(pieces), 32)
+    assert not torch.equal(trained, start)   # fine-tuned from the folder's weights, at a tenth of the rate
+    assert (trained - start).abs().max() < 0.1
+    ev = json.loads((run / "eval_test.json").read_text())
+    recomputed = retrieval_metrics(np.load(run / "sims_test.npy"))
+    assert ev["results"][0]["metrics"]["rsum"] == pytest.approx(recomputed["rsum"])

@@ -357,3 +357,13 @@ def test_cuda_without_gpu_stops_a_local_run_before_any_job(flickr_source, tmp_pa
                      r"need one \(3 features_flickr, \d+ train_flickr\)", out), out[-3000:]
     written = sorted(p.name for p in (work / "results").rglob("*") if p.is_file())   # no job ran: the input
     assert written[0] == CACHE_NAME and len(written) == 2 and written[1].startswith("karpathy-")   # checks' caches
+
+
+def test_the_wsl_resnext_weights_are_torchvisions_resnext_and_a_resnet_101_file_is_refused():
+    """The WSL weights (facebookresearch/WSL-Images builds torchvision's ResNeXt-101 32x8d and loads
+    them) fit arch resnext101_32x8d; a ResNet-101 file, whose 3x3 convolutions are not grouped, is
+    named for what differs."""
+    resnext = torchvision.models.resnext101_32x8d(weights=None).state_dict()
+    assert weights_mismatch("resnext101_32x8d", resnext) is None
+    problem = weights_mismatch("resnext101_32x8d", torchvision.models.resnet101(weights=None).state_dict())
+    assert problem.startswith("does not fit torchvision resnext101_32x8d: ") and "layer1.0.conv1.weight" in problem

@@ -54,8 +54,13 @@ def test_a_backbone_the_dag_pretrains_has_its_weights_where_the_results_are():
     assert moved["backbones"]["resnet18_synthetic"]["weights"] == "/lab/itr/synthetic/backbones/resnet18_synthetic.pt"
     assert load_harness_config(config)["backbones"]["resnet18_synthetic"]["weights"] == \
         "results/synthetic/backbones/resnet18_synthetic.pt"
-    with pytest.raises(HarnessError, match=r"backbones\.resnet18_synthetic: pre-trained by the DAG, which writes its "
-                                           r"weights to 'results/synthetic/backbones/resnet18_synthetic\.pt'"):
+    with pytest.raises(HarnessError, match=r"backbones\.resnet18_synthetic: pre-trained by the DAG, which writes it "
+                                           r"to 'results/synthetic/backbones/resnet18_synthetic\.pt'.*leave 'weights' out"):
         load_harness_config(config, {"backbones": {"resnet18_synthetic": {"weights": "/elsewhere/r18.pt"}}})
+    # a text encoder the DAG pre-trains likewise
+    assert load_harness_config(config)["text_encoders"]["bert_synthetic"]["path"] == \
+        "results/synthetic/text_encoders/bert_synthetic"
+    with pytest.raises(HarnessError, match=r"text_encoders\.bert_synthetic: pre-trained by the DAG, .*leave 'path' out"):
+        load_harness_config(config, {"text_encoders": {"bert_synthetic": {"path": "/elsewhere/bert"}}})
     with pytest.raises(HarnessError, match=r"backbones\.r50: 'weights' is a required property"):   # any other backbone
         load_harness_config(config, {"backbones": {"r50": {"arch": "resnet50"}}})

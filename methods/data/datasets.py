@@ -42,20 +42,22 @@ def dataset_paths(cfg: dict, name: str) -> dict[str, Path | None]:
 class DatasetPayload:
     """What the data, feature, training and evaluation jobs of one dataset read (``dataset.json``):
     its name, its config block (``datasets.<name>``), its resolved input paths and the configured
-    backbones. ``splits`` reads harness splits from the Karpathy file, each once per payload."""
+    backbones and text encoders. ``splits`` reads harness splits from the Karpathy file, each once per payload."""
 
     name: str
     dataset: dict
     paths: dict
     backbones: dict = field(default_factory=dict)
+    text_encoders: dict = field(default_factory=dict)
     _splits: dict[str, Split] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, obj: dict) -> "DatasetPayload":
-        return cls(obj["name"], obj["dataset"], obj["paths"], obj.get("backbones", {}))
+        return cls(obj["name"], obj["dataset"], obj["paths"], obj.get("backbones", {}), obj.get("text_encoders", {}))
 
     def to_json(self) -> dict:
-        return {"name": self.name, "dataset": self.dataset, "backbones": self.backbones, "paths": self.paths}
+        return {"name": self.name, "dataset": self.dataset, "backbones": self.backbones,
+                "text_encoders": self.text_encoders, "paths": self.paths}
 
     def splits(self, names: list[str]) -> dict[str, Split]:
         """The named harness splits, each with the dataset's ``texts_per_image``; a smoke run's, its
@@ -82,7 +84,7 @@ class DatasetPayload:
 def dataset_payload(cfg: dict, name: str) -> DatasetPayload:
     """What the data/feature/training rules of one dataset need to know (written to dataset.json)."""
     return DatasetPayload(name, cfg["datasets"][name], {k: str(v) if v else None for k, v in dataset_paths(cfg, name).items()},
-                          cfg["backbones"])
+                          cfg["backbones"], cfg.get("text_encoders", {}))
 
 
 def load_dataset_payload(path: str | Path) -> DatasetPayload:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from methods.data.tokenizers import Tokenizer
+from methods.data.wordpiece import KIND as WORDPIECE, WordPieceVocabulary
 from methods.errors import HarnessError
 from methods.io import read_json, write_json
 
@@ -23,6 +24,8 @@ class Vocabulary:
     """word <-> index map in the SCAN/SGRAF JSON layout (``word2idx``, ``idx2word``, ``idx``), with
     the tokenizer that reads captions for it and, optionally, captions already tokenised
     (``tokenized``: caption -> its tokens joined by single spaces; nltk's tokens hold no whitespace)."""
+
+    kind = "words"
 
     def __init__(self, words: Sequence[str], tokenizer: Tokenizer, tokenized: Mapping[str, str] | None = None):
         if list(words[: len(SPECIALS)]) != list(SPECIALS):
@@ -81,7 +84,10 @@ class Vocabulary:
         path = Path(path)
         if not path.is_file():
             raise HarnessError(f"vocabulary file not found: {path} (expected {VOCAB_LAYOUT})")
-        data = read_json(path, VOCAB_LAYOUT)
+        return cls.from_json(read_json(path, VOCAB_LAYOUT), path, tokenizer)
+
+    @classmethod
+    def from_json(cls, data, path: Path, tokenizer: Tokenizer | None = None) -> "Vocabulary":
         missing = [k for k in ("word2idx", "idx2word", "idx") if not isinstance(data, dict) or k not in data]
         if missing:
             raise HarnessError(f"{path}: not a vocabulary JSON: no {', '.join(map(repr, missing))}; "
@@ -136,3 +142,15 @@ class Vocabulary:
             raise HarnessError(
                 f"{where}: {unknown}/{total} caption tokens ({100 * unknown / total:.0f}%) are not in the "
                 f"vocabulary; it was built for other captions (rebuild it from this dataset's training split)")
+
+
+def load_vocabulary(path: str | Path, tokenizer: Tokenizer | None = None) -> "Vocabulary | WordPieceVocabulary":
+    """The vocabulary file a run reads: the dataset's word vocabulary (``Vocabulary``), or a BERT
+    encoder's WordPiece captions (``methods.data.wordpiece``), told apart by the file's ``kind``."""
+    path = Path(path)
+    if not path.is_file():
+        raise HarnessError(f"vocabulary file not found: {path} (expected {VOCAB_LAYOUT})")
+    data = read_json(path, VOCAB_LAYOUT)
+    if isinstance(data, dict) and data.get("kind") == WORDPIECE:
+        return WordPieceVocabulary.from_json(data, path)
+    return Vocabulary.from_json(data, path, tokenizer)

@@ -29,6 +29,9 @@ from typing import Mapping
 from methods.errors import HarnessError
 
 TOKENIZERS = ("nltk", "nltk_line")
+# how a source's code may turn captions into tokens (a method file's source.tokenizer): a dataset
+# tokenizer's way, or a BERT's WordPiece (methods.data.wordpiece), which runs whatever the dataset's is
+SOURCE_TOKENIZERS = (*TOKENIZERS, "wordpiece")
 PUNKT_FILES = ("collocations.tab", "sent_starters.txt", "abbrev_types.txt", "ortho_context.tab")
 PUNKT_SUBDIR = Path("tokenizers") / "punkt_tab" / "english"
 PUNKT_HOWTO = "python -m nltk.downloader -d <folder> punkt_tab"

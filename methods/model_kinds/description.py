@@ -75,6 +75,13 @@ def gru_text(text_cfg: dict) -> str:
     return f"{layers}{kind} {text_cfg['hidden_dim']}, word {text_cfg['word_dim']}{vectors}"
 
 
+def text_encoder_text(text_cfg: dict) -> str:
+    """A ``text`` block of either kind: the GRU's (``gru_text``) or ``BERT bert_base_uncased -> 1024 (lr x0.1)``."""
+    if text_cfg.get("kind") == "bert":
+        return f"BERT {text_cfg['encoder']} -> {text_cfg['out_dim']} (lr x{text_cfg['lr_factor']:g})"
+    return gru_text(text_cfg)
+
+
 def finetunes(cfg: dict) -> bool:
     """Whether some training stage of a run config trains the CNN."""
     return any(s["finetune_backbone"] for s in cfg["training"]["stages"])

@@ -1,8 +1,8 @@
 """VSE-infinity (Chen et al., CVPR 2021): region features and bi-GRU words, each pooled by a
-learned pooling (GPO) into one vector (``methods.models.vse_infinity``)."""
+learned pooling (GPO) into one vector; the words from a bi-GRU or a BERT (``methods.models.vse_infinity``)."""
 from methods.model_kinds.base import MODEL_KINDS, ModelKind
-from methods.model_kinds.description import DescribeContext, gru_text, regions_text
-from methods.model_kinds.settings import choice, integer, number, part
+from methods.model_kinds.description import DescribeContext, regions_text, text_encoder_text
+from methods.model_kinds.settings import choice, integer, number, setting
 
 POOLINGS = ["gpo", "mean", "max"]   # methods.models.pooling.POOLINGS
 
@@ -19,11 +19,12 @@ class VSEInfinityKind(ModelKind):
                               minimum=0, exclusiveMaximum=1),
         "pooling": choice(POOLINGS, "the pooling of the regions and of the words: gpo (the source), mean or max "
                           "(VSE-infinity Table 3)"),
-        "text": part("text_gru"),
+        "text": setting({"oneOf": [{"$ref": "#/$defs/text_gru"}, {"$ref": "#/$defs/text_bert"}]},
+                        "the words: a bi-GRU (branch bigru) or a BERT (branch master; text_bert)"),
     }
 
     @classmethod
     def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
         model = cfg["model"]
         return (f"{regions_text(ctx)}, embed {model['embed_dim']}, {model['pooling'].upper()} pooling, "
-                f"{gru_text(model['text'])}")
+                f"{text_encoder_text(model['text'])}")

@@ -31,6 +31,7 @@ from methods.errors import HarnessError
 from methods.model_kinds import MODEL_KINDS
 from methods.models.cross_attention import score_in_blocks
 from methods.models.layers import at_least_float32
+from methods.models.bert_text import BertTextEncoder
 from methods.models.text import GRUTextEncoder
 from methods.registry import Registry
 from methods.runtime import autocast
@@ -42,6 +43,7 @@ class BuildContext:
     image_shape: dict = field(default_factory=dict)   # from the image input: dim, regions, scales
     backbones: dict = field(default_factory=dict)     # config `backbones`
     word_vectors: torch.Tensor | None = None           # (vocab, word_dim) when configured
+    text_encoders: dict = field(default_factory=dict)  # config `text_encoders` (BERT folders)
     # whether the model will run its CNN (a run with a fine-tune stage, or a fine-tuned model
     # file); a model that reads only cached maps may then skip building it (MVSA)
     cnn: bool = True
@@ -50,6 +52,17 @@ class BuildContext:
         if key not in self.image_shape:
             raise HarnessError(f"a {model} model needs the image input's '{key}' (image shape given: {self.image_shape})")
         return self.image_shape[key]
+
+
+def text_encoder(text_cfg: dict, ctx: BuildContext) -> nn.Module:
+    """The text encoder of a ``text`` block: a BERT (``kind: bert``) or the GRU (the others)."""
+    if text_cfg.get("kind") == "bert":
+        encoder = BertTextEncoder.from_config(text_cfg, ctx.text_encoders)
+        if encoder.vocab_size != ctx.vocab_size:
+            raise HarnessError(f"text_encoders.{text_cfg['encoder']}: its BERT has {encoder.vocab_size} token ids, "
+                               f"but the captions were tokenised to {ctx.vocab_size}: tokenise with its vocab.txt")
+        return encoder
+    return GRUTextEncoder.from_config(text_cfg, ctx.vocab_size, ctx.word_vectors)
 
 
 class RetrievalModel(nn.Module):
@@ -82,7 +95,7 @@ class RetrievalModel(nn.Module):
         with a CNN add it."""
         arguments = {}
         if "text" in cfg:
-            arguments["text"] = GRUTextEncoder.from_config(cfg["text"], ctx.vocab_size, ctx.word_vectors)
+            arguments["text"] = text_encoder(cfg["text"], ctx)
         arguments.update({keyword: ctx.image(key, cfg["kind"]) for keyword, key in cls.image_arguments.items()})
         return arguments
 

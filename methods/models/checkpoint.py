@@ -42,14 +42,17 @@ def read_model_file(path: str | Path) -> dict:
     return ckpt
 
 
-def load_trained_model(path: str | Path, backbones: dict, device: torch.device) -> tuple[RetrievalModel, dict, bool]:
-    """(model in eval mode on ``device``, the model file's contents, whether the CNN was fine-tuned)."""
+def load_trained_model(path: str | Path, backbones: dict, device: torch.device,
+                       text_encoders: dict | None = None) -> tuple[RetrievalModel, dict, bool]:
+    """(model in eval mode on ``device``, the model file's contents, whether the CNN was fine-tuned).
+    ``text_encoders``: config ``text_encoders``, for a model with a BERT (its folder's config.json)."""
     ckpt = read_model_file(path)
     finetuned = ckpt["best"]["finetuned"]
-    # The trained weights overwrite whatever the backbone is built with; never load ImageNet here.
+    # The trained weights overwrite whatever the backbone and BERT are built with; never load theirs here.
     backbones = {k: {**v, "weights": "none"} for k, v in backbones.items()}
+    text_encoders = {k: {**v, "weights": "none"} for k, v in (text_encoders or {}).items()}
     model = build_model(ckpt["config"]["model"], BuildContext(ckpt["vocab_size"], ckpt["image_shape"], backbones,
-                                                              cnn=finetuned))
+                                                              text_encoders=text_encoders, cnn=finetuned))
     try:
         missing, unexpected = model.load_state_dict(ckpt["state_dict"], strict=False)
     except RuntimeError as exc:  # shape mismatches: torch lists every one, over many lines

@@ -8,6 +8,8 @@ from __future__ import annotations
 from methods.data.checks import check_backbone_weights, check_dataset_inputs
 from methods.data.datasets import dataset_paths
 from methods.data.multilabel import check_source as check_multilabel_source
+from methods.data.wordpiece import check_bert_folder
+from methods.errors import HarnessError
 from methods.features.weights_check import check_weights_fit
 from methods.metrics.protocols import check_coco_ids, check_split_sizes
 
@@ -19,6 +21,7 @@ class InputChecks:
         self.cfg = cfg
         self._split_images: dict[str, dict[str, int]] = {}
         self._backbones: set[str] = set()
+        self._text_encoders: set[str] = set()
 
     def dataset(self, name: str) -> dict[str, int]:
         """Checks a dataset's files (once) and returns its images per harness split."""
@@ -33,6 +36,23 @@ class InputChecks:
             keep_index()   # a Karpathy file's index is cached once every check of the dataset has passed
             self._split_images[name] = sizes
         return self._split_images[name]
+
+    def text_encoder(self, name: str) -> None:
+        """A configured BERT folder is set and laid out as a BERT's (checked once; one the DAG
+        pre-trains is its output)."""
+        if name in self._text_encoders:
+            return
+        encoders = self.cfg.get("text_encoders") or {}
+        if name not in encoders:
+            raise HarnessError(f"model.text.encoder: '{name}' is not configured under text_encoders "
+                               f"(configured: {', '.join(sorted(encoders)) or 'none'})")
+        enc = encoders[name]
+        if "pretrain" not in enc:
+            if not enc.get("path"):
+                raise HarnessError(f"text_encoders.{name}.path: not set (a BERT folder: config.json, vocab.txt, "
+                                   f"model.safetensors or pytorch_model.bin)")
+            check_bert_folder(enc["path"], f"text_encoders.{name}.path")
+        self._text_encoders.add(name)
 
     def backbone(self, name: str) -> None:
         """The backbone's weights are configured, present, and fit its architecture (checked once)."""

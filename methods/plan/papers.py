@@ -74,6 +74,8 @@ class PaperCatalogue:
         self.paper_notes: dict[str, str] = {}
         self.paper_tables: dict[str, list[str]] = {}   # paper key -> the tables its file declares
         self.claims: dict[tuple[str, str], list[Claim]] = {}   # (paper key, dataset) -> claims checked there
+        # (paper key, dataset) -> (claim id, config keys) of claims not tested there: a compared row is left out
+        self.untested_claims: dict[tuple[str, str], list[tuple[str, list[str]]]] = {}
         # (table, dataset) of every table a paper file declares, built or left out by datasets.<name>.skip_tables
         self.declared_tables: set[tuple[str, str]] = set()
         self._method_files: dict[Path, dict] = {}
@@ -208,7 +210,13 @@ class PaperCatalogue:
                 elif released:
                     unconfigured.append(released)
             else:
-                rows.append(self._trained_row(path, table_name, row, paper, dataset, reported))
+                trained = self._trained_row(path, table_name, row, paper, dataset, reported)
+                unset = self._unset_text_encoders(trained, dataset)
+                if unset:   # a BERT folder not configured: the row is left out, naming the key
+                    unconfigured.append({"id": row["id"], "label": row["label"], "keys": unset,
+                                         "needs": "a BERT folder"})
+                    continue
+                rows.append(trained)
                 self._check_distinct_runs(path, rows[-1], dataset)
         self.tables[key] = Table(table_name, dataset,
                                  titles=[*(known.titles if known else []), f"{paper['paper']}: {table['title']}"],
@@ -236,6 +244,21 @@ class PaperCatalogue:
                    ledger=merge_ledgers(ledgers), compare_to=row.get("compare_to"),
                    ran=" + ".join(dict.fromkeys(ran)), view=view,
                    overrides=dict(row.get("overrides") or {}))
+
+    def _unset_text_encoders(self, row: Row, dataset: str) -> list[str]:
+        """The ``text_encoders.<name>.path`` keys a trained row's members need and the config leaves unset."""
+        keys = set()
+        for exp_id in row.members:
+            text = self.experiments[(dataset, exp_id)].config["model"].get("text") or {}
+            if text.get("kind") != "bert":
+                continue
+            encoders = self.cfg.get("text_encoders") or {}
+            if text["encoder"] not in encoders:
+                raise HarnessError(f"row '{row.id}' of table {row.table}: model.text.encoder '{text['encoder']}' is "
+                                   f"not configured under text_encoders (configured: {', '.join(sorted(encoders)) or 'none'})")
+            if not encoders[text["encoder"]].get("path"):
+                keys.add(f"text_encoders.{text['encoder']}.path")
+        return sorted(keys)
 
     def _row_member(self, path: Path, row: dict, m: dict, paper: dict, dataset: str) -> tuple[str, str, dict]:
         """One member ``m`` of a trained row on ``dataset``: its experiment's id, what it runs and
@@ -312,7 +335,7 @@ class PaperCatalogue:
         configured = source_dataset(dataset, ds_cfg)   # a smoke run's files are its dataset's
         unset = [f"datasets.{configured}.released.{k}" for k in [*keys, spec["vocab"]] if k not in files]
         if unset:
-            return {"id": row["id"], "label": row["label"], "keys": unset}
+            return {"id": row["id"], "label": row["label"], "keys": unset, "needs": "the authors' released weights"}
         for key in [*keys, spec["vocab"]]:
             if not Path(files[key]).expanduser().is_file():
                 raise HarnessError(f"datasets.{configured}.released.{key}: file not found: {files[key]} (the authors' "
@@ -372,6 +395,11 @@ class PaperCatalogue:
                                    f"compare rows the harness trains")
             for dataset in self._built_on(claim["table"], self._with_smoke(paper["tables"][claim["table"]]["datasets"])):
                 rows = {r.id: r for r in self.tables[(claim["table"], dataset)].rows}
+                left_out = {r["id"]: r for r in self.tables[(claim["table"], dataset)].unconfigured}
+                unset = sorted({k for row_id in comparison.rows if row_id in left_out for k in left_out[row_id]["keys"]})
+                if unset:   # a compared row needs a file the config does not give: no test on this dataset
+                    self.untested_claims.setdefault((paper["key"], dataset), []).append((claim_id, unset))
+                    continue
                 for row_id in comparison.rows:
                     if row_id not in rows:
                         raise HarnessError(f"{where}.compare: table {claim['table']} has no row '{row_id}' on "

@@ -35,6 +35,7 @@ class Plan:
         self.tables: dict[tuple[str, str], Table] = catalogue.tables
         self.figures: dict[tuple[str, str], Figure] = catalogue.figures
         self.claims: dict[tuple[str, str], list[Claim]] = catalogue.claims
+        self.untested_claims = catalogue.untested_claims
         self.papers, self.paper_notes, self.paper_tables = catalogue.papers, catalogue.paper_notes, catalogue.paper_tables
         self.skipped = catalogue.skipped
 
@@ -209,6 +210,17 @@ class Plan:
         exp = self.experiment(dataset, exp_id)
         exp.image_input.check(self.cfg, dataset, exp.config["model"])
         return exp.image_input.files(self.image_feature_dir(dataset, exp_id), split, exp.config["model"])
+
+    def text_encoder(self, exp_id: str, dataset: str) -> str | None:
+        """The BERT text encoder (config text_encoders) the experiment's text block reads, or None."""
+        text = self.experiment(dataset, exp_id).config["model"].get("text") or {}
+        return text["encoder"] if text.get("kind") == "bert" else None
+
+    def text_vocabulary(self, dataset: str, exp_id: str) -> str:
+        """The vocabulary file the experiment's jobs read: the dataset's words (vocab.json), or its
+        captions tokenised for the experiment's BERT (``methods.data.wordpiece``)."""
+        encoder = self.text_encoder(exp_id, dataset)
+        return self.layout.vocab(dataset) if encoder is None else self.layout.wordpiece_captions(dataset, encoder)
 
     def run_dir(self, dataset: str, exp_id: str, seed: int) -> str:
         return self.layout.run_dir(dataset, exp_id, seed)

@@ -57,6 +57,15 @@ class RuleInputs:
             return {}
         return {"positives": str(paths["positives"]), "karpathy": str(paths["karpathy_json"])}
 
+    def text_encoder(self, encoder: str) -> list[str]:
+        """A BERT text encoder's files the tokenisation job reads: the folder the DAG pre-trains,
+        or a configured folder's vocab.txt and config.json (the folder checked first)."""
+        self.checks.text_encoder(encoder)
+        path = self.cfg["text_encoders"][encoder]["path"]
+        if "pretrain" in self.cfg["text_encoders"][encoder]:
+            return [path]
+        return [f"{path}/vocab.txt", f"{path}/config.json"]
+
     def backbone_weights(self, backbone: str) -> list[str]:
         self.checks.backbone(backbone)
         return self.plan.weights_input(backbone)
@@ -84,15 +93,24 @@ class RuleInputs:
         check_word_vectors(self.cfg, dataset, exp.config["model"], exp_id)
         check_model_labels(self.cfg, dataset, exp.config["model"], f"experiment {exp_id} ({exp.config['method']})")
         splits = ["train", "dev"] + (test_splits(self.cfg, dataset) if exp.may_evaluate_on_cached_features else [])
+        encoder = self.plan.text_encoder(exp_id, dataset)
         return {
             **data,
             **self.positives(dataset),
             "cfg": self.layout.dataset_config(dataset),
             "exp": self.layout.experiment_config(dataset, exp_id),
-            "vocab": self.layout.vocab(dataset),
+            "vocab": self.plan.text_vocabulary(dataset, exp_id),
             "features": [f for split in splits for f in self.plan.image_feature_files(dataset, exp_id, split)],
             "weights": weights,
+            "text_encoder": self.text_encoder(encoder) if encoder else [],
         }
+
+    def train_priority(self, dataset: str, exp_id: str) -> int:
+        """A training job's scheduling priority: 1 for a run that fine-tunes its CNN (every step
+        runs the backbone: the longest jobs on a CPU, 3x a run on cached features in the default
+        job), else 0. Started first, the long jobs no longer end alone while the other cores idle
+        (longest-processing-time first); the priority never reaches a result."""
+        return int(self.plan.experiment(dataset, exp_id).finetunes)
 
     def views(self, dataset: str, exp: str, seed: str, split: str) -> dict:
         """What evaluating the views of a trained run reads: its model, the test split's image
@@ -100,7 +118,7 @@ class RuleInputs:
         return {
             **self.positives(dataset),
             "cfg": self.layout.dataset_config(dataset),
-            "vocab": self.layout.vocab(dataset),
+            "vocab": self.plan.text_vocabulary(dataset, exp),
             "model": model_file(self.plan.run_dir(dataset, exp, seed)),
             "features": self.plan.image_feature_files(dataset, exp, split),
         }

@@ -168,12 +168,12 @@ def table_environment_lines(rows: pd.DataFrame, order: pd.DataFrame) -> list[str
 
 
 def unconfigured_lines(spec: TableSpec) -> list[str]:
-    """The rows of the authors' released weights this table leaves out, and the config keys that
-    would put them in."""
+    """The rows this table leaves out (the authors' released weights, or a BERT folder, not
+    configured), and the config keys that would put them in."""
     if not spec.unconfigured:
         return []
-    lines = ["Rows of the authors' released weights left out (their files are not configured for this dataset):"]
-    lines += [f"- {r['label']}: set {', '.join(r['keys'])}" for r in spec.unconfigured]
+    lines = ["Rows left out (their files are not configured for this dataset):"]
+    lines += [f"- {r['label']} ({r['needs']}): set {', '.join(r['keys'])}" for r in spec.unconfigured]
     return lines + [""]
 
 

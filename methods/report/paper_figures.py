@@ -46,7 +46,7 @@ from methods.cli import run_command  # noqa: E402
 from methods.data.batches import feature_tensors  # noqa: E402
 from methods.data.datasets import DatasetPayload, load_dataset_payload  # noqa: E402
 from methods.data.positives import split_positives  # noqa: E402
-from methods.data.text import Vocabulary  # noqa: E402
+from methods.data.text import Vocabulary, load_vocabulary  # noqa: E402
 from methods.errors import HarnessError  # noqa: E402
 from methods.io import load_npy, read_json  # noqa: E402
 from methods.job_records import FigureSpec, RowAggregate, RunEvaluation  # noqa: E402
@@ -205,7 +205,7 @@ def saf_weights(spec: FigureSpec, aggregates: dict, args):
     ev = RunEvaluation.read(eval_file(run, spec.split))
     check = run_check(ev, sims, data.texts_per_image, TrainingThresholds.from_config(spec.training_check))
     return saf_weights_figure(spec, model, data.features, data.captions, data.texts_per_image,
-                              Vocabulary.load(args.vocab), sims, check, positives=extended_positives(payload, spec, sims))
+                              load_vocabulary(args.vocab), sims, check, positives=extended_positives(payload, spec, sims))
 
 
 def shown_crop(img: Image.Image, resize: int, crop: int) -> np.ndarray:
@@ -296,7 +296,7 @@ def image_retrieval_examples(spec: FigureSpec, aggregates: dict, args):
 def asa_attention(spec: FigureSpec, aggregates: dict, args, n_images: int = 3):
     run = Path(spec.run)
     payload = load_dataset_payload(args.dataset_config)
-    model, ckpt, finetuned = load_trained_model(Path(model_file(run)), payload.backbones, torch.device("cpu"))
+    model, ckpt, finetuned = load_trained_model(Path(model_file(run)), payload.backbones, torch.device("cpu"), payload.text_encoders)
     model_cfg = ckpt["config"]["model"]
     FIGURE_KINDS.get("asa_attention").check_model(model_cfg, f"figure {spec.figure}, row '{spec.row}' ({run})")
     data = image_input_of(model_cfg).load(payload, spec.split, args.features_dir, model_cfg)
@@ -332,11 +332,11 @@ def rsum_by_setting(spec: FigureSpec, aggregates: dict[str, RowAggregate], args=
 def set_element_projection(spec: FigureSpec, aggregates: dict, args, n_images: int = 100):
     """``n_images`` test images spread over the split and their captions, per row."""
     payload = load_dataset_payload(args.dataset_config)
-    vocab = Vocabulary.load(args.vocab)
+    vocab = load_vocabulary(args.vocab)
     labels = {r.id: r.label for r in spec.rows}
     models = {}
     for row_id, run in spec.trained.items():
-        model, ckpt, _ = load_trained_model(Path(model_file(run)), payload.backbones, torch.device("cpu"))
+        model, ckpt, _ = load_trained_model(Path(model_file(run)), payload.backbones, torch.device("cpu"), payload.text_encoders)
         model_cfg = ckpt["config"]["model"]
         if MODEL_KINDS.get(model_cfg["kind"]).set_sizes(model_cfg) is None:
             raise HarnessError(f"figure {spec.figure}: row '{row_id}' is not a set-embedding model")

@@ -38,6 +38,7 @@ from methods.data.inputs import CachedGridFeatures, CachedImageFeatures, SplitDa
 from methods.data.masked_prediction import IGNORE, MaskedPrediction
 from methods.data.batches import feature_tensors, pad_tokens
 from methods.data.text import Vocabulary
+from methods.data.wordpiece import KIND as WORDPIECE
 from methods.errors import HarnessError
 from methods.features.images import ImageFiles
 
@@ -59,16 +60,17 @@ def drawing_from(seed: int | None) -> Iterator[None]:
         yield                                         # the GPU's too, which fork_rng(devices=[]) does not restore
 
 
-def augment_caption(augment: CaptionAugmentation, tokens: list[int],
-                    generator: torch.Generator | None = None) -> list[int]:
-    """``tokens`` augmented with draws from torch's stream (``generator``, else the process's): a
-    uniform per word, then a replacement id per word."""
-    n_words = len(tokens) - 2
-    if n_words <= 0:
+def augment_caption(augment: CaptionAugmentation, tokens: list[int], generator: torch.Generator | None = None,
+                    words: list[list[int]] | None = None) -> list[int]:
+    """``tokens`` (the specials around the pieces of ``words``; None: one id per word) augmented
+    with draws from torch's stream (``generator``, else the process's): a uniform per word, then a
+    replacement id per piece."""
+    words = [[t] for t in tokens[1:-1]] if words is None else words
+    if not words:
         return list(tokens)
-    draws = torch.rand(n_words, generator=generator).tolist()
-    replacements = torch.randint(augment.n_ids, (n_words,), generator=generator).tolist()
-    return augment.apply(tokens, draws, replacements)
+    draws = torch.rand(len(words), generator=generator).tolist()
+    replacements = torch.randint(augment.n_ids, (sum(len(w) for w in words),), generator=generator).tolist()
+    return [tokens[0], *augment.apply_words(words, draws, replacements), tokens[-1]]
 
 
 class CaptionPairs(Dataset):
@@ -82,6 +84,9 @@ class CaptionPairs(Dataset):
         n_img = n_img if max_images is None else min(max_images, n_img)
         self.texts_per_image = texts_per_image
         self.tokens = [vocab.encode(c) for c in captions[: n_img * texts_per_image]]
+        # the pieces of each word, where a word may be several (a BERT's WordPiece captions)
+        self.words = ([vocab.encode_words(c) for c in captions[: n_img * texts_per_image]]
+                      if augment is not None and vocab.kind == WORDPIECE else None)
         self.images = images
         self.n_images = n_img
         self.augment = augment   # drawn anew each time a caption is read (training only)
@@ -103,7 +108,8 @@ class CaptionPairs(Dataset):
 
     def caption(self, k: int) -> tuple[list[int], list[int] | None]:
         """(token ids, masked-prediction targets or None) of caption k, augmented and masked anew."""
-        tokens = self.tokens[k] if self.augment is None else augment_caption(self.augment, self.tokens[k])
+        tokens = self.tokens[k] if self.augment is None else augment_caption(
+            self.augment, self.tokens[k], words=None if self.words is None else self.words[k])
         return (tokens, None) if self.masked is None else self.masked.mask_words(tokens)
 
     def __len__(self) -> int:
@@ -151,9 +157,13 @@ def training_batches(training_cfg: dict, split: SplitData, vocab: Vocabulary,
     """The training dataset and collate function of ``split`` as the method config's ``training``
     block says (batching, positives, caption augmentation, masked prediction); ``images``: the
     image files when the CNN is fine-tuned, else None (cached features)."""
+    if vocab.kind == WORDPIECE and training_cfg.get("masked_prediction"):
+        raise HarnessError("training.masked_prediction predicts words of a word vocabulary; a BERT text encoder's "
+                           "WordPiece captions have none")
     masked = MaskedPrediction.from_config(training_cfg, len(vocab))
+    mask_token = vocab.mask_id if vocab.kind == WORDPIECE else None
     dataset = make_train_dataset(training_cfg["batching"], split.captions, vocab, split.texts_per_image, images,
-                                 CaptionAugmentation.from_config(training_cfg, len(vocab)), masked)
+                                 CaptionAugmentation.from_config(training_cfg, len(vocab), mask_token), masked)
     collate = PairCollator(None if images is not None else split.features, training_cfg["batch_positives"],
                            split.labels, split.region_classes, masked)
     return dataset, collate

@@ -12,12 +12,12 @@ REGIONS, REGION_DIM = 5, 12
 MVSA_SHAPES = {"conv4": [4, 4, 256], "conv5": [2, 2, 512]}   # ResNet-18 channels
 
 
-def build(model_class, *args, bidirectional_text=False, **kwargs):
-    """A small float64 model in eval mode, with random BatchNorm statistics and affine parameters,
+def build(model_class, *args, bidirectional_text=False, text=None, **kwargs):
+    """A small float64 model in eval mode (``text``: its text encoder, else a GRU), with random BatchNorm statistics and affine parameters,
     so that eval-mode BatchNorm is no identity (VSRN's GCN blocks would be: their BN scale starts at 0),
     and random linear biases (xavier_linear starts them at 0, which would hide a bias left out)."""
     torch.manual_seed(0)
-    text = GRUTextEncoder(VOCAB, WORD_DIM, EMBED, bidirectional=bidirectional_text, embed_dropout=0.4)
+    text = text or GRUTextEncoder(VOCAB, WORD_DIM, EMBED, bidirectional=bidirectional_text, embed_dropout=0.4)
     model = model_class(*args, text=text, **kwargs).double().eval()
     g = torch.Generator().manual_seed(2)
 

@@ -7,9 +7,11 @@ from functools import partial
 
 import torch
 
+from methods.models.bert_text import BertTextEncoder
 from methods.models.vse_infinity import VSEInfinity
 from tests.oracles._descriptions import REAL, TOY, run, text
-from tests.oracles._float64 import EMBED, N_IMAGES, REGION_DIM, REGIONS, batch_norm_eval, build, cosine_matrix, features
+from tests.oracles._float64 import (EMBED, N_IMAGES, REGION_DIM, REGIONS, VOCAB, batch_norm_eval, build, cosine_matrix,
+                                    features)
 from tests.test_sgraf import linear
 
 
@@ -60,10 +62,37 @@ def reference(model, images, text_batch, pooling):
     return cosine_matrix(image_vectors, caption_vectors)
 
 
+def tiny_bert_encoder(vocab: int = VOCAB, out_dim: int = EMBED) -> BertTextEncoder:
+    """A BERT of one layer at random weights (no folder: the oracle builds it), projected to ``out_dim``."""
+    from transformers import BertConfig, BertModel
+    torch.manual_seed(5)
+    config = BertConfig(vocab_size=vocab, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=16, attn_implementation="eager")
+    return BertTextEncoder(BertModel(config), out_dim)
+
+
+def reference_bert(model, images, text_batch, pooling):
+    """The image side as ``reference``; each caption alone and unpadded (so no attention mask): the
+    BERT's last hidden states of its tokens -> the projection -> pooled over every token -> l2
+    (master's EncoderText: bert(x, mask)[0] -> linear -> GPO(cap_len) -> l2norm)."""
+    pool = POOLS[pooling]
+    image_vectors = [scan_l2(pool(model.image_pool, linear(model.region.fc, regions) + linear(
+        model.region.mlp_out, torch.relu(batch_norm_eval(model.region.bn, linear(model.region.mlp_in, regions))))))
+        for regions in images["features"]]
+    caption_vectors = []
+    for tokens, n in zip(text_batch["tokens"], text_batch["lengths"]):
+        states = model.text.bert(tokens[:n][None]).last_hidden_state[0]        # (n, hidden)
+        caption_vectors.append(scan_l2(pool(model.text_pool, linear(model.text.linear, states))))
+    return cosine_matrix(image_vectors, caption_vectors)
+
+
 def float64_cases():
     for pooling in ("gpo", "mean", "max"):
         model = build(VSEInfinity, REGION_DIM, EMBED, pooling=pooling, region_drop=0.2, bidirectional_text=True)
         yield (pooling, model, {"features": features(N_IMAGES, REGIONS, REGION_DIM)}, partial(reference, pooling=pooling))
+    model = build(VSEInfinity, REGION_DIM, EMBED, pooling="gpo", region_drop=0.2, text=tiny_bert_encoder())
+    yield ("gpo, BERT", model, {"features": features(N_IMAGES, REGIONS, REGION_DIM)},
+           partial(reference_bert, pooling="gpo"))
 
 
 # (run config, dataset config block, the description written by hand)
@@ -75,6 +104,11 @@ DESCRIPTIONS = [
     (run({"kind": "vse_infinity", "embed_dim": 1024, "region_drop": 0.2, "pooling": "max",
           "text": text(300, 1024, bidirectional=True)}, [(25, False)], batch_size=128), REAL,
      "36×2048 precomputed regions, embed 1024, MAX pooling, bi-GRU 1024, word 300; 25 epochs, batch 128"),
+    (run({"kind": "vse_infinity", "embed_dim": 1024, "region_drop": 0.2, "pooling": "gpo",
+          "text": {"kind": "bert", "encoder": "bert_base_uncased", "out_dim": 1024, "lr_factor": 0.1}},
+         [(25, False)], batch_size=128), REAL,
+     "36×2048 precomputed regions, embed 1024, GPO pooling, BERT bert_base_uncased -> 1024 (lr x0.1); "
+     "25 epochs, batch 128"),
 ]
 
 
@@ -98,4 +132,20 @@ SOURCE_BEHAVIOUR = {
                      "training.caption_augment": {"prob": 0.2, "mask": 0.5, "replace": 0.1},
                      "training.stages.0.epochs": 25, "training.stages.0.lr": 5.0e-4,
                      "training.stages.0.schedule": {"kind": "step", "decay_epochs": [15], "gamma": 0.1}},
+}
+
+
+# The BERT branch (master), written from its code: train_region.sh (as bigru's, BERT text), lib/vse.py
+# (AdamW over three groups for precomp_enc_type basic: the text encoder but BERT at the rate, BERT at
+# x0.1, the image encoder at the rate; weight_decay=decay_factor 1e-4), lib/encoders.py EncoderText
+# (BertModel.from_pretrained('bert-base-uncased'), nn.Linear(768, embed_size), GPO(32, 32)),
+# image_caption.py process_caption (each word's WordPiece pieces masked / replaced / deleted together
+# with probability 0.2). Not in SOURCE_BEHAVIOUR: no paper table judges a row of it yet
+# (tests/test_fidelity.py compares that dict with the judged rows' methods).
+BERT_SOURCE_BEHAVIOUR = {
+    "vse_infinity_bert": {**{k: v for k, v in SOURCE_BEHAVIOUR["vse_infinity"].items()
+                             if not k.startswith("model.text.") and k != "training.weight_decay"},
+                          "model.text.kind": "bert", "model.text.encoder": "bert_base_uncased",
+                          "model.text.out_dim": 1024, "model.text.lr_factor": 0.1,
+                          "training.weight_decay": 1.0e-4},
 }

@@ -124,6 +124,7 @@ wildcard_constraints:
     exp="[a-z0-9_]+-[0-9a-f]{10}",
     ens="ens-[0-9a-f]{10}",
     seed="[0-9]+",
+    encoder="[A-Za-z0-9_]+",   # a text encoder of config text_encoders
     split="[a-z]+",
     backbone="[A-Za-z0-9_]+",
 

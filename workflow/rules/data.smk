@@ -173,3 +173,29 @@ rule multilabel_region_classes:
     shell:
         logged("{params.numerics}python -m methods.data.multilabel --dataset-config {input.cfg} --split {wildcards.split} "
                "--region-classes {output} ")
+
+
+rule wordpiece_captions:
+    """Every split's captions tokenised for one BERT text encoder (its vocab.txt), once per
+    dataset and encoder: training and evaluation read the ids (methods/data/wordpiece.py)."""
+    input:
+        unpack(lambda w: INPUTS.data(w.dataset)),
+        cfg=dataset_json,
+        encoder=lambda w: INPUTS.text_encoder(w.encoder),
+    output:
+        LAYOUT.wordpiece_captions("{dataset}", "{encoder}"),
+    params:
+        numerics=numerics_env_of(lambda d: dataset_resource(d, "vocab", "threads")),
+        folder=lambda w: HARNESS["text_encoders"][w.encoder]["path"],
+    threads: dataset_res("vocab", "threads")
+    resources:
+        **wildcard_resources("vocab"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/wordpiece_captions/{{dataset}}/{{encoder}}.log",
+    benchmark:
+        benchmark_file("wordpiece_captions", "{dataset}/{encoder}")
+    shell:
+        logged("{params.numerics}python -m methods.data.wordpiece_captions --dataset-config {input.cfg} "
+               "--encoder {wildcards.encoder} --folder {params.folder} --out {output} ")

@@ -97,3 +97,30 @@ rule region_features:
     shell:
         logged("{params.numerics}python -m methods.features.regions --dataset-config {input.cfg} --split {wildcards.split} "
                "--grid {input.grid} --out-dir {params.out_dir} ")
+
+
+rule pretrain_text_encoder:
+    """A tiny BERT masked-language-modelled on a synthetic training split's captions (stands in
+    for bert-base-uncased): a folder laid out as transformers saves one."""
+    input:
+        unpack(lambda w: INPUTS.data(w.dataset)),
+        cfg=dataset_json,
+    output:
+        directory(LAYOUT.text_encoder_dir("{dataset}", "{encoder}")),
+    params:
+        numerics=numerics_env_of(lambda d: dataset_resource(d, "train", "threads")),
+        device=DEVICE,
+    threads: dataset_res("train", "threads")
+    resources:
+        mem_mb=dataset_res("train", "mem_mb"),
+        runtime=dataset_res("train", "runtime"),
+        gpu=PRETRAIN_GPUS,
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/pretrain_text_encoder/{{dataset}}/{{encoder}}.log",
+    benchmark:
+        benchmark_file("pretrain_text_encoder", "{dataset}/{encoder}")
+    shell:
+        logged("{params.numerics}python -m methods.features.pretrain_bert --dataset-config {input.cfg} "
+               "--encoder {wildcards.encoder} --out {output} --device {params.device} --threads {threads} ")

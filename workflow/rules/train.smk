@@ -38,6 +38,7 @@ for _name in HARNESS["datasets"]:
             device=DEVICE,
             block_elements=BLOCK_ELEMENTS,
         threads: dataset_resource(_name, "train", "threads")
+        priority: lambda w, name=_name: INPUTS.train_priority(name, w.exp)
         resources:
             **resources_of(_name, "train"),
             # on SLURM, SIGUSR1 five minutes before the time limit: training writes a checkpoint
