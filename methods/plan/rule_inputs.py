@@ -10,6 +10,7 @@ from methods.data.multilabel import check_model_labels
 from methods.data.multilabel import source_files as multilabel_source_files, source_split as multilabel_source_split
 from methods.data.tokenizers import PUNKT_FILES
 from methods.data.word_vectors import check_word_vectors
+from methods.data.wordpiece import weights_file
 from methods.errors import HarnessError
 from methods.metrics.protocols import get_protocol
 from methods.paths import eval_file, model_file, sims_file, train_log
@@ -58,13 +59,13 @@ class RuleInputs:
         return {"positives": str(paths["positives"]), "karpathy": str(paths["karpathy_json"])}
 
     def text_encoder(self, encoder: str) -> list[str]:
-        """A BERT text encoder's files the tokenisation job reads: the folder the DAG pre-trains,
-        or a configured folder's vocab.txt and config.json (the folder checked first)."""
+        """A BERT text encoder's files its jobs read: the folder the DAG pre-trains, or a configured
+        folder's vocab.txt, config.json and weights file (the folder checked first)."""
         self.checks.text_encoder(encoder)
         path = self.cfg["text_encoders"][encoder]["path"]
         if "pretrain" in self.cfg["text_encoders"][encoder]:
             return [path]
-        return [f"{path}/vocab.txt", f"{path}/config.json"]
+        return [f"{path}/vocab.txt", f"{path}/config.json", str(weights_file(path))]
 
     def backbone_weights(self, backbone: str) -> list[str]:
         self.checks.backbone(backbone)
