@@ -99,4 +99,6 @@ def test_released_rows_import_and_evaluate_without_training(tiny_dag, tmp_path):
     assert rsum["released_one"]["environment"].startswith("authors' weights (trained elsewhere), evaluated with harness ")
     md = (tiny_dag / "tables" / "releasedtest_flickr.md").read_text()
     assert "the authors' released weights (KunpengLi1994/VSRN): vsrn_1 (model_fliker_1.pth.tar)" in md
-    assert "- A released row whose files are not configured here: set datasets.flickr.released.vsrn_other" in md
+    assert "Rows left out (their files are not configured for this dataset):\n" \
+           "- A released row whose files are not configured here (the authors' released weights): " \
+           "set datasets.flickr.released.vsrn_other" in md
