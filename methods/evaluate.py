@@ -21,7 +21,7 @@ from methods.data.caption_augment import extra_tokens
 from methods.data.datasets import DatasetPayload, load_dataset_payload
 from methods.data.text import Vocabulary, load_vocabulary
 from methods.errors import HarnessError
-from methods.features.backbone import eval_transform
+from methods.features.image_transforms import evaluation_images
 from methods.features.images import ImageFiles
 from methods.io import read_json, save_npy
 from methods.job_records import RunEvaluation
@@ -77,7 +77,8 @@ def split_inputs(payload: DatasetPayload, split: str, features_dir: str | Path, 
     if ckpt["best"]["finetuned"]:
         data = payload.split(split)
         return data, None, ImageFiles(payload.paths["images_dir"], data.filenames,
-                                      eval_transform(ds["features"]["resize"], ds["features"]["crop"]))
+                                      evaluation_images(ckpt["config"]["training"], ds["features"]["resize"],
+                                                        ds["features"]["crop"]))
     data = image_input_of(model_cfg).load(payload, split, features_dir, model_cfg)
     return data, data.features, None
 

@@ -25,7 +25,8 @@ from methods.data.word_vectors import initial_word_vectors
 from methods.evaluate import evaluate_run
 from methods.io import write_json
 from methods.metrics.evaluation import split_relevances
-from methods.model_kinds import finetunes, image_input_of
+from methods.features.architectures import cached_shape
+from methods.model_kinds import finetunes, image_input_of, reads_cached_features
 from methods.model_kinds.method_schema import read_experiment
 from methods.models.checkpoint import save_trained_model
 from methods.paths import model_file, train_log
@@ -44,10 +45,15 @@ def _train(args) -> None:
     device = resolve_device(args.device)
     seed_everything(args.seed)
     kind = image_input_of(cfg["model"])
-    splits = {name: kind.load(payload, name, args.features_dir, cfg["model"]) for name in ("train", "dev")}
+    if reads_cached_features(cfg):
+        splits = {name: kind.load(payload, name, args.features_dir, cfg["model"]) for name in ("train", "dev")}
+        image_shape = splits["train"].features.image_shape()
+    else:   # every stage trains the CNN on images: the cached maps are never read, nor computed
+        splits = {name: kind.without_cache(payload, name) for name in ("train", "dev")}
+        image_shape = cached_shape(kind.name, payload.backbones[cfg["model"]["backbone"]]["arch"], cfg["model"],
+                                   ds["features"]["crop"])
     vocab = load_vocabulary(args.vocab)
     vocab.check_covers(splits["train"].captions[:5000], args.vocab)
-    image_shape = splits["train"].features.image_shape()
     vectors = initial_word_vectors(cfg["model"], paths, vocab)
     word_vectors = None if vectors is None else torch.from_numpy(vectors)
     # token ids past the vocabulary (``<mask>`` of caption augmentation) start from the random init

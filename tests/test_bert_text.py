@@ -181,6 +181,7 @@ def test_the_tiny_bert_is_seeded_and_read_back_as_any_folder(tmp_path):
 def test_a_row_whose_bert_folder_is_not_configured_is_left_out_naming_the_key(tmp_path):
     paper = yaml.safe_load((REPO / "tests" / "data" / "bert_paper.yaml").read_text())
     paper["tables"]["berttest"]["datasets"] = ["flickr"]
+    paper["tables"]["berttest"]["rows"] = [r for r in paper["tables"]["berttest"]["rows"] if r["id"] == "bert"]
     paper["tables"]["berttest"]["rows"].insert(0, {"id": "bigru", "label": "VSE-infinity, bi-GRU",
                                                    "method": "vse_infinity", "seeds": [0]})
     paper["methods"] = {k: str(REPO / v) for k, v in paper["methods"].items()}

@@ -538,3 +538,21 @@ def test_the_bert_row_trains_on_the_tiny_bert_the_dag_pretrained(tiny_dag):
     ev = json.loads((run / "eval_test.json").read_text())
     recomputed = retrieval_metrics(np.load(run / "sims_test.npy"))
     assert ev["results"][0]["metrics"]["rsum"] == pytest.approx(recomputed["rsum"])
+    # the grid row: the synthetic CNN frozen in its first epoch, fine-tuned in its second (the loss
+    # ramped), its BatchNorm statistics kept; evaluated on the squashed images through that CNN
+    assert "ResNet-18 (synthetic pre-trained) last-map grid at 64×64 px, CNN fine-tuned (lr x0.01)" in rows["bert_grid"]["ran"]
+    grid_run = tiny_dag / "results/synthetic/runs" / rows["bert_grid"]["members"][0] / "seed0"
+    log = json.loads((grid_run / "train_log.json").read_text())
+    assert [h["epoch"] for h in log["history"]] == [1, 2] and log["best"]["finetuned"]
+    cnn = torch.load(tiny_dag / "results/synthetic/backbones/resnet18_synthetic.pt", weights_only=True)
+    grid_state = torch.load(grid_run / "model.pt", weights_only=True)["state_dict"]
+    names = {"conv1.weight": "backbone.stem.0.weight", "bn1.running_mean": "backbone.stem.1.running_mean",
+             "layer4.1.conv2.weight": "backbone.layer4.1.conv2.weight"}
+    if log["best"]["epoch"] == 2:
+        assert not torch.equal(grid_state[names["conv1.weight"]], cnn["conv1.weight"])
+        assert not torch.equal(grid_state[names["layer4.1.conv2.weight"]], cnn["layer4.1.conv2.weight"])
+    else:   # the frozen epoch was kept: the CNN is the pre-trained one
+        assert torch.equal(grid_state[names["layer4.1.conv2.weight"]], cnn["layer4.1.conv2.weight"])
+    assert torch.equal(grid_state[names["bn1.running_mean"]], cnn["bn1.running_mean"])
+    grid_ev = json.loads((grid_run / "eval_test.json").read_text())
+    assert grid_ev["results"][0]["metrics"]["rsum"] == pytest.approx(retrieval_metrics(np.load(grid_run / "sims_test.npy"))["rsum"])

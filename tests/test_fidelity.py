@@ -33,9 +33,15 @@ def value_at(cfg: dict, dotted: str):
     return cfg
 
 
+# the optional inputs set (paths only: a plan reads no file), so that their rows are judged too
+OPTIONAL_INPUTS = {"text_encoders": {"bert_base_uncased": {"kind": "bert", "path": "/data/bert-base-uncased"}},
+                   "backbones": {"resnext101_wsl": {"arch": "resnext101_32x8d", "optional": True,
+                                                    "weights": "/data/ig_resnext101_32x8-c38310e5.pth"}}}
+
+
 @pytest.fixture(scope="module")
 def plan():
-    return Plan(config_with_every_table())
+    return Plan(config_with_every_table(OPTIONAL_INPUTS))
 
 
 def judged_rows(plan):

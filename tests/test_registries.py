@@ -82,17 +82,25 @@ def test_every_declared_model_kind_is_implemented():
 
 
 @pytest.mark.parametrize("kind", MODELS.names())
-def test_model_forward_backward_and_block_scoring(kind):
+def test_model_forward_backward_and_block_scoring(kind, tmp_path):
+    from tests.test_bert_text import bert_folder
+
     torch.manual_seed(0)
     # each model's built-in dataset: the tag dataset for the label-wise model (tags and labels)
     dataset = {"label_wise": "synthtags"}.get(kind, "synthetic")
     cfg = api.experiment_config(method_file_of(kind), dataset, harness={"backbones": BACKBONES})
     cls = MODELS.get(kind)
     assert cls.image_input in IMAGE_INPUTS
+    text = cfg["model"].get("text") or {}
+    encoders = {}
+    if text.get("kind") == "bert":   # a tiny BERT folder of the test's vocabulary size, written here
+        pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(VOCAB - 5)]
+        folder, _ = bert_folder(tmp_path / "bert", pieces=pieces)
+        encoders = {text["encoder"]: {"kind": "bert", "path": str(folder)}}
     g = torch.Generator().manual_seed(1)
     shape, images = image_batch(cls.image_input, 7, g, cfg["model"])
     texts = text_batch(11, g)
-    model = api.build_model(cfg, VOCAB, shape, BACKBONES)
+    model = api.build_model(cfg, VOCAB, shape, BACKBONES, text_encoders=encoders)
     # training: named outputs, scores (images x texts) per head, gradients reach the parameters
     model.train()
     outputs = model.training_outputs(model.encode_images(images), model.encode_texts(texts))

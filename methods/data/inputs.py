@@ -174,6 +174,13 @@ class ImageInput:
     def load(self, payload: DatasetPayload, split: str, directory: str | Path, model_cfg: dict) -> SplitData:
         raise NotImplementedError
 
+    def without_cache(self, payload: DatasetPayload, split: str) -> SplitData:
+        """A split's captions and image files without cached features: what a run whose every stage
+        fine-tunes the CNN reads (its model sees images only; ``methods.features.architectures.cached_shape``)."""
+        karpathy = payload.split(split)
+        return SplitData(split, karpathy.captions, None, karpathy.filenames, karpathy.texts_per_image,
+                         label_matrix(karpathy))
+
 
 IMAGE_INPUTS: Registry[ImageInput] = Registry("image input")
 

@@ -19,3 +19,21 @@ CHANNELS = {  # (conv3, conv4, conv5) output channels
 
 def layer_channels(arch: str, layer: str) -> int:
     return CHANNELS[arch][("conv3", "conv4", "conv5").index(layer)]
+
+
+def map_shape(arch: str, layer: str, crop: int) -> list[int]:
+    """(H, W, C) of the ``layer`` map of a crop x crop image: every downsampling of a torchvision
+    ResNet (the stem's 7x7 conv and max pool, the first block of layer2..4) gives ceil(side / 2)."""
+    side = crop
+    for _ in range(("conv3", "conv4", "conv5").index(layer) + 3):
+        side = -(-side // 2)
+    return [side, side, layer_channels(arch, layer)]
+
+
+def cached_shape(image_input: str, arch: str, model_cfg: dict, crop: int) -> dict:
+    """The image shape of what the dataset's feature rule caches for a model (``pooled``: conv5's
+    channels; ``grid``: each of its ``grid_scales`` maps), known without the files: the shape a
+    model is built for when its run never reads them (every stage fine-tunes the CNN)."""
+    if image_input == "pooled":
+        return {"dim": layer_channels(arch, "conv5")}
+    return {"scales": {s: map_shape(arch, s, crop) for s in model_cfg["grid_scales"]}}

@@ -9,11 +9,12 @@ import importlib
 import pkgutil
 
 from methods.model_kinds.base import MODEL_KINDS, ModelKind, describe_run, image_input_of, model_kind
-from methods.model_kinds.description import DescribeContext, finetunes
+from methods.model_kinds.description import DescribeContext, finetunes, reads_cached_features
 from methods.plugins import load_plugin_modules
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 load_plugin_modules(__name__, __path__)   # a user's own, from the plug-in folders (methods.plugins)
 
-__all__ = ["MODEL_KINDS", "DescribeContext", "ModelKind", "describe_run", "finetunes", "image_input_of", "model_kind"]
+__all__ = ["MODEL_KINDS", "DescribeContext", "ModelKind", "describe_run", "finetunes", "image_input_of", "model_kind",
+           "reads_cached_features"]

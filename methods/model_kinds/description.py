@@ -28,9 +28,12 @@ class DescribeContext:
 
 
 def arch_text(arch: str) -> str:
-    """``resnet152`` -> ``ResNet-152``; other architectures as named."""
+    """``resnet152`` -> ``ResNet-152``, ``resnext101_32x8d`` -> ``ResNeXt-101 32x8d``; others as named."""
     match = re.fullmatch(r"resnet(\d+)", arch)
-    return f"ResNet-{match.group(1)}" if match else arch
+    if match:
+        return f"ResNet-{match.group(1)}"
+    match = re.fullmatch(r"resnext(\d+)_(\w+)", arch)
+    return f"ResNeXt-{match.group(1)} {match.group(2)}" if match else arch
 
 
 def backbone_text(name: str, ctx: DescribeContext) -> str:
@@ -85,6 +88,12 @@ def text_encoder_text(text_cfg: dict) -> str:
 def finetunes(cfg: dict) -> bool:
     """Whether some training stage of a run config trains the CNN."""
     return any(s["finetune_backbone"] for s in cfg["training"]["stages"])
+
+
+def reads_cached_features(cfg: dict) -> bool:
+    """Whether some training stage of a run config reads the cached image input (its CNN frozen, or
+    none at all): a run whose every stage trains the CNN sees images only."""
+    return not all(s["finetune_backbone"] for s in cfg["training"]["stages"])
 
 
 def schedule_text(cfg: dict) -> str:

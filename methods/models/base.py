@@ -107,6 +107,15 @@ class RetrievalModel(nn.Module):
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
 
+    def at_epoch(self, epoch: int) -> None:
+        """Called as each training epoch starts (``epoch``: the run's, from 0): a model whose source
+        changes by epoch which of its parts train (VSE-infinity's CNN warm-up) sets them here."""
+
+    def loss_scale(self, epoch: int, step: int, steps: int) -> float:
+        """The factor of step ``step`` (of about ``steps``) of ``epoch``'s loss before its gradients:
+        1 unless the model's source ramps it (VSE-infinity's warmup_alpha)."""
+        return 1.0
+
     def parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
         """The trainable parameters as (parameters, learning-rate scale) groups: one group at the
         stage's rate unless a model's source trains parts of it at a scaled rate."""

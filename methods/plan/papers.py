@@ -211,10 +211,9 @@ class PaperCatalogue:
                     unconfigured.append(released)
             else:
                 trained = self._trained_row(path, table_name, row, paper, dataset, reported)
-                unset = self._unset_text_encoders(trained, dataset)
-                if unset:   # a BERT folder not configured: the row is left out, naming the key
-                    unconfigured.append({"id": row["id"], "label": row["label"], "keys": unset,
-                                         "needs": "a BERT folder"})
+                unset, needs = self._unset_inputs(trained, dataset)
+                if unset:   # a BERT folder or optional CNN weights not configured: left out, naming the keys
+                    unconfigured.append({"id": row["id"], "label": row["label"], "keys": unset, "needs": needs})
                     continue
                 rows.append(trained)
                 self._check_distinct_runs(path, rows[-1], dataset)
@@ -244,6 +243,18 @@ class PaperCatalogue:
                    ledger=merge_ledgers(ledgers), compare_to=row.get("compare_to"),
                    ran=" + ".join(dict.fromkeys(ran)), view=view,
                    overrides=dict(row.get("overrides") or {}))
+
+    def _unset_inputs(self, row: Row, dataset: str) -> tuple[list[str], str]:
+        """The keys of what a trained row's members need and the config leaves unset: BERT folders
+        (``text_encoders.<name>.path``) and the weights of backbones marked ``optional``; and what
+        those are, in words. A required backbone's unset weights stay a DAG-build error."""
+        bert = self._unset_text_encoders(row, dataset)
+        cnn = sorted({f"backbones.{name}.weights" for exp_id in row.members
+                      for name in [self.experiments[(dataset, exp_id)].config["model"].get("backbone")]
+                      if name and self.cfg["backbones"][name].get("optional")
+                      and self.cfg["backbones"][name].get("weights") is None})
+        needs = " and ".join((["a BERT folder"] if bert else []) + (["the CNN's weights"] if cnn else []))
+        return [*bert, *cnn], needs
 
     def _unset_text_encoders(self, row: Row, dataset: str) -> list[str]:
         """The ``text_encoders.<name>.path`` keys a trained row's members need and the config leaves unset."""

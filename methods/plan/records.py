@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from methods.config import config_hash
 from methods.data.inputs import ImageInput
-from methods.model_kinds import finetunes, image_input_of
+from methods.model_kinds import finetunes, image_input_of, reads_cached_features
 from methods.paths import ResultsLayout
 from methods.report.claim_form import Comparison
 
@@ -37,7 +37,7 @@ class Experiment:
     def may_evaluate_on_cached_features(self) -> bool:
         """A stage with a frozen CNN (or none at all): its epoch may be the best one, and a model
         selected there is evaluated on cached features."""
-        return not all(s["finetune_backbone"] for s in self.config["training"]["stages"])
+        return reads_cached_features(self.config)
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,8 @@ class RuleInputs:
         data = self.data(dataset)  # the dataset's files first (a configured GloVe file exists, its head parses)
         check_word_vectors(self.cfg, dataset, exp.config["model"], exp_id)
         check_model_labels(self.cfg, dataset, exp.config["model"], f"experiment {exp_id} ({exp.config['method']})")
-        splits = ["train", "dev"] + (test_splits(self.cfg, dataset) if exp.may_evaluate_on_cached_features else [])
+        # a run whose every stage trains the CNN reads images only: no cached features at all
+        splits = ["train", "dev", *test_splits(self.cfg, dataset)] if exp.may_evaluate_on_cached_features else []
         encoder = self.plan.text_encoder(exp_id, dataset)
         return {
             **data,

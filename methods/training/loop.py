@@ -32,7 +32,7 @@ from tqdm import tqdm
 from methods.data.inputs import SplitData
 from methods.data.text import Vocabulary
 from methods.errors import HarnessError, first_line, signal_handlers
-from methods.features.backbone import eval_transform, train_transform
+from methods.features.image_transforms import evaluation_images, training_images
 from methods.features.images import ImageFiles
 from methods.io import torch_save
 from methods.losses.gradient_count import count_negatives_with_gradient
@@ -147,8 +147,8 @@ def validate(model: RetrievalModel, inp: TrainInputs, amp: bool) -> dict:
     (``methods.metrics.protocols.validation_protocols``), on the dev split's first images."""
     n = min(inp.val_max_images, len(inp.dev))
     pairs = CaptionPairs(inp.dev.captions, inp.vocab, inp.dev.texts_per_image, max_images=n)
-    images = (ImageFiles(inp.images_dir, inp.dev.filenames[:n], eval_transform(inp.resize, inp.crop))
-              if model.finetune else None)
+    images = (ImageFiles(inp.images_dir, inp.dev.filenames[:n],
+                         evaluation_images(inp.config["training"], inp.resize, inp.crop)) if model.finetune else None)
     img, cap = encode_split(model, pairs.tokens, n, inp.device, inp.config["training"]["eval_batch_size"],
                             features=inp.dev.features, images=images, amp=amp)
     scores = score_matrix(model, img, cap, amp=amp)
@@ -320,8 +320,7 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
             _set_rng_state(state["rng"])
             first_epoch, first_step, partial = state["epoch"], state.get("step", 0), state.get("partial")
-        augment = (train_transform(inp.crop) if tr["finetune_augment"] == "random_resized_crop_flip"
-                   else eval_transform(inp.resize, inp.crop))
+        augment = training_images(tr, inp.resize, inp.crop)
         images = ImageFiles(inp.images_dir, inp.train.filenames, augment) if stage["finetune_backbone"] else None
         dataset, collate = training_batches(tr, inp.train, inp.vocab, images)
         for epoch in range(first_epoch, stage["epochs"]):
@@ -345,6 +344,7 @@ class Trainer:
         count_every = tr["gradient_count"]["every_n_steps"]
         count_loss = self.loss.one_direction_at(self.global_epoch)
         progress = EpochProgress.resumed(partial, tr["gradient_count"]["relative_threshold"], device)
+        model.at_epoch(self.global_epoch)
         model.train()
         seen_before = progress.seen  # samples of this epoch before a resumed checkpoint: not this process's speed
         t0 = time.perf_counter()
@@ -365,7 +365,9 @@ class Trainer:
             if not torch.isfinite(loss):
                 raise HarnessError(f"loss is {loss.item()} at stage '{stage['name']}' epoch {epoch + 1} "
                                    f"step {step + 1}; stopping (last good checkpoint: {self.checkpoints.last})")
-            apply_gradients(loss, optimizer, self.scaler, model.trainable_parameters(), tr["grad_clip"])
+            scale = model.loss_scale(self.global_epoch, step, len(dataset) // tr["batch_size"] + 1)
+            apply_gradients(loss * scale if scale != 1.0 else loss, optimizer, self.scaler,
+                            model.trainable_parameters(), tr["grad_clip"])
             progress.seen += batch["tokens"].shape[0]
             progress.total += loss.item()
             bar.set_postfix(loss=f"{loss.item():.3f}",

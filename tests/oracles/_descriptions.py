@@ -20,6 +20,7 @@ def text(word_dim, hidden_dim, bidirectional=False, word_init="random", num_laye
             "bidirectional": bidirectional, "word_init": word_init}
 
 
-def run(model, stages, batch_size=16, batching="captions"):
-    return {"model": model, "training": {"batch_size": batch_size, "batching": batching,
-                                         "stages": [{"epochs": e, "finetune_backbone": f} for e, f in stages]}}
+def run(model, stages, batch_size=16, batching="captions", images=None):
+    training = {"batch_size": batch_size, "batching": batching,
+                "stages": [{"epochs": e, "finetune_backbone": f} for e, f in stages]}
+    return {"model": model, "training": {**training, "images": images} if images else training}

@@ -1,0 +1,98 @@
+"""The CNN's input images of a run: what a fine-tuned CNN sees in training and in evaluation.
+
+Two pipelines, chosen by the method config:
+
+- the dataset's (no ``training.images``): resize the short side to ``features.resize``, centre
+  crop ``features.crop``, ImageNet normalisation; in training ``finetune_augment``
+  ``random_resized_crop_flip`` (VSE++) or ``none`` (the evaluation crop);
+- ``training.images: {kind: squash, size, pixels}``: VSE-infinity's RawImageDataset
+  (woodfrog/vse_infty, ``lib/datasets/image_caption.py``): the whole image resized to
+  ``size`` x ``size`` whatever its aspect (256 x ``--input_scale_factor``), bilinear without
+  antialiasing (its cv2.resize INTER_LINEAR), pixels ImageNet-normalised or, for the Caffe
+  detector backbone, BGR minus the Caffe means on the 0-255 scale; in training
+  ``finetune_augment: crop_squash_flip``: first a crop of a random fraction r in [0.6, 1) of both
+  sides (one r, ``int(side * r)``, its offset uniform over [0, side - crop) as np.random.randint),
+  then the resize, then a horizontal flip with probability 0.5.
+
+The random draws come from torch's generator, which the training data seeds per item
+(``methods.training.data``), as torchvision's own random transforms do.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from methods.features.backbone import IMAGENET_MEAN, IMAGENET_STD, eval_transform, train_transform
+
+CAFFE_BGR_MEANS = (102.9801, 115.9465, 122.7717)   # image_caption.py pixel_means (B, G, R)
+PIXELS = ("imagenet", "caffe_bgr")
+
+
+def _pixels(img) -> torch.Tensor:
+    """(3, H, W) float32 on the 0-255 scale from a PIL RGB image."""
+    from torchvision.transforms.functional import pil_to_tensor  # see methods.features.backbone's doc
+
+    return pil_to_tensor(img).to(torch.float32)
+
+
+def random_crop(im: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """The source's training crop: one ratio r ~ U[0.6, 1) for both sides, each side int(side * r),
+    its start uniform in [0, side - crop) (0 when the crop is the whole side)."""
+    h, w = im.shape[-2:]
+    ratio = float(torch.rand((), generator=generator)) * 0.4 + 0.6
+    ch, cw = int(h * ratio), int(w * ratio)
+    x0 = 0 if w == cw else int(torch.randint(w - cw, (), generator=generator))
+    y0 = 0 if h == ch else int(torch.randint(h - ch, (), generator=generator))
+    return im[..., y0:y0 + ch, x0:x0 + cw]
+
+
+def squash(im: torch.Tensor, size: int) -> torch.Tensor:
+    """``im`` (3, H, W) resized to (3, size, size), bilinear on half-pixel centres, no antialiasing."""
+    return F.interpolate(im[None], size=(size, size), mode="bilinear", align_corners=False, antialias=False)[0]
+
+
+def normalise(im: torch.Tensor, pixels: str) -> torch.Tensor:
+    """RGB 0-255 -> the CNN's input: ImageNet's mean and std on 0-1, or Caffe's BGR minus means."""
+    if pixels == "caffe_bgr":
+        return im.flip(0) - torch.tensor(CAFFE_BGR_MEANS, dtype=im.dtype)[:, None, None]
+    mean = torch.tensor(IMAGENET_MEAN, dtype=im.dtype)[:, None, None]
+    std = torch.tensor(IMAGENET_STD, dtype=im.dtype)[:, None, None]
+    return (im / 255 - mean) / std
+
+
+class SquashImages:
+    """VSE-infinity's image pipeline (see the module doc); ``augment`` for training."""
+
+    def __init__(self, size: int, pixels: str, augment: bool):
+        if pixels not in PIXELS:
+            raise ValueError(f"images.pixels must be one of {PIXELS}, not {pixels!r}")
+        self.size, self.pixels, self.augment = size, pixels, augment
+
+    def __call__(self, img) -> torch.Tensor:
+        im = _pixels(img)
+        if self.augment:
+            im = random_crop(im)
+        im = squash(im, self.size)
+        if self.augment and float(torch.rand(())) > 0.5:
+            im = im.flip(-1)
+        return normalise(im, self.pixels)
+
+
+def evaluation_images(training: dict, resize: int, crop: int) -> Callable:
+    """The transform of evaluation (and validation) images for a run's ``training`` config."""
+    images = training.get("images")
+    if images is None:
+        return eval_transform(resize, crop)
+    return SquashImages(images["size"], images["pixels"], augment=False)
+
+
+def training_images(training: dict, resize: int, crop: int) -> Callable:
+    """The transform of training images while the CNN is fine-tuned (``finetune_augment``)."""
+    augment, images = training["finetune_augment"], training.get("images")
+    if images is not None:
+        return SquashImages(images["size"], images["pixels"], augment=augment == "crop_squash_flip")
+    if augment == "random_resized_crop_flip":
+        return train_transform(crop)
+    return eval_transform(resize, crop)
