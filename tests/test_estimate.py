@@ -172,3 +172,27 @@ def test_the_benchmarks_pages_gpu_memory_column_is_the_measured_peaks():
         (line,) = [ln for ln in page.splitlines() if ln.startswith(f"| {name}") and re.search(r"ms \| [\d. /]+ GiB \|", ln)]
         shown = [float(v) for v in re.search(r"\| ([\d. /]+) GiB \|", line).group(1).split(" / ")]
         assert shown == [round(max(peaks[k] for k in keys) / 1024, 1) for keys in parts], name
+
+
+def test_a_bert_grid_run_is_measured_on_a_stand_in_of_its_bert_at_its_own_image_size(tmp_path, monkeypatch):
+    """The run-cost benchmark measures the rows an unset BERT folder or optional CNN leaves out (random
+    weights of the architecture: the configured folder's config.json, else bert-base-uncased's), and
+    shows a fine-tuned CNN images of the run's training.images size, not the dataset's crop."""
+    from tests.test_bert_text import bert_folder
+
+    folder, _ = bert_folder(tmp_path / "tiny_bert", pieces=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"])
+    harness = config_with_every_table()
+    harness["text_encoders"]["bert_synthetic"] = {"kind": "bert", "path": str(folder)}   # as if the DAG had pre-trained it
+    stand_ins = run_cost.bert_stand_ins(harness, tmp_path / "stand_ins")
+    assert (tmp_path / "stand_ins/bert_synthetic/config.json").read_text() == (folder / "config.json").read_text()
+    assert yaml.safe_load((tmp_path / "stand_ins/bert_base_uncased/config.json").read_text())["hidden_size"] == 768
+    cfg = api.experiment_config("vse_infinity_grid_bert", "synthetic")
+    cfg["training"]["images"]["size"] = 40
+    sides = []
+    images = run_cost.RandomImages
+    monkeypatch.setattr(run_cost, "RandomImages", lambda n, side: sides.append(side) or images(n, side))
+    torch.set_num_threads(1)
+    stages = run_cost.measure(cfg, harness["datasets"]["synthetic"], harness["backbones"], torch.device("cpu"), {},
+                              steps=1, warmup=0, n_images=4, text_encoders=stand_ins)
+    assert set(stages) == {"finetune"} and all(v > 0 for v in stages["finetune"].values())
+    assert sides and set(sides) == {40} and harness["datasets"]["synthetic"]["features"]["crop"] != 40

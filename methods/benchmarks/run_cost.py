@@ -19,6 +19,13 @@ as COCO's (mean ~13.9 tokens with start and end, up to 50). The batches are read
 this process, inside the timed steps (as a job with no loader workers; with workers the reading
 overlaps the steps). Left out: gradient counting and checkpoint writes. A cost entry holds for
 the dataset shapes it was measured with (``methods.estimate.cost_key``).
+
+A BERT text encoder has random weights of its configured folder's architecture (its config.json),
+or, where no folder is configured or the folder is not there yet, of bert-base-uncased's
+(transformers' BertConfig defaults: 12 layers of 768, 30,522 pieces), each caption word one piece;
+a CNN backbone whose weights are not configured (``optional``) is measured with random weights like
+every other. Fine-tuning stages see random images at the run's input size (``training.images.size``,
+else the dataset's crop).
 """
 from __future__ import annotations
 
@@ -26,8 +33,11 @@ import argparse
 import contextlib
 import datetime
 import math
+import json
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -39,6 +49,8 @@ from methods.config import REPO_ROOT, load_yaml, validate
 from methods.data.caption_augment import extra_tokens
 from methods.data.inputs import CachedGridFeatures, CachedImageFeatures, SplitData, region_shape
 from methods.data.text import SPECIALS, Vocabulary
+from methods.data.wordpiece import SPECIALS as PIECE_SPECIALS
+from methods.data.wordpiece import WordPieceVocabulary
 from methods.data.tokenizers import Tokenizer
 from methods.estimate import STAGE_KINDS, cost_key, stage_kind
 from methods.io import write_text
@@ -69,6 +81,32 @@ def caption_words(n: int, rng: np.random.Generator) -> np.ndarray:
 
 def fake_vocabulary() -> Vocabulary:
     return Vocabulary([*SPECIALS, *(f"w{i}" for i in range(VOCAB_WORDS))], Tokenizer("nltk_line"))
+
+
+def fake_pieces(captions: list[str], vocab_size: int, encoder: str, rng: np.random.Generator) -> WordPieceVocabulary:
+    """A WordPiece vocabulary of ``vocab_size`` pieces with each caption word tokenised to one random piece."""
+    pieces = [*PIECE_SPECIALS, *(f"p{i}" for i in range(vocab_size - len(PIECE_SPECIALS)))]
+    return WordPieceVocabulary(pieces, encoder, {c: [[int(rng.integers(len(PIECE_SPECIALS), vocab_size))]
+                                                     for _ in c.split()] for c in captions})
+
+
+def bert_stand_ins(harness: dict, root: Path) -> dict:
+    """``text_encoders`` whose folders hold a config.json only (weights: none): the configured
+    folder's, else bert-base-uncased's architecture (see the module doc)."""
+    from transformers import BertConfig
+
+    out = {}
+    for name, enc in (harness.get("text_encoders") or {}).items():
+        folder = Path(enc["path"]) if enc.get("path") else None
+        config = (json.loads((folder / "config.json").read_text()) if folder and (folder / "config.json").is_file()
+                  else BertConfig().to_dict())
+        stand_in = root / name
+        stand_in.mkdir(parents=True)
+        (stand_in / "config.json").write_text(json.dumps(config))
+        (stand_in / "vocab.txt").write_text("".join(f"{p}\n" for p in
+                                                    [*PIECE_SPECIALS, *(f"p{i}" for i in range(config["vocab_size"] - 5))]))
+        out[name] = {"kind": "bert", "path": str(stand_in), "weights": "none"}
+    return out
 
 
 def fake_captions(n: int, rng: np.random.Generator) -> list[str]:
@@ -195,18 +233,25 @@ def time_evaluation(model, cfg: dict, split: SplitData, vocab: Vocabulary, image
 
 
 def measure(cfg: dict, ds: dict, backbones: dict, device: torch.device, block_elements: dict, steps: int,
-            warmup: int, n_images: int) -> dict:
-    """The cost entry's ``stages`` of one run configuration."""
+            warmup: int, n_images: int, text_encoders: dict | None = None) -> dict:
+    """The cost entry's ``stages`` of one run configuration (``text_encoders``: ``bert_stand_ins``)."""
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     tr, tpi = cfg["training"], ds["texts_per_image"]
     shape = image_shape(cfg, ds, backbones)
     per_batch = tr["batch_size"] if tr["batching"] == "images" else -(-tr["batch_size"] // tpi)
     split = fake_split(cfg, shape, max(n_images, per_batch * (steps + warmup)), tpi, rng)
-    vocab = fake_vocabulary()
+    text = cfg["model"].get("text") or {}
+    if text.get("kind") == "bert":
+        size = json.loads((Path(text_encoders[text["encoder"]]["path"]) / "config.json").read_text())["vocab_size"]
+        vocab = fake_pieces(split.captions, size, text["encoder"], rng)
+    else:
+        vocab = fake_vocabulary()
     kinds = [k for k in STAGE_KINDS if any(stage_kind(s) == k for s in tr["stages"])]
     random_cnn = {name: {**bb, "weights": "none"} for name, bb in backbones.items()}   # timing needs no weights
-    model = api.build_model(cfg, len(vocab) + extra_tokens(tr), shape, random_cnn, cnn="finetune" in kinds)
+    model = api.build_model(cfg, len(vocab) + extra_tokens(tr, text), shape, random_cnn, cnn="finetune" in kinds,
+                            text_encoders=text_encoders or {})
+    side = tr["images"]["size"] if tr.get("images") else ds["features"]["crop"]   # what the CNN sees
     use_block_budget(model, list(block_elements.items()), device)
     model.to(device)
     out = {}
@@ -215,11 +260,11 @@ def measure(cfg: dict, ds: dict, backbones: dict, device: torch.device, block_el
         model.set_finetune(finetune)
         peak = PeakGpuMemory(device)
         with peak("train"):
-            train_s = time_training(model, cfg, split, vocab, RandomImages(len(split), ds["features"]["crop"])
+            train_s = time_training(model, cfg, split, vocab, RandomImages(len(split), side)
                                     if finetune else None, device, steps, warmup, kind)
         with peak("eval"):   # evaluation encodes every image it is given: exactly the n_images timed
             encode_s, score_s = time_evaluation(model, cfg, split, vocab,
-                                                RandomImages(n_images, ds["features"]["crop"]) if finetune else None,
+                                                RandomImages(n_images, side) if finetune else None,
                                                 device, n_images)
         out[kind] = {"train_s_per_item": float(f"{train_s:.4g}"), "encode_s_per_image": float(f"{encode_s:.4g}"),
                      "score_s_per_mpair": float(f"{score_s:.4g}"),
@@ -346,7 +391,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     harness = api.harness_config(args.config)
-    plan = Plan(harness)
+    stand_ins = bert_stand_ins(harness, Path(tempfile.mkdtemp(prefix="run_cost_bert_")))
+    # random weights for every model: the rows an unset BERT folder or optional CNN leaves out are measured too
+    plan = Plan({**harness, "text_encoders": stand_ins,
+                 "backbones": {k: {**bb, "weights": bb.get("weights") or "none"} for k, bb in harness["backbones"].items()}})
     ds = harness["datasets"][args.dataset]
     blocks = {d: n for d, n in harness["scoring"]["block_elements"].items()}
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
@@ -360,7 +408,8 @@ def main(argv: list[str] | None = None) -> None:
     failed = []
     for key, (cfg, exps) in configs.items():
         try:
-            stages = measure(cfg, ds, harness["backbones"], device, blocks, args.steps, args.warmup, args.images)
+            stages = measure(cfg, ds, harness["backbones"], device, blocks, args.steps, args.warmup, args.images,
+                             stand_ins)
         except RuntimeError as exc:   # non-finite scores, out of memory: named, not written; the others go on
             failed.append(key)
             print(f"{key:>28} FAILED: {str(exc).splitlines()[0]} ({', '.join(exps)})", flush=True)

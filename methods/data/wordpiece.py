@@ -35,10 +35,11 @@ def _vocab_lines(path: Path) -> list[str]:
         return [line.rstrip("\n") for line in f.readlines()]
 
 
-def check_bert_folder(folder: str | Path, where: str) -> dict:
+def check_bert_folder(folder: str | Path, where: str, weights: bool = True) -> dict:
     """A configured BERT folder, checked before any job reads it: its ``config.json`` (a BERT's),
     its ``vocab.txt`` (as many pieces as the model's embedding rows, ``[PAD]`` at id 0, as the
-    sources' attention mask ``ids != 0`` assumes) and a weights file. Returns the parsed config."""
+    sources' attention mask ``ids != 0`` assumes) and a weights file (unless ``weights`` is False:
+    a model whose weights come from elsewhere). Returns the parsed config."""
     root = Path(folder).expanduser()
     if not root.is_dir():
         raise HarnessError(f"{where}: folder not found: {root} ({LAYOUT})")
@@ -66,7 +67,7 @@ def check_bert_folder(folder: str | Path, where: str) -> dict:
         raise HarnessError(f"{where}: {vocab_path} lacks {', '.join(missing)} (a BERT WordPiece vocabulary has them)")
     if pieces[0] != PAD:
         raise HarnessError(f"{where}: {vocab_path}: id 0 is {pieces[0]!r}, not {PAD} (the sources mask ids equal to 0)")
-    if not any((root / name).is_file() for name in WEIGHT_FILES):
+    if weights and not any((root / name).is_file() for name in WEIGHT_FILES):
         raise HarnessError(f"{where}: {root} has no weights file ({' or '.join(WEIGHT_FILES)})")
     return config
 

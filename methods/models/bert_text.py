@@ -57,7 +57,7 @@ def bert_model(folder: str | Path, where: str, load_weights: bool = True) -> nn.
     """``BertModel`` of the folder's config (eager attention), with its weights unless ``load_weights`` is False."""
     from transformers import BertConfig, BertModel
 
-    config = BertConfig.from_dict(check_bert_folder(folder, where), attn_implementation="eager")
+    config = BertConfig.from_dict(check_bert_folder(folder, where, weights=load_weights), attn_implementation="eager")
     model = BertModel(config)   # with its pooler, as the sources' BertModel.from_pretrained: the same state dict
     if load_weights:
         path = weights_file(folder)
