@@ -48,6 +48,12 @@ def test_the_grid_drop_keeps_what_the_sources_loop_keeps():
     expected, expected_lengths = source_grid_drop(cells, rand_1.numpy(), rand_2.numpy())
     assert lengths.tolist() == expected_lengths and expected_lengths[0] == expected_lengths[5] == 9
     assert torch.equal(ours, expected)
+    # an image whose draws drop every cell keeps them all (the source would pool no cell)
+    cells = cells[:2, :3]
+    ours, lengths = drop_grid_cells(cells, torch.tensor([[0.01, 0.02, 0.03], [0.5, 0.01, 0.9]], dtype=torch.float64),
+                                    torch.tensor([0.9, 0.9], dtype=torch.float64))
+    assert lengths.tolist() == [3, 2] and torch.equal(ours[0], cells[0])
+    assert torch.equal(ours[1], torch.cat([cells[1, [0, 2]], torch.zeros(1, 4, dtype=torch.float64)]))
 
 
 def source_frozen_parameters(epoch, embedding_warmup, backbone_warmup):
@@ -273,3 +279,56 @@ def test_a_run_that_never_reads_cached_maps_knows_their_shape_from_the_architect
     expected = {s: [m.shape[2], m.shape[3], m.shape[1]] for s, m in maps.items()}
     assert cached_shape("grid", "resnet18", {"grid_scales": ["conv4", "conv5"]}, crop) == {"scales": expected}
     assert cached_shape("pooled", "resnet18", {}, crop) == {"dim": 512}
+
+
+def test_the_trainer_runs_the_cnn_warm_up_and_ramps_the_first_trained_epochs_loss(tmp_path):
+    """The epoch loop's side of train.py: the model's at_epoch before each epoch's first step (the
+    CNN frozen in epoch 0, trained in epoch 1), the loss of epoch 1 scaled by i / (items // batch + 1)
+    at its step i, one optimizer for both epochs, and the CNN moved only once it trains."""
+    from methods import api
+    from methods.data.caption_augment import extra_tokens
+    from methods.data.inputs import SplitData
+    from methods.data.text import Vocabulary
+    from methods.data.tokenizers import Tokenizer
+    from methods.training.loop import TrainInputs, train
+
+    rng = np.random.default_rng(0)
+    words = ["a", "red", "blue", "ball", "box", "left", "right", "of"]
+    n_images, tpi = 12, 2
+    for i in range(n_images):
+        Image.fromarray(rng.integers(0, 255, (40, 30, 3), dtype=np.uint8)).save(tmp_path / f"im{i}.png")
+    captions = [" ".join(rng.choice(words, size=4)) for _ in range(n_images * tpi)]
+    split = SplitData("train", captions, None, [f"im{i}.png" for i in range(n_images)], tpi)
+    vocab = Vocabulary.build(captions, 1, Tokenizer("nltk_line"))
+    cfg = api.experiment_config("vse_infinity_grid_bert", "synthetic")
+    cfg["model"].update(embed_dim=16, text={"word_dim": 8, "hidden_dim": 16, "num_layers": 1, "bidirectional": True,
+                                           "word_init": "random"})
+    cfg["training"].update(batch_size=10, eval_batch_size=12, images={"kind": "squash", "size": 32, "pixels": "imagenet"})
+    del cfg["training"]["caption_augment"]   # four-word captions: a deletion could empty one
+    backbones = {"resnet18_synthetic": {"arch": "resnet18", "weights": "none"}}
+    torch.manual_seed(0)
+    model = api.build_model(cfg, len(vocab) + extra_tokens(cfg["training"]), {"scales": {"conv5": [1, 1, 512]}},
+                            backbones, cnn=True)
+    start = {k: v.clone() for k, v in model.backbone.state_dict().items()}
+    calls, scales, frozen = [], [], []
+    at_epoch, loss_scale = model.at_epoch, model.loss_scale
+    model.at_epoch = lambda epoch: calls.append(epoch) or at_epoch(epoch)
+
+    def recorded(epoch, step, steps):
+        scales.append((epoch, step, steps, loss_scale(epoch, step, steps)))
+        frozen.append(not any(p.requires_grad for p in model.backbone.parameters()))
+        return scales[-1][-1]
+
+    model.loss_scale = recorded
+    inp = TrainInputs(config=cfg, config_hash="0", seed=0, run_dir=tmp_path / "run", device=torch.device("cpu"),
+                      vocab=vocab, train=split, dev=split, images_dir=tmp_path, crop=32, resize=32,
+                      val_max_images=n_images, progress=False)
+    result = train(model, inp)
+    steps = len(captions) // 10 + 1                                   # num_loader_iter: 24 // 10 + 1
+    assert calls == [0, 1]
+    assert [s[:3] for s in scales] == [(e, i, steps) for e in (0, 1) for i in range(3)]
+    assert [s[3] for s in scales] == [1.0] * 3 + [0.0, 1 / 3, 2 / 3]
+    assert frozen == [True] * 3 + [False] * 3
+    assert [h["stage"] for h in result["history"]] == ["train", "train"]
+    assert any(not torch.equal(v, start[k]) for k, v in model.backbone.state_dict().items() if "running" not in k)
+    assert all(torch.equal(v, start[k]) for k, v in model.backbone.state_dict().items() if "running" in k)
