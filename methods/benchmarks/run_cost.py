@@ -54,8 +54,7 @@ from methods.data.wordpiece import WordPieceVocabulary
 from methods.data.tokenizers import Tokenizer
 from methods.estimate import STAGE_KINDS, cost_key, stage_kind
 from methods.io import write_text
-from methods.features.architectures import layer_channels
-from methods.features.backbone import ResNetBackbone
+from methods.features.architectures import cached_shape, layer_channels
 from methods.losses.weighted_sum import Loss
 from methods.model_kinds import image_input_of
 from methods.plan import Plan
@@ -83,10 +82,14 @@ def fake_vocabulary() -> Vocabulary:
     return Vocabulary([*SPECIALS, *(f"w{i}" for i in range(VOCAB_WORDS))], Tokenizer("nltk_line"))
 
 
+def stand_in_pieces(vocab_size: int) -> list[str]:
+    """A WordPiece vocabulary's ``vocab_size`` pieces: BERT's specials ([PAD] first), then p0, p1, ..."""
+    return [*PIECE_SPECIALS, *(f"p{i}" for i in range(vocab_size - len(PIECE_SPECIALS)))]
+
+
 def fake_pieces(captions: list[str], vocab_size: int, encoder: str, rng: np.random.Generator) -> WordPieceVocabulary:
     """A WordPiece vocabulary of ``vocab_size`` pieces with each caption word tokenised to one random piece."""
-    pieces = [*PIECE_SPECIALS, *(f"p{i}" for i in range(vocab_size - len(PIECE_SPECIALS)))]
-    return WordPieceVocabulary(pieces, encoder, {c: [[int(rng.integers(len(PIECE_SPECIALS), vocab_size))]
+    return WordPieceVocabulary(stand_in_pieces(vocab_size), encoder, {c: [[int(rng.integers(len(PIECE_SPECIALS), vocab_size))]
                                                      for _ in c.split()] for c in captions})
 
 
@@ -103,8 +106,7 @@ def bert_stand_ins(harness: dict, root: Path) -> dict:
         stand_in = root / name
         stand_in.mkdir(parents=True)
         (stand_in / "config.json").write_text(json.dumps(config))
-        (stand_in / "vocab.txt").write_text("".join(f"{p}\n" for p in
-                                                    [*PIECE_SPECIALS, *(f"p{i}" for i in range(config["vocab_size"] - 5))]))
+        (stand_in / "vocab.txt").write_text("".join(f"{p}\n" for p in stand_in_pieces(config["vocab_size"])))
         out[name] = {"kind": "bert", "path": str(stand_in), "weights": "none"}
     return out
 
@@ -122,13 +124,8 @@ def image_shape(cfg: dict, ds: dict, backbones: dict) -> dict:
             region = ds["features"]["region"]
             dim = layer_channels(backbones[region["backbone"]]["arch"], region["layer"])
         return {"dim": dim, "regions": n_regions}
-    arch = backbones[model["backbone"]]["arch"]
-    if kind == "pooled":
-        return {"dim": layer_channels(arch, "conv5")}
-    with torch.no_grad():   # the map sizes of the dataset's crop, as the features job probes them
-        maps = ResNetBackbone(arch, "none")(torch.zeros(1, 3, ds["features"]["crop"], ds["features"]["crop"]),
-                                          tuple(model["grid_scales"]))
-    return {"scales": {k: [int(v.shape[2]), int(v.shape[3]), int(v.shape[1])] for k, v in maps.items()}}
+    # what the features job caches for the dataset's crop, from the architecture (no CNN built)
+    return cached_shape(kind, backbones[model["backbone"]]["arch"], model, ds["features"]["crop"])
 
 
 class RandomImages:

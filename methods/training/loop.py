@@ -345,6 +345,7 @@ class Trainer:
         count_loss = self.loss.one_direction_at(self.global_epoch)
         progress = EpochProgress.resumed(partial, tr["gradient_count"]["relative_threshold"], device)
         model.at_epoch(self.global_epoch)
+        ramp_steps = len(dataset) // tr["batch_size"] + 1   # train.py's num_loader_iter, the loss_scale ramp's length
         model.train()
         seen_before = progress.seen  # samples of this epoch before a resumed checkpoint: not this process's speed
         t0 = time.perf_counter()
@@ -365,7 +366,7 @@ class Trainer:
             if not torch.isfinite(loss):
                 raise HarnessError(f"loss is {loss.item()} at stage '{stage['name']}' epoch {epoch + 1} "
                                    f"step {step + 1}; stopping (last good checkpoint: {self.checkpoints.last})")
-            scale = model.loss_scale(self.global_epoch, step, len(dataset) // tr["batch_size"] + 1)
+            scale = model.loss_scale(self.global_epoch, step, ramp_steps)
             apply_gradients(loss * scale if scale != 1.0 else loss, optimizer, self.scaler,
                             model.trainable_parameters(), tr["grad_clip"])
             progress.seen += batch["tokens"].shape[0]
