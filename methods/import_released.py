@@ -1,6 +1,6 @@
 """Import an author's released checkpoint as a run folder, then evaluate it: ``model.pt`` (the
 project's model with the authors' weights) and ``vocab.json`` (their vocabulary, read with the
-dataset's tokenizer), then ``eval_<split>.json`` and ``sims_<split>.npy`` for each ``--evaluate``
+dataset's tokenizer; for a BERT run, the captions the DAG tokenised with the BERT folder), then ``eval_<split>.json`` and ``sims_<split>.npy`` for each ``--evaluate``
 split, as a training job ends. No training.
 
 The experiment config (``--experiment``: a resolved method config JSON, as a training job reads)
@@ -25,6 +25,8 @@ from methods.cli import run_command
 from methods.config import config_hash
 from methods.data.caption_augment import extra_tokens
 from methods.data.datasets import DatasetPayload, load_dataset_payload
+from methods.data.text import load_vocabulary
+from methods.data.wordpiece import WordPieceVocabulary
 from methods.data.inputs import region_shape
 from methods.errors import HarnessError, first_line, printable
 from methods.evaluate import evaluate_run
@@ -51,6 +53,20 @@ def check_expected(options: dict, expect: dict, where: str) -> None:
                                f"is the config key pointing at another run?")
 
 
+def bert_text(released) -> bool:
+    return released.model_config.get("text", {}).get("kind") == "bert"
+
+
+def wordpiece_captions(path: str | Path, encoder: str) -> WordPieceVocabulary:
+    """The captions the DAG tokenised with the BERT folder of ``encoder`` (the harness's own file:
+    the authors release no vocabulary with a BERT run, the folder's vocab.txt is theirs)."""
+    vocab = load_vocabulary(path)
+    if not isinstance(vocab, WordPieceVocabulary) or vocab.encoder != encoder:
+        found = getattr(vocab, "encoder", "a word vocabulary")
+        raise HarnessError(f"{path}: not the captions tokenised for text encoder '{encoder}' ({found})")
+    return vocab
+
+
 def import_released(payload: DatasetPayload, cfg: dict, checkpoint: str | Path, vocab_path: str | Path,
                     run_dir: str | Path, expect: dict | None = None, *, limits: ReaderLimits) -> None:
     """The checkpoint and its vocabulary as the run folder ``run_dir`` (empty or absent), both
@@ -64,7 +80,8 @@ def import_released(payload: DatasetPayload, cfg: dict, checkpoint: str | Path, 
     kind = cfg["model"]["kind"]
     importer = get_importer(kind, str(checkpoint))
     try:
-        released = importer.import_checkpoint(Path(checkpoint), cfg["model"], payload.dataset, limits)
+        released = importer.import_checkpoint(Path(checkpoint), cfg["model"], payload.dataset, limits,
+                                              payload.text_encoders, payload.backbones)
     except HarnessError:
         raise
     except Exception as exc:   # every check passed and still the file does not fit: one line all the same
@@ -79,7 +96,8 @@ def import_released(payload: DatasetPayload, cfg: dict, checkpoint: str | Path, 
         raise HarnessError(f"{checkpoint}: trained on {released.image_shape['dim']}-d region features, but "
                            f"datasets.{payload.name}.precomp.feature_dim is {dim}")
     try:
-        vocab = importer.read_vocabulary(Path(vocab_path), payload.tokenizer(), limits)
+        vocab = (wordpiece_captions(vocab_path, released.model_config["text"]["encoder"]) if bert_text(released)
+                 else importer.read_vocabulary(Path(vocab_path), payload.tokenizer(), limits))
     except HarnessError:
         raise
     except Exception as exc:
@@ -98,6 +116,8 @@ def import_released(payload: DatasetPayload, cfg: dict, checkpoint: str | Path, 
     elif extra_tokens(training) != released.extra_tokens:
         raise HarnessError(f"{checkpoint}: its embedding has {released.extra_tokens} token ids past the words, but "
                            f"the method's training adds {extra_tokens(training)}")
+    if released.images is not None:   # the image transform their CNN was trained and evaluated with
+        training = {**training, "images": released.images}
     run_cfg = {**cfg, "model": released.model_config, "training": training}
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = new_temp_folder(run_dir)
@@ -134,7 +154,7 @@ def _import(args) -> None:
 def _arguments(parser) -> None:
     parser.add_argument("--experiment", required=True, help="resolved method config JSON (its model kind)")
     parser.add_argument("--checkpoint", required=True, help="the authors' checkpoint, e.g. model_best.pth.tar")
-    parser.add_argument("--vocab", required=True, help="the vocabulary released with it")
+    parser.add_argument("--vocab", required=True, help="the vocabulary released with it (a BERT run: the captions tokenised for its BERT folder)")
     parser.add_argument("--run-dir", required=True, help="the run folder to write (empty or absent)")
     parser.add_argument("--expect", default="{}", help="JSON object: options the checkpoint must hold, "
                                                        "e.g. '{\"module_name\": \"SAF\"}'")

@@ -136,3 +136,53 @@ def test_the_docs_flickr_keys_plan_every_released_row_of_the_flickr30k_tables(tm
     assert {"released_sgraf", "released_vsrn", "released_vsepp_resnet152_ft", "released_vse0_resnet152_ft"} <= released
     (vse0,) = [r for r in plan.table("table1", "flickr").rows if r.id == "released_vse0_resnet152_ft"]
     assert [m.checkpoint for m in vse0.released] == ["vse0_resnet_finetune"] and vse0.members == []
+
+
+BERT_FOLDER = REPO / "tests" / "data" / "released" / "vse_infinity_bert" / "bert"   # config.json, vocab.txt: no weights
+
+
+def test_a_released_bert_row_is_left_out_until_its_checkpoint_and_bert_folder_are_set_then_reads_both(tmp_path):
+    """VSE-infinity's released WSL grid + BERT runs: the authors release no vocabulary with a BERT
+    run, so the row needs its checkpoint and the BERT folder (whose vocab.txt the DAG tokenises the
+    captions with, whose config.json gives the architecture; the weights are the checkpoint's)."""
+    from methods.plan.dag_checks import InputChecks
+    from methods.plan.rule_inputs import RuleInputs
+
+    for dataset in ("coco", "flickr"):
+        left = {r["id"]: r for r in Plan(load_harness_config(CONFIG)).table_spec(
+            {"coco": "set_embeddings_t1", "flickr": "set_embeddings_t2"}[dataset], dataset).unconfigured}
+        assert left["released_vse_infinity_resnext_bert"]["keys"] == [
+            f"datasets.{dataset}.released.vse_infinity_wsl_grid_bert", "text_encoders.bert_base_uncased.path"]
+        assert left["released_vse_infinity_resnext_bert"]["needs"] == "the authors' released weights and a BERT folder"
+    files = released_files(tmp_path, ("vse_infinity_wsl_grid_bert",))
+    only_weights = Plan(load_harness_config(CONFIG, {"datasets": {"coco": {"released": files}}}))
+    (row,) = [r for r in only_weights.table_spec("set_embeddings_t1", "coco").unconfigured
+              if r["id"] == "released_vse_infinity_resnext_bert"]
+    assert row["keys"] == ["text_encoders.bert_base_uncased.path"] and row["needs"] == "a BERT folder"
+
+    plan = Plan(load_harness_config(CONFIG, {"datasets": {"coco": {"released": files}},
+                                             "text_encoders": {"bert_base_uncased": {"path": str(BERT_FOLDER)}}}))
+    (row,) = [r for r in plan.table("set_embeddings_t1", "coco").rows if r.id == "released_vse_infinity_resnext_bert"]
+    (member,) = row.released
+    assert member.vocab is None and member.vocab_path == plan.layout.wordpiece_captions("coco", "bert_base_uncased")
+    assert "BERT folder text_encoders.bert_base_uncased" in row.ran and "coco_wsl_grid_bert" in row.label
+
+    class NoDatasetCheck(InputChecks):
+        def dataset(self, name):   # the fake COCO's files are not there; the BERT folder's check runs
+            pass
+
+    got = RuleInputs(plan, NoDatasetCheck(plan.cfg)).released("coco", member.exp, member.checkpoint)
+    assert got["vocab"] == member.vocab_path and got["checkpoint"] == files["vse_infinity_wsl_grid_bert"]
+    assert got["text_encoder"] == [f"{BERT_FOLDER}/vocab.txt", f"{BERT_FOLDER}/config.json"]   # no weights file
+    assert got["features"] == []   # the CNN runs on the images: no cached maps
+
+
+@pytest.mark.parametrize("method, row, message", [
+    ("vse_infinity_grid_bert", "{id: x, label: X, method: vse_infinity_grid_bert, released: {checkpoint: a, vocab: b}}",
+     r"released.vocab is set, but method 'vse_infinity_grid_bert' reads BERT's WordPiece pieces"),
+    ("sgraf", "{id: x, label: X, method: sgraf, released: {checkpoint: a}}",
+     r"released.vocab is not set: method 'sgraf' reads words, from the vocabulary released with the weights"),
+])
+def test_a_released_rows_vocabulary_key_follows_its_text_encoder(tmp_path, method, row, message):
+    with pytest.raises(HarnessError, match=message):
+        Plan(load_harness_config(CONFIG, {"papers": [paper(tmp_path, row, method)]}))

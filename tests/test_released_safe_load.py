@@ -198,3 +198,23 @@ def test_a_checkpoint_that_is_not_one_is_one_line(tmp_path):
     with pytest.raises(HarnessError, match=r"model_best.pth.tar: not a readable PyTorch checkpoint \(") as err:
         load_checkpoint(path, (), LIMITS)
     assert "\n" not in str(err.value)
+
+
+def test_one_module_saved_under_two_names_loads_once_and_distinct_views_may_not_amplify(tmp_path):
+    """A module registered twice (VSE-infinity's ResnetFeatureExtractor: its CNN as ``resnet`` and
+    again as ``base`` / ``top``) is stored once and viewed twice: it reads as torch.load reads it,
+    each tensor once. Distinct views of one storage that together read more than the file are refused."""
+    conv = torch.nn.Conv2d(3, 4, 3)
+    twice = torch.nn.Module()
+    twice.resnet, twice.base = torch.nn.Sequential(conv), torch.nn.Sequential(conv)
+    path = tmp_path / "shared.pth"
+    torch.save({"model": [twice.state_dict()]}, path)
+    loaded = load_checkpoint(path, (), LIMITS)["model"][0]
+    theirs = torch.load(path, weights_only=True)["model"][0]
+    assert list(loaded) == list(theirs) == ["resnet.0.weight", "resnet.0.bias", "base.0.weight", "base.0.bias"]
+    assert all(torch.equal(loaded[k], theirs[k]) for k in theirs)
+    assert loaded["resnet.0.weight"] is loaded["base.0.weight"]   # read once, one tensor: no memory doubled
+    storage = torch.arange(20_000, dtype=torch.float32)
+    torch.save({f"v{i}": storage[i:] for i in range(40)}, path)   # 40 different views of one 80 kB storage
+    with pytest.raises(HarnessError, match=r"its 40 distinct tensors would read 3196880 bytes, more than the file's"):
+        load_checkpoint(path, (), LIMITS)

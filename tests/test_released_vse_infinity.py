@@ -105,7 +105,8 @@ def test_a_checkpoint_of_another_model_or_text_encoder_is_refused(tmp_path, base
 
     def as_bert(ckpt):   # branch master's text encoder: a BERT model and a linear layer
         ckpt["model"][1] = {"bert.embeddings.word_embeddings.weight": torch.zeros(25, 8), "linear.weight": torch.zeros(8, 8)}
-    with pytest.raises(HarnessError, match=r"a BERT text encoder \(woodfrog/vse_infty branch master\)"):
+    with pytest.raises(HarnessError, match=r"its text encoder is BERT \(branch master\), but the method's text "
+                                           r"block is a bi-GRU: import it into a method of its text encoder"):
         vse_infinity.import_checkpoint(resaved(tmp_path, as_bert), base_model, REGIONS, LIMITS)
 
     def without_text_pool(ckpt):

@@ -21,7 +21,7 @@ class InputChecks:
         self.cfg = cfg
         self._split_images: dict[str, dict[str, int]] = {}
         self._backbones: set[str] = set()
-        self._text_encoders: set[str] = set()
+        self._text_encoders: set[tuple[str, bool]] = set()
 
     def dataset(self, name: str) -> dict[str, int]:
         """Checks a dataset's files (once) and returns its images per harness split."""
@@ -37,10 +37,11 @@ class InputChecks:
             self._split_images[name] = sizes
         return self._split_images[name]
 
-    def text_encoder(self, name: str) -> None:
+    def text_encoder(self, name: str, weights: bool = True) -> None:
         """A configured BERT folder is set and laid out as a BERT's (checked once; one the DAG
-        pre-trains is its output)."""
-        if name in self._text_encoders:
+        pre-trains is its output); ``weights`` False: its weights file is not read (a released
+        checkpoint holds the BERT's weights)."""
+        if (name, weights) in self._text_encoders or (name, True) in self._text_encoders:
             return
         encoders = self.cfg.get("text_encoders") or {}
         if name not in encoders:
@@ -51,8 +52,8 @@ class InputChecks:
             if not enc.get("path"):
                 raise HarnessError(f"text_encoders.{name}.path: not set (a BERT folder: config.json, vocab.txt, "
                                    f"model.safetensors or pytorch_model.bin)")
-            check_bert_folder(enc["path"], f"text_encoders.{name}.path")
-        self._text_encoders.add(name)
+            check_bert_folder(enc["path"], f"text_encoders.{name}.path", weights=weights)
+        self._text_encoders.add((name, weights))
 
     def backbone(self, name: str) -> None:
         """The backbone's weights are configured, present, and fit its architecture (checked once)."""

@@ -119,3 +119,9 @@ def resolve_method_config(method_file: str | Path, dataset: str, overrides: dict
         raise HarnessError(f"{method_file}: backbone '{backbone}' is not in config backbones "
                            f"({', '.join(sorted(backbones))})")
     return cfg
+
+
+def bert_encoder(model_cfg: dict) -> str | None:
+    """The BERT text encoder (config ``text_encoders``) a resolved model block's text reads, or None."""
+    text = model_cfg.get("text") or {}
+    return text["encoder"] if text.get("kind") == "bert" else None

@@ -18,7 +18,8 @@ from methods.model_kinds.element_views import check_elements, view_name
 from methods.model_kinds.method_schema import validate_layer, validate_method
 from methods.paths import ResultsLayout
 from methods.plan.datasets import data_kind, reported_dataset, reported_shown, source_dataset, stand_in_protocols
-from methods.plan.method_files import check_method_file, load_method_file, model_kind, resolve_method_config
+from methods.plan.method_files import (bert_encoder, check_method_file, load_method_file, model_kind,
+                                       resolve_method_config)
 from methods.plan.records import ENSEMBLE_SEED_STRIDE, Claim, Experiment, Figure, ReleasedMember, Row, Table
 from methods.plugins import file_root
 from methods.released.importers import RELEASED_NOTES, released_code
@@ -344,21 +345,33 @@ class PaperCatalogue:
             return {}
         files = ds_cfg.get("released") or {}
         configured = source_dataset(dataset, ds_cfg)   # a smoke run's files are its dataset's
-        unset = [f"datasets.{configured}.released.{k}" for k in [*keys, spec["vocab"]] if k not in files]
-        if unset:
-            return {"id": row["id"], "label": row["label"], "keys": unset, "needs": "the authors' released weights"}
-        for key in [*keys, spec["vocab"]]:
+        exp = self.resolve_experiment(method_file, dataset, {}, [])
+        encoder = bert_encoder(exp.config["model"])
+        # a BERT run: the folder's vocab.txt is the vocabulary (the authors release none with it)
+        if (encoder is None) != ("vocab" in spec):
+            raise HarnessError(f"{where}: released.vocab " + (
+                f"is set, but method '{row['method']}' reads BERT's WordPiece pieces (text_encoders.{encoder}): "
+                f"its vocabulary is the BERT folder's" if encoder else
+                f"is not set: method '{row['method']}' reads words, from the vocabulary released with the weights"))
+        file_keys = [*keys, *([spec["vocab"]] if encoder is None else [])]
+        unset = [f"datasets.{configured}.released.{k}" for k in file_keys if k not in files]
+        bert_unset = [] if encoder is None or self.cfg["text_encoders"][encoder].get("path") else \
+            [f"text_encoders.{encoder}.path"]
+        if unset or bert_unset:
+            needs = " and ".join((["the authors' released weights"] if unset else []) + (["a BERT folder"] if bert_unset else []))
+            return {"id": row["id"], "label": row["label"], "keys": [*unset, *bert_unset], "needs": needs}
+        for key in file_keys:
             if not Path(files[key]).expanduser().is_file():
                 raise HarnessError(f"datasets.{configured}.released.{key}: file not found: {files[key]} (the authors' "
                                    f"released file that {where} evaluates)")
-        exp = self.resolve_experiment(method_file, dataset, {}, [])
         source = source_ledger(self.method_file(method_file), [], reported_dataset(dataset, ds_cfg))
         # trained by the authors: no switch of ours ran; the captions are still tokenised here
         smoke = (smoke_deviation(dataset, ds_cfg, trained=False),) if "smoke" in ds_cfg else ()
         ledger = {"code": f"{code} (the authors' released weights)", "switches": [],
                   "deviations": [asdict(d) for d in (*tokenizer_deviation(dataset, ds_cfg, source), *smoke)]}
-        members = tuple(ReleasedMember(exp.id, k, spec["vocab"], str(Path(files[k]).expanduser()),
-                                       str(Path(files[spec["vocab"]]).expanduser()),
+        vocab_path = (str(Path(files[spec["vocab"]]).expanduser()) if encoder is None
+                      else self.layout.wordpiece_captions(dataset, encoder))
+        members = tuple(ReleasedMember(exp.id, k, spec.get("vocab"), str(Path(files[k]).expanduser()), vocab_path,
                                        tuple(sorted((spec.get("expect") or {}).get(k, {}).items()))) for k in keys)
         for member in members:   # one import per checkpoint and experiment: every row must say the same of it
             known = self._released.setdefault((dataset, member.exp, member.checkpoint), (member, where))
@@ -366,8 +379,9 @@ class PaperCatalogue:
                 raise HarnessError(f"{where}: checkpoint '{member.checkpoint}' is imported with vocabulary "
                                    f"'{member.vocab}' and expect {dict(member.expect)}, but {known[1]} imports it "
                                    f"with '{known[0].vocab}' and {dict(known[0].expect)}: one import serves both rows")
+        vocabulary = f"vocabulary {spec['vocab']}" if encoder is None else f"BERT folder text_encoders.{encoder}"
         ran = (f"the authors' released weights ({code}): "
-               + " + ".join(f"{k} ({Path(files[k]).name})" for k in keys) + f", vocabulary {spec['vocab']}"
+               + " + ".join(f"{k} ({Path(files[k]).name})" for k in keys) + f", {vocabulary}"
                + "".join(f"; {note}" for note in [RELEASED_NOTES.get(kind)] if note))
         return Row(table_name, row["id"], row["label"], paper["key"], seeds=[0], members=[], reported=reported,
                    not_reported=row.get("not_reported"), ledger=[ledger], ran=ran, released=members)

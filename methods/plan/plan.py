@@ -15,6 +15,7 @@ from methods.metrics.protocols import CHECKED_PROTOCOLS, STATISTICS_PROTOCOL, ge
 from methods.paths import ResultsLayout, sims_file
 from methods.plan.datasets import data_kind, reported_dataset, test_splits, unconfigured_smoke, with_smoke_datasets
 from methods.plan.papers import ALL_TABLES_CONFIG, PaperCatalogue
+from methods.plan.method_files import bert_encoder
 from methods.plan.records import Claim, Experiment, Figure, ReleasedMember, Row, Table
 from methods.plugins import check_loaded
 from methods.report.figure_kinds import FIGURE_KINDS
@@ -213,8 +214,7 @@ class Plan:
 
     def text_encoder(self, exp_id: str, dataset: str) -> str | None:
         """The BERT text encoder (config text_encoders) the experiment's text block reads, or None."""
-        text = self.experiment(dataset, exp_id).config["model"].get("text") or {}
-        return text["encoder"] if text.get("kind") == "bert" else None
+        return bert_encoder(self.experiment(dataset, exp_id).config["model"])
 
     def text_vocabulary(self, dataset: str, exp_id: str) -> str:
         """The vocabulary file the experiment's jobs read: the dataset's words (vocab.json), or its

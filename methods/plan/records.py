@@ -46,9 +46,9 @@ class ReleasedMember:
     imported into, and its files (config keys of ``datasets.<name>.released`` and their paths)."""
     exp: str
     checkpoint: str               # config key
-    vocab: str                    # config key
+    vocab: str | None             # config key (None: a BERT run, whose vocabulary is its folder's)
     checkpoint_path: str
-    vocab_path: str
+    vocab_path: str               # the released file, or the captions the DAG tokenised for the BERT
     expect: tuple[tuple[str, object], ...] = ()   # options the checkpoint must hold (sorted pairs)
 
 

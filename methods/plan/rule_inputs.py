@@ -58,14 +58,15 @@ class RuleInputs:
             return {}
         return {"positives": str(paths["positives"]), "karpathy": str(paths["karpathy_json"])}
 
-    def text_encoder(self, encoder: str) -> list[str]:
+    def text_encoder(self, encoder: str, weights: bool = True) -> list[str]:
         """A BERT text encoder's files its jobs read: the folder the DAG pre-trains, or a configured
-        folder's vocab.txt, config.json and weights file (the folder checked first)."""
-        self.checks.text_encoder(encoder)
+        folder's vocab.txt, config.json and weights file (the folder checked first); ``weights``
+        False: a job whose BERT weights come from elsewhere (a released checkpoint's)."""
+        self.checks.text_encoder(encoder, weights)
         path = self.cfg["text_encoders"][encoder]["path"]
         if "pretrain" in self.cfg["text_encoders"][encoder]:
             return [path]
-        return [f"{path}/vocab.txt", f"{path}/config.json", str(weights_file(path))]
+        return [f"{path}/vocab.txt", f"{path}/config.json", *([str(weights_file(path))] if weights else [])]
 
     def backbone_weights(self, backbone: str) -> list[str]:
         self.checks.backbone(backbone)
@@ -134,6 +135,7 @@ class RuleInputs:
         features = ([f for split in test_splits(self.cfg, dataset)
                      for f in self.plan.image_feature_files(dataset, exp_id, split)]
                     if exp.backbone is None else [])
+        encoder = self.plan.text_encoder(exp_id, dataset)   # a BERT run: its folder's config.json and vocab.txt
         return {
             **self.data(dataset),
             **self.positives(dataset),
@@ -142,6 +144,7 @@ class RuleInputs:
             "checkpoint": member.checkpoint_path,
             "vocab": member.vocab_path,
             "features": features,
+            "text_encoder": self.text_encoder(encoder, weights=False) if encoder else [],
         }
 
     def ensemble_members(self, dataset: str, ens: str, seed: str) -> list[str]:

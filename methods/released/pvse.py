@@ -218,7 +218,8 @@ def target_state(cfg: dict, opt: argparse.Namespace, image_shape: dict) -> dict[
 
 
 def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: dict,
-                      limits: ReaderLimits) -> ReleasedModel:
+                      limits: ReaderLimits, text_encoders: dict | None = None,
+                      backbones: dict | None = None) -> ReleasedModel:
     """Their checkpoint (a released ``coco_pvse*.pth`` or train.py's ``model_best.pth.tar``) as the
     project's model; ``base_model_config``: the method's ``set_embedding_grid`` block (another kind,
     e.g. the BUTD ``set_embedding``, is refused); ``dataset_cfg``: the dataset's config, whose image

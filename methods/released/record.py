@@ -25,8 +25,10 @@ class ReleasedModel:
     fills it, the image input's shape and vocabulary size it was built for, the dataset it was
     trained on (the harness's name: flickr, coco), whether its CNN runs on the images at
     evaluation (a checkpoint holding the CNN's weights), what the file said of itself (epoch,
-    selection score, options) and the token ids its embedding has past the released vocabulary's
-    words (VSE-infinity's ``<mask>``, which its train.py adds when it loads the vocabulary)."""
+    selection score, options), the token ids its embedding has past the released vocabulary's
+    words (VSE-infinity's ``<mask>``, which its train.py adds when it loads the vocabulary) and,
+    for a model that runs its CNN on the images, the image transform it was trained for (the
+    run's ``training.images``; None: the method's own)."""
 
     model_config: dict
     state_dict: dict
@@ -36,18 +38,22 @@ class ReleasedModel:
     provenance: dict
     runs_cnn: bool = False
     extra_tokens: int = 0
+    images: dict | None = None
 
 
 @dataclass(frozen=True)
 class Importer:
     """One code base's released files. ``import_checkpoint(path, base_model_config, dataset_cfg,
-    limits)``: the checkpoint onto the method's model block (``dataset_cfg``: the dataset's config,
-    e.g. its precomputed regions' shape; ``limits``: the bounds of reading the file);
+    limits, text_encoders, backbones)``: the checkpoint onto the method's model block
+    (``dataset_cfg``: the dataset's config, e.g. its precomputed regions' shape; ``limits``: the
+    bounds of reading the file; ``text_encoders`` and ``backbones``: the config's, whose BERT
+    folder and CNN architecture a run with either is built for; an importer reads what its code
+    base has);
     ``read_vocabulary(path, tokenizer, limits)``: the vocabulary file as the project's
     ``Vocabulary``, words in the authors' id order."""
 
     code: str   # the public repository, e.g. Paranioar/SGRAF
-    import_checkpoint: Callable[[Path, dict, dict, ReaderLimits], ReleasedModel]
+    import_checkpoint: Callable[[Path, dict, dict, ReaderLimits, dict, dict], ReleasedModel]
     read_vocabulary: Callable[[Path, Tokenizer, ReaderLimits], Vocabulary]
 
 

@@ -96,7 +96,8 @@ def model_config(opt: argparse.Namespace, base: dict, where: str) -> dict:
 
 
 def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: dict,
-                      limits: ReaderLimits) -> ReleasedModel:
+                      limits: ReaderLimits, text_encoders: dict | None = None,
+                      backbones: dict | None = None) -> ReleasedModel:
     """Their ``model_best.pth.tar`` as the project's model (``base_model_config``: the method's model
     block; ``dataset_cfg``: the dataset's config, whose precomputed regions per image, 36 in their
     features, the model is built for; ``limits``: the bounds of reading the file)."""

@@ -130,7 +130,8 @@ def target_state(cfg: dict, opt: argparse.Namespace, image_shape: dict) -> dict[
 
 
 def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: dict,
-                      limits: ReaderLimits) -> ReleasedModel:
+                      limits: ReaderLimits, text_encoders: dict | None = None,
+                      backbones: dict | None = None) -> ReleasedModel:
     """Their ``model_best.pth.tar`` as the project's model (``base_model_config``: the method's model
     block; ``dataset_cfg``: the dataset's config, whose image transform must be theirs; ``limits``:
     the bounds of reading the file)."""

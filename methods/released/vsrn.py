@@ -110,7 +110,8 @@ def source_tensors(parts: list[dict]) -> dict[str, torch.Tensor]:
 
 
 def import_checkpoint(path: str | Path, base_model_config: dict, dataset_cfg: dict,
-                      limits: ReaderLimits) -> ReleasedModel:
+                      limits: ReaderLimits, text_encoders: dict | None = None,
+                      backbones: dict | None = None) -> ReleasedModel:
     """Their ``model_{coco,fliker}_{1,2}.pth.tar`` as the project's model (``base_model_config``: the
     method's model block; ``dataset_cfg``: the dataset's config, whose regions per image the image
     shape records: VSRN's GCN and region GRU take any count; ``limits``: the bounds of reading the

@@ -152,7 +152,8 @@ def load_checkpoint(path: str | Path, allowed: Iterable[str | type], limits: Rea
     """A ``torch.save`` file (zip or legacy layout) of tensors, plain containers and objects of the
     ``allowed`` classes (of ``RECONSTRUCT``), read in a bounded child; its tensors are then read
     from the file, each checked first (real dtype, a view of distinct elements inside the file)
-    and all of them together at most the file's size. Anything else is refused in one line."""
+    and all of them together at most the file's size (alike views of one storage read once, given
+    as one tensor). Anything else is refused in one line."""
     allowed = {_dotted(a) for a in allowed}
     unknown = sorted(allowed - set(RECONSTRUCT))
     if unknown:
@@ -164,12 +165,15 @@ def load_checkpoint(path: str | Path, allowed: Iterable[str | type], limits: Rea
     try:
         for name, view in views:
             check_view(view, file_size, name)
-        total = sum(view.span * ELEMENT_SIZE[view.dtype] for _, view in views)
+        # one module saved under two names (VSE-infinity's CNN: resnet.* and base.* / top.*) stores
+        # its tensors once and views them twice, alike: such a view is read once and given as one tensor
+        distinct = {view: None for _, view in views}
+        total = sum(view.span * ELEMENT_SIZE[view.dtype] for view in distinct)
         if total > file_size:
-            raise PickleRefused(f"its {len(views)} tensors would read {total} bytes, more than the file's "
-                                f"{file_size} (views that share their stored bytes)")
+            raise PickleRefused(f"its {len(distinct)} distinct tensors would read {total} bytes, more than the "
+                                f"file's {file_size} (views that share their stored bytes)")
         with open(path, "rb") as f:
-            tensors = {id(view): _read_view(f, view) for _, view in views}
-        return _materialise(tree, tensors)
+            read = {view: _read_view(f, view) for view in distinct}
+        return _materialise(tree, {id(view): read[view] for _, view in views})
     except PickleRefused as exc:
         raise UntrustedFileError(f"{path}: refused to load ({exc}); nothing in it was run", usage) from None
