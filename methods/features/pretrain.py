@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 
 import torch
-import torchvision
 from torch import nn
 from torch.utils.data import DataLoader
 from torchvision import transforms
@@ -19,7 +18,7 @@ from tqdm import tqdm
 from methods.cli import run_command
 from methods.data.datasets import load_dataset_payload
 from methods.errors import HarnessError
-from methods.features.backbone import eval_transform
+from methods.features.backbone import build_resnet, eval_transform
 from methods.features.images import ImageFiles
 from methods.features.portable_conv import portable_convolutions
 from methods.io import torch_save
@@ -41,7 +40,7 @@ class _Labelled(torch.utils.data.Dataset):
 def pretrain(arch: str, images: ImageFiles, labels: list[list[int]], epochs: int, lr: float, batch_size: int,
              seed: int, device: torch.device) -> dict:
     seed_everything(seed)
-    net = getattr(torchvision.models, arch)(weights=None, num_classes=len(labels[0])).to(device)
+    net = build_resnet(arch, num_classes=len(labels[0])).to(device)   # a Caffe-style arch too
     if environment_mode() == "portable":
         portable_convolutions(net)
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=1e-4)
