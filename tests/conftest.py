@@ -151,6 +151,28 @@ def fitting_weights(path: Path, arch: str) -> Path:
     return path
 
 
+def usable_cpus(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """The CPUs this process may run on: its affinity mask, within a cgroup v2 CPU quota
+    (``cpu.max``: quota and period in microseconds) where one is set."""
+    count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = cpu_max.read_text().split()
+        if quota != "max":
+            count = min(count, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return count
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: a worker per usable CPU. pytest-xdist's own answer, with psutil installed (a
+    test dependency), is psutil's count of *physical* cores: 1 on a VM whose 2 vCPUs are one core's
+    two hyperthreads, which halves the tests' parallelism there; or the host's cores, more than a
+    cgroup-limited runner may use. PYTEST_XDIST_AUTO_NUM_WORKERS still decides where it is set."""
+    configured = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    return int(configured) if configured and configured.isdigit() else usable_cpus()
+
+
 TINY_DAG = "tiny_dag"
 
 

@@ -186,6 +186,17 @@ class TheirFeatureExtractor(nn.Module):
         return top.view(x.shape[0], top.shape[1], -1).permute(0, 2, 1)
 
 
+def randomised(resnet, gen, conv_scale):
+    """``resnet`` with random weights and BatchNorm statistics (positive variances), in place."""
+    with torch.no_grad():
+        for name, tensor in resnet.state_dict().items():
+            if name.endswith("running_var"):
+                tensor.copy_(torch.rand(tensor.shape, generator=gen) + 0.5)
+            elif tensor.is_floating_point():
+                tensor.copy_(torch.randn(tensor.shape, generator=gen) * (conv_scale if "conv" in name else 0.5))
+    return resnet
+
+
 @pytest.fixture(scope="module")
 def grid_run():
     """Their grid checkpoint at ResNet-18 width (the WSL ResNeXt-101's layout: torchvision's module
@@ -194,14 +205,8 @@ def grid_run():
     import torchvision
 
     gen = torch.Generator().manual_seed(5)
-    resnet = torchvision.models.resnet18(weights=None)
+    resnet = randomised(torchvision.models.resnet18(weights=None), gen, conv_scale=0.05)
     extractor = TheirFeatureExtractor(resnet)
-    with torch.no_grad():
-        for name, tensor in resnet.state_dict().items():
-            if name.endswith("running_var"):
-                tensor.copy_(torch.rand(tensor.shape, generator=gen) + 0.5)
-            elif tensor.is_floating_point():
-                tensor.copy_(torch.randn(tensor.shape, generator=gen) * (0.05 if "conv" in name else 0.5))
     region = load_checkpoint(FIXTURES / "coco_butd_region_bert.pth", [argparse.Namespace], LIMITS)
     fc = {"image_encoder.fc.weight": torch.randn(8, 512, generator=gen) * 0.1,
           "image_encoder.fc.bias": torch.randn(8, generator=gen) * 0.1}
@@ -230,15 +235,16 @@ def saved(tmp_path, ckpt, name="grid.pth"):
     return tmp_path / name
 
 
-def reference_image_embeddings(grid_run, images):
-    """EncoderImageFull.forward at evaluation, from their code: every cell, fc, GPO, l2norm."""
-    state = grid_run.image_state
+def reference_image_embeddings(grid_run, images, cells=None, state=None):
+    """EncoderImageFull.forward at evaluation, from their code: every cell, fc, GPO, l2norm
+    (``cells``: the CNN's cells, (B, HW, C), where not the run's extractor's)."""
+    state = state if state is not None else grid_run.image_state
     pool = SimpleNamespace(gru=nn.GRU(32, 32, batch_first=True, bidirectional=True).double(),
                            linear=SimpleNamespace(weight=state["image_encoder.gpool.linear.weight"].double()), d_pe=32)
     pool.gru.load_state_dict({k.removeprefix("image_encoder.gpool.gru."): v.double() for k, v in state.items()
                               if k.startswith("image_encoder.gpool.gru.")})
     with torch.no_grad():
-        cells = grid_run.extractor(images).double()
+        cells = (grid_run.extractor(images) if cells is None else cells).double()
         projected = cells @ state["image_encoder.fc.weight"].double().T + state["image_encoder.fc.bias"].double()
         return torch.stack([scan_l2(gpo(pool, p)) for p in projected])
 
@@ -271,9 +277,15 @@ def test_a_grid_checkpoint_whose_two_cnn_listings_differ_or_of_another_source_is
     with pytest.raises(HarnessError, match=r"img_enc\.backbone\.resnet\.layer2\.0\.conv1\.weight and "
                                            r"img_enc\.backbone\.base\.5\.0\.conv1\.weight differ"):
         vse_infinity_grid.import_checkpoint(path, grid_base(), dataset, LIMITS, ENCODERS, resnet18_as_wsl)
+    other = argparse.Namespace(**{**vars(grid_run.ckpt["opt"]), "backbone_source": "imagenet_res50"})
+    path = saved(tmp_path, {**grid_run.ckpt, "opt": other}, "other.pth")
+    with pytest.raises(HarnessError, match=r"trained with backbone_source 'imagenet_res50'; the project imports "
+                                           r"detector, wsl"):
+        vse_infinity_grid.import_checkpoint(path, grid_base(), dataset, LIMITS, ENCODERS, resnet18_as_wsl)
     detector = argparse.Namespace(**{**vars(grid_run.ckpt["opt"]), "backbone_source": "detector"})
     path = saved(tmp_path, {**grid_run.ckpt, "opt": detector}, "detector.pth")
-    with pytest.raises(HarnessError, match=r"trained with backbone_source 'detector'; the project imports wsl"):
+    with pytest.raises(HarnessError, match=r"backbones\.resnext101_wsl\.arch: 'resnet18', but .* was trained on "
+                                           r"backbone_source 'detector' \(resnet101_caffe\)"):
         vse_infinity_grid.import_checkpoint(path, grid_base(), dataset, LIMITS, ENCODERS, resnet18_as_wsl)
     with pytest.raises(HarnessError, match=r"backbones\.resnext101_wsl\.arch: 'resnet50', but .* was trained on "
                                            r"backbone_source 'wsl' \(resnet18\)"):
@@ -282,3 +294,36 @@ def test_a_grid_checkpoint_whose_two_cnn_listings_differ_or_of_another_source_is
     with pytest.raises(HarnessError, match=r"trained with precomp_enc_type='basic'"):
         vse_infinity_grid.import_checkpoint(FIXTURES / "coco_butd_region_bert.pth", grid_base(), dataset, LIMITS,
                                             ENCODERS, resnet18_as_wsl)
+
+
+def test_a_released_detector_grid_checkpoint_runs_the_bottom_up_resnet_on_caffe_pixels(tmp_path, grid_run):
+    """``--backbone_source detector`` (their ``*_butd_grid_bert`` runs): their resnet.py
+    ``resnet101()``, the BUTD detector's Caffe-style ResNet-101, saved in the same triple listing
+    (its own classifier too), imported into a method whose backbone is ``resnet101_caffe``; its
+    cells against the source's equations (tests.test_caffe_resnet.reference_maps), then fc and GPO."""
+    import torchvision
+
+    from tests.test_caffe_resnet import reference_maps
+
+    gen = torch.Generator().manual_seed(7)
+    # their ResNet's names and shapes (the state dict does not hold the strides)
+    resnet = randomised(torchvision.models.resnet101(weights=None), gen, conv_scale=0.02)
+    extractor = TheirFeatureExtractor(resnet)
+    fc = {"image_encoder.fc.weight": torch.randn(8, 2048, generator=gen) * 0.05,
+          "image_encoder.fc.bias": torch.randn(8, generator=gen) * 0.1}
+    pool = {k: v for k, v in grid_run.image_state.items() if k.startswith("image_encoder.gpool.")}
+    image_state = {**{f"backbone.{k}": v for k, v in extractor.state_dict().items()}, **fc, **pool}
+    opt = argparse.Namespace(**{**vars(grid_run.ckpt["opt"]), "backbone_source": "detector", "img_dim": 2048})
+    path = saved(tmp_path, {**grid_run.ckpt, "opt": opt, "model": [image_state, grid_run.ckpt["model"][1]]})
+    backbones = {"butd_resnet101": {"arch": "resnet101_caffe", "weights": None}}
+    base = {**grid_base(), "backbone": "butd_resnet101"}
+    released = vse_infinity_grid.import_checkpoint(path, base, {"features": {"crop": 64}}, LIMITS, ENCODERS, backbones)
+    assert released.images == {"kind": "squash", "size": 512, "pixels": "caffe_bgr"}
+    model = built(released, backbones)
+    images = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        img = model.encode_images({"images": images})
+        conv5 = reference_maps(resnet.state_dict(), images)["conv5"]
+    cells = conv5.flatten(2).transpose(1, 2)   # row-major, as their forward's view
+    expected = reference_image_embeddings(grid_run, images, cells=cells, state=image_state)
+    torch.testing.assert_close(img.double(), expected, rtol=0, atol=1e-5)

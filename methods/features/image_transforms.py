@@ -12,7 +12,11 @@ Two pipelines, chosen by the method config:
   detector backbone, BGR minus the Caffe means on the 0-255 scale; in training
   ``finetune_augment: crop_squash_flip``: first a crop of a random fraction r in [0.6, 1) of both
   sides (one r, ``int(side * r)``, its offset uniform over [0, side - crop) as np.random.randint),
-  then the resize, then a horizontal flip with probability 0.5.
+  then the resize, then a horizontal flip with probability 0.5; or ``random_resized_crop_flip_36``:
+  torchvision's RandomResizedCrop(size, scale=(0.36, 1)) (its crop box, ratio in [3/4, 4/3]) and a
+  flip, as kdwonn/DivE's ``--gpo_aug`` (data.py get_image_transform). ``images.antialias: true``
+  resizes with antialiasing, as torchvision's Resize on PIL images does (DivE's evaluation
+  ``Resize((512, 512))``); false (the default) as cv2's INTER_LINEAR.
 
 The random draws come from torch's generator, which the training data seeds per item
 (``methods.training.data``), as torchvision's own random transforms do.
@@ -48,9 +52,21 @@ def random_crop(im: torch.Tensor, generator: torch.Generator | None = None) -> t
     return im[..., y0:y0 + ch, x0:x0 + cw]
 
 
-def squash(im: torch.Tensor, size: int) -> torch.Tensor:
-    """``im`` (3, H, W) resized to (3, size, size), bilinear on half-pixel centres, no antialiasing."""
-    return F.interpolate(im[None], size=(size, size), mode="bilinear", align_corners=False, antialias=False)[0]
+def squash(im: torch.Tensor, size: int, antialias: bool = False) -> torch.Tensor:
+    """``im`` (3, H, W) resized to (3, size, size), bilinear on half-pixel centres, antialiased or not."""
+    return F.interpolate(im[None], size=(size, size), mode="bilinear", align_corners=False, antialias=antialias)[0]
+
+
+RESIZED_CROP_SCALE = (0.36, 1.0)   # DivE --gpo_aug: RandomResizedCrop(512, scale=(0.36, 1))
+
+
+def random_resized_crop(im: torch.Tensor) -> torch.Tensor:
+    """torchvision's RandomResizedCrop box (area fraction in RESIZED_CROP_SCALE, aspect ratio in
+    [3/4, 4/3] log-uniform, ten tries, then the centre fallback) cut from ``im``."""
+    from torchvision.transforms import RandomResizedCrop  # see methods.features.backbone's doc
+
+    top, left, h, w = RandomResizedCrop.get_params(im, scale=RESIZED_CROP_SCALE, ratio=(3 / 4, 4 / 3))
+    return im[..., top:top + h, left:left + w]
 
 
 def normalise(im: torch.Tensor, pixels: str) -> torch.Tensor:
@@ -62,20 +78,30 @@ def normalise(im: torch.Tensor, pixels: str) -> torch.Tensor:
     return (im / 255 - mean) / std
 
 
-class SquashImages:
-    """VSE-infinity's image pipeline (see the module doc); ``augment`` for training."""
+# augment -> (crop, flip test of a uniform draw): VSE-infinity flips when np.random.rand() > 0.5,
+# torchvision's RandomHorizontalFlip when torch.rand(1) < 0.5 (the same draws give its flips)
+SQUASH_AUGMENTS = {"none": None, "crop_squash_flip": (random_crop, lambda u: u > 0.5),
+                   "random_resized_crop_flip_36": (random_resized_crop, lambda u: u < 0.5)}
 
-    def __init__(self, size: int, pixels: str, augment: bool):
+
+class SquashImages:
+    """VSE-infinity's image pipeline (see the module doc); ``augment`` (a key of SQUASH_AUGMENTS)
+    for training."""
+
+    def __init__(self, size: int, pixels: str, augment: str = "none", antialias: bool = False):
         if pixels not in PIXELS:
             raise ValueError(f"images.pixels must be one of {PIXELS}, not {pixels!r}")
-        self.size, self.pixels, self.augment = size, pixels, augment
+        if augment not in SQUASH_AUGMENTS:
+            raise ValueError(f"finetune_augment with training.images must be one of {sorted(SQUASH_AUGMENTS)}, "
+                             f"not {augment!r}")
+        self.size, self.pixels, self.augment, self.antialias = size, pixels, SQUASH_AUGMENTS[augment], antialias
 
     def __call__(self, img) -> torch.Tensor:
         im = _pixels(img)
-        if self.augment:
-            im = random_crop(im)
-        im = squash(im, self.size)
-        if self.augment and float(torch.rand(())) > 0.5:
+        if self.augment is not None:
+            im = self.augment[0](im)
+        im = squash(im, self.size, self.antialias)
+        if self.augment is not None and self.augment[1](float(torch.rand(()))):
             im = im.flip(-1)
         return normalise(im, self.pixels)
 
@@ -85,14 +111,14 @@ def evaluation_images(training: dict, resize: int, crop: int) -> Callable:
     images = training.get("images")
     if images is None:
         return eval_transform(resize, crop)
-    return SquashImages(images["size"], images["pixels"], augment=False)
+    return SquashImages(images["size"], images["pixels"], antialias=images.get("antialias", False))
 
 
 def training_images(training: dict, resize: int, crop: int) -> Callable:
     """The transform of training images while the CNN is fine-tuned (``finetune_augment``)."""
     augment, images = training["finetune_augment"], training.get("images")
     if images is not None:
-        return SquashImages(images["size"], images["pixels"], augment=augment == "crop_squash_flip")
+        return SquashImages(images["size"], images["pixels"], augment, images.get("antialias", False))
     if augment == "random_resized_crop_flip":
         return train_transform(crop)
     return eval_transform(resize, crop)

@@ -2,7 +2,8 @@
 ``set_embedding`` reads precomputed regions, ``set_embedding_grid`` a ResNet grid
 (``methods.models.set_embedding``)."""
 from methods.model_kinds.base import MODEL_KINDS, ModelKind
-from methods.model_kinds.description import DescribeContext, backbone_text, finetunes, gru_text, regions_text
+from methods.model_kinds.description import (DescribeContext, backbone_text, finetunes, regions_text,
+                                              text_encoder_text)
 from methods.model_kinds.settings import BACKBONE_BN, GRID_SCALE, choice, integer, number, part, setting, text
 
 # what both set models take (their parts are blocks of the method schema, shared by the two)
@@ -13,9 +14,16 @@ SET_SETTINGS = {
     "lr_scale": part("set_lr_scale", default=None),   # no scale: 1 for both
     "set_module": part("set_module"),
     "similarity": part("set_similarity"),
-    "text": part("text_gru"),
+    "text": setting({"oneOf": [{"$ref": "#/$defs/text_gru"}, {"$ref": "#/$defs/text_bert"}]},
+                    "the words: a bi-GRU over word embeddings (DivE EncoderText) or a BERT (EncoderTextBERT, "
+                    "--use_bert; slot set module only)"),
     "text_global": part("set_text_global", default="average_final"),
 }
+
+
+def frozen_text(epochs: int) -> str:
+    """When the CNN of a fine-tuned run does not train: '' (never), 'frozen in epoch 1', 'frozen in epochs 1-3'."""
+    return "" if not epochs else "frozen in epoch 1" if epochs == 1 else f"frozen in epochs 1-{epochs}"
 
 
 class SetEmbeddingKind(ModelKind):
@@ -35,12 +43,13 @@ class SetEmbeddingKind(ModelKind):
         params = ", ".join(f"{k} {v:g}" for k, v in sim.items() if k != "kind")
         # PVSE's switches (methods.models.set_embedding), named only when set off DivE's
         projection = model.get("image_projection", {})
+        text_global = model.get("text_global", "average_final")
         pvse = [text for text, on in (("image fc without MLP", projection.get("mlp", True) is False),
                                       ("global image feature of the mean cell", projection.get("global_pool") == "mean"),
-                                      (f"text global {model.get('text_global')}",
-                                       model.get("text_global", "average_final") != "average_final")) if on]
+                                      (f"text global {text_global}", text_global != "average_final"))
+                if on]
         return (f"D {model['embed_dim']}, K {model['set_size']}, {arch}, "
-                f"{sim['kind']}{f' ({params})' if params else ''}, {gru_text(model['text'])}"
+                f"{sim['kind']}{f' ({params})' if params else ''}, {text_encoder_text(model['text'])}"
                 + "".join(f", {text}" for text in pvse))
 
 
@@ -75,11 +84,18 @@ class SetEmbeddingGridKind(SetEmbeddingKind):
                                "the one ResNet stage whose cells are the local inputs (conv5: 7x7 at 224 px)"),
         "embed_dim": integer("D: cell MLP, GRU hidden, slots and elements (a multiple of 4: the 2-D positions give "
                              "rows and columns sin/cos pairs on half of it each)", minimum=4, multipleOf=4),
+        "backbone_frozen_epochs": integer("epochs of a fine-tune stage's run in which the CNN does not train "
+                                          "(DivE --warm_img --warm_epoch: the CNN runs, frozen, on every batch; the "
+                                          "optimizer holds it throughout)", minimum=0, default=0),
     }
 
     @classmethod
     def describe(cls, cfg: dict, ctx: DescribeContext) -> str:
-        model = cfg["model"]
+        model, images = cfg["model"], cfg["training"].get("images")
+        size = f" at {images['size']}×{images['size']} px" if images else ""
         cnn = "fine-tuned" if finetunes(cfg) else "frozen"
-        return (f"{backbone_text(model['backbone'], ctx)} {model['grid_scales'][0]} grid, CNN {cnn}, "
-                f"{cls.set_module_text(model)}")
+        details = [f"lr x{model['lr_scale']['backbone']:g}" if "backbone" in (model.get("lr_scale") or {}) else "",
+                   frozen_text(model.get("backbone_frozen_epochs", 0)) if finetunes(cfg) else ""]
+        details = ", ".join(d for d in details if d)
+        return (f"{backbone_text(model['backbone'], ctx)} {model['grid_scales'][0]} grid{size}, CNN {cnn}"
+                f"{f' ({details})' if details else ''}, {cls.set_module_text(model)}")

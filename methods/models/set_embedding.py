@@ -20,7 +20,14 @@ calls it again; ``image_projection.global_pass``), with nn.Linear's default init
 the batch (``region_padding``), as DivE's collate function pads.
 Text: word embeddings (GloVe, fine-tuned) -> dropout -> bi-GRU of D units, directions averaged;
 global = the final hidden state (dropout); the set module reads the *word embeddings*, with a
-sine positional encoding on its keys.
+sine positional encoding on its keys. Or a BERT (``text.kind: bert``, DivE's EncoderTextBERT,
+``--use_bert``): local = linear(BERT's last hidden states) of every token ([CLS] ... [SEP]), D
+wide; global = the max over the valid tokens' locals (``text_global: max_tokens``, the paper's
+"max pooled feature", ``--txt_pooling max``) or the [CLS] token's (``first_token``, ``--txt_pooling
+cls``), no dropout on either (EncoderTextBERT builds one and never applies it); the slot module
+reads the locals (D wide), with the sine encoding on its keys. The BERT trains at its own factor
+of the rate (``text.lr_factor``; DivE: the whole text encoder but its set module at
+``--txt_lr_scale``).
 Set module (``set_module.kind``): ``slot`` (``methods.models.set_prediction.SlotAggregation``:
 element k = LayerNorm(global) + slot_k) or ``pie`` (PIE-Net: LayerNorm(global + residual_k)).
 Each element is l2-normalised; a pair of sets is scored by a registered set similarity
@@ -51,6 +58,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from methods.features.backbone import ResNetBackbone
 from methods.models.base import EmbeddingModel, register_model
+from methods.models.bert_text import BertTextEncoder
 from methods.models.grid_backbone import GridBackbone
 from methods.models.layers import PLAIN_L2NORM_EPS, l2norm
 from methods.models.set_prediction import PIENet, SlotAggregation, SlotSetPrediction
@@ -65,7 +73,9 @@ PROJECTION_INITS = ("pytorch", "xavier")
 GLOBAL_PASSES = ("separate", "shared")
 GLOBAL_POOLS = ("max", "mean")          # max over the projected locals (DivE); projection of the mean input (PVSE)
 SET_INPUTS = ("projected", "raw")       # what the image PIE-Net attends over: projected locals (DivE) or the input (PVSE)
-TEXT_GLOBALS = ("average_final", "concatenate_final", "concatenate_last_outputs")
+GRU_TEXT_GLOBALS = ("average_final", "concatenate_final", "concatenate_last_outputs")
+BERT_TEXT_GLOBALS = ("max_tokens", "first_token")   # DivE --txt_pooling max / cls
+TEXT_GLOBALS = GRU_TEXT_GLOBALS + BERT_TEXT_GLOBALS
 REGION_PADDINGS = ("batch_longest", "all")
 BLOCK_ELEMENTS = {"cuda": 2 ** 28, "cpu": 2 ** 23}   # element cosines per scoring block
 
@@ -131,8 +141,8 @@ class SetEmbeddingModel(EmbeddingModel):
     """What both image inputs share: the text encoder, the two set modules, the set similarity,
     scoring and statistics. Subclasses give the image's local features (``image_locals``)."""
 
-    def __init__(self, input_dim: int, embed_dim: int, set_size: int, text: GRUTextEncoder, set_module: dict,
-                 similarity: dict, dropout: float = 0.0, lr_scale: dict | None = None,
+    def __init__(self, input_dim: int, embed_dim: int, set_size: int, text: GRUTextEncoder | BertTextEncoder,
+                 set_module: dict, similarity: dict, dropout: float = 0.0, lr_scale: dict | None = None,
                  image_positional: str = "none", grid: tuple[int, int] | None = None,
                  image_projection: dict | None = None, text_global: str = "average_final"):
         super().__init__()
@@ -154,10 +164,24 @@ class SetEmbeddingModel(EmbeddingModel):
         if text_global not in TEXT_GLOBALS:
             raise ValueError(f"text_global must be one of {TEXT_GLOBALS}, not {text_global!r}")
         self.text_global = text_global
-        if text_global == "average_final" and text.gru.hidden_size != embed_dim:
+        self.bert_text = isinstance(text, BertTextEncoder)
+        if self.bert_text:
+            if text_global not in BERT_TEXT_GLOBALS:
+                raise ValueError(f"a BERT text encoder's global feature is one of {BERT_TEXT_GLOBALS} "
+                                 f"(DivE --txt_pooling max / cls), not text_global {text_global!r}")
+            if text.out_dim != embed_dim:
+                raise ValueError(f"the BERT's tokens are projected to embed_dim: text.out_dim {text.out_dim} "
+                                 f"is not embed_dim {embed_dim}")
+            if kind != "slot":
+                raise ValueError("DivE's PIE-Net over BERT tokens sizes its attention by --word_dim, which a BERT "
+                                 "text block has not: a BERT text encoder takes set_module.kind slot")
+        elif text_global not in GRU_TEXT_GLOBALS:
+            raise ValueError(f"text_global {text_global} pools a BERT's tokens; a GRU's global feature is one of "
+                             f"{GRU_TEXT_GLOBALS}")
+        elif text_global == "average_final" and text.gru.hidden_size != embed_dim:
             raise ValueError(f"the text GRU's hidden_dim ({text.gru.hidden_size}) must equal embed_dim "
                              f"({embed_dim}): its final state is the global text feature")
-        if text_global != "average_final" and (not text.bidirectional or 2 * text.gru.hidden_size != embed_dim):
+        elif text_global != "average_final" and (not text.bidirectional or 2 * text.gru.hidden_size != embed_dim):
             raise ValueError(f"text_global {text_global} concatenates the two directions of a bidirectional GRU: "
                              f"its hidden_dim ({text.gru.hidden_size}) must be half of embed_dim ({embed_dim})")
         self.embed_dim, self.set_size = embed_dim, set_size
@@ -165,7 +189,7 @@ class SetEmbeddingModel(EmbeddingModel):
         self.local_dropout = nn.Dropout(dropout)     # --img_1x1_dropout
         self.text = text
         self.global_dropout = nn.Dropout(dropout)    # EncoderText's dropout on the GRU outputs
-        word_dim = text.embed.embedding_dim
+        word_dim = embed_dim if self.bert_text else text.embed.embedding_dim   # what the text set module reads
         if kind == "slot":
             def slots(dim: int, positional: str, grid: tuple[int, int] | None = None) -> SlotSetPrediction:
                 return SlotSetPrediction(SlotAggregation(
@@ -189,17 +213,29 @@ class SetEmbeddingModel(EmbeddingModel):
         return (img if image_elements is None else img[:, image_elements],
                 txt if text_elements is None else txt[:, text_elements])
 
+    def cnn_parameters(self) -> list[nn.Parameter]:
+        """The CNN's parameters that the optimizer holds (a grid model while it fine-tunes it)."""
+        return []
+
     def parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
         """(parameters, lr scale): DivE's image encoder (``img_pie_lr_scale``) and text set module
-        (``txt_pie_lr_scale``) apart from the rest of the text encoder (and from a CNN, at the base lr)."""
+        (``txt_pie_lr_scale``) apart from the rest of the text encoder, a BERT at its factor
+        (``text.lr_factor``), and a CNN at ``lr_scale.backbone`` (DivE: the base lr). The CNN's group
+        holds all of it, frozen or not: a grid model may freeze it for its first epochs
+        (``at_epoch``), and the optimizer skips a parameter without a gradient."""
         image = [*self.region.parameters(), *self.image_set.parameters()]   # not a CNN's
         text_set = list(self.text_set.parameters())
-        text = list(self.text.parameters())
-        scaled = {id(p) for p in [*image, *text_set, *text]}
-        rest = [p for p in self.parameters() if id(p) not in scaled]   # a CNN, trained at the base lr
+        if self.bert_text:
+            (text, _), (bert, bert_factor) = self.text.parameter_groups()
+        else:
+            text, bert, bert_factor = list(self.text.parameters()), [], 1.0
+        cnn = self.cnn_parameters()
+        scaled = {id(p) for p in [*image, *text_set, *text, *bert, *cnn]}
+        rest = [p for p in self.parameters() if id(p) not in scaled]
         groups = [(image, self.lr_scale.get("image", 1.0)), (text_set, self.lr_scale.get("text_set", 1.0)),
-                  (text, 1.0), (rest, 1.0)]
-        return [([p for p in ps if p.requires_grad], scale) for ps, scale in groups]
+                  (text, 1.0), (bert, bert_factor), (rest, 1.0)]
+        return ([([p for p in ps if p.requires_grad], scale) for ps, scale in groups]
+                + [(cnn, self.lr_scale.get("backbone", 1.0))])
 
     def image_locals(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, N, input_dim) local inputs, valid ones first, and their (B,) counts."""
@@ -222,6 +258,8 @@ class SetEmbeddingModel(EmbeddingModel):
         return {"sets": l2norm(elements, eps=PLAIN_L2NORM_EPS), "residuals": residuals, "attention": attn}
 
     def encode_text_sets(self, tokens: torch.Tensor, lengths: torch.Tensor) -> dict[str, torch.Tensor]:
+        if self.bert_text:
+            return self.encode_bert_sets(tokens, lengths)
         words = self.text.dropout(self.text.embed(tokens))
         packed = pack_padded_sequence(words, lengths.cpu(), batch_first=True, enforce_sorted=False)
         outputs, hidden = self.text.gru(packed)
@@ -233,6 +271,19 @@ class SetEmbeddingModel(EmbeddingModel):
             padded, _ = pad_packed_sequence(outputs, batch_first=True)
             glob = padded[torch.arange(len(lengths), device=padded.device), lengths.to(padded.device) - 1]
         elements, residuals, attn = self.text_set(words, self.global_dropout(glob), lengths.to(words.device))
+        return {"sets": l2norm(elements, eps=PLAIN_L2NORM_EPS), "residuals": residuals, "attention": attn}
+
+    def encode_bert_sets(self, tokens: torch.Tensor, lengths: torch.Tensor) -> dict[str, torch.Tensor]:
+        """EncoderTextBERT.forward: the projected token states are the set module's inputs, and their
+        max over the valid tokens (or the [CLS] one) its global feature."""
+        local = self.text.word_states(tokens, lengths)
+        lengths = lengths.to(local.device)
+        if self.text_global == "max_tokens":
+            valid = torch.arange(local.shape[1], device=local.device)[None, :] < lengths[:, None]
+            glob = local.masked_fill(~valid[..., None], -torch.finfo(local.dtype).max).amax(dim=1)
+        else:
+            glob = local[:, 0]
+        elements, residuals, attn = self.text_set(local, glob, lengths)
         return {"sets": l2norm(elements, eps=PLAIN_L2NORM_EPS), "residuals": residuals, "attention": attn}
 
     # The training step calls encode_* once per batch and reads the residuals as well as the sets;
@@ -290,13 +341,17 @@ class SetEmbedding(SetEmbeddingModel):
 
 @register_model("set_embedding_grid")
 class SetEmbeddingGrid(GridBackbone, SetEmbeddingModel):
-    """Set embeddings of a CNN grid (the paper's ResNet-152 + bi-GRU rows): the cells of one map
-    (``grid_scales``, one name) are the local inputs, with a 2-D sine encoding on the slot keys."""
+    """Set embeddings of a CNN grid (the paper's ResNet-152 + bi-GRU and ResNeXt-101 + BERT rows):
+    the cells of one map (``grid_scales``, one name) are the local inputs, with a 2-D sine encoding
+    on the slot keys. ``backbone_frozen_epochs``: while a stage fine-tunes the CNN, it does not
+    train in the run's first that many epochs (DivE's ``--warm_img --warm_epoch``: train.py
+    ``warmup`` sets the CNN's requires_grad each epoch; its optimizer holds the CNN throughout)."""
 
     def __init__(self, backbone: ResNetBackbone | str, scale_shapes: dict[str, list[int]], grid_scales: list[str],
-                 backbone_bn: str, embed_dim: int, set_size: int, text: GRUTextEncoder, set_module: dict,
-                 similarity: dict, dropout: float = 0.0, lr_scale: dict | None = None,
-                 image_projection: dict | None = None, text_global: str = "average_final"):
+                 backbone_bn: str, embed_dim: int, set_size: int, text: GRUTextEncoder | BertTextEncoder,
+                 set_module: dict, similarity: dict, dropout: float = 0.0, lr_scale: dict | None = None,
+                 image_projection: dict | None = None, text_global: str = "average_final",
+                 backbone_frozen_epochs: int = 0):
         if len(grid_scales) != 1:
             raise ValueError(f"grid_scales must name one scale, not {grid_scales}")
         (scale,) = grid_scales
@@ -307,9 +362,20 @@ class SetEmbeddingGrid(GridBackbone, SetEmbeddingModel):
                          "sine_2d" if set_module["kind"] == "slot" else "none",
                          (height, width) if set_module["kind"] == "slot" else None, image_projection, text_global)
         self.init_backbone(backbone, backbone_bn, [scale], scale_shapes)
+        if backbone_frozen_epochs < 0:
+            raise ValueError(f"backbone_frozen_epochs must be >= 0, not {backbone_frozen_epochs}")
+        self.backbone_frozen_epochs = backbone_frozen_epochs
 
     def grid_dtype(self) -> torch.dtype:
         return self.region.fc.weight.dtype
+
+    def cnn_parameters(self) -> list[nn.Parameter]:
+        return list(self.backbone.parameters()) if self.backbone is not None and self.finetune else []
+
+    def at_epoch(self, epoch: int) -> None:
+        if self.finetune:
+            for p in self.backbone.parameters():
+                p.requires_grad_(epoch >= self.backbone_frozen_epochs)
 
     def image_locals(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         grid = self.grids(batch)[self.scales[0]]                              # (B, H, W, C)

@@ -10,9 +10,12 @@ as ``resnet`` (the whole torchvision net, its unused classifier too) and once as
 tensors, read here from ``base`` and ``top`` after checking the two copies are equal. Then
 ``image_encoder`` (``EncoderImageAggr`` without the MLP, which it builds for regions alone): fc
 and GPO. The CNN is the one ``--backbone_source`` names: ``wsl`` is torch.hub's
-facebookresearch/WSL-Images ``resnext101_32x8d_wsl``, torchvision's ResNeXt-101 32x8d. The images
-are what ``RawImageDataset`` gives at evaluation: squashed to ``256 x input_scale_factor``
-pixels a side, normalised with ImageNet's mean and deviation (a source other than ``detector``).
+facebookresearch/WSL-Images ``resnext101_32x8d_wsl``, torchvision's ResNeXt-101 32x8d;
+``detector`` (the ``*_butd_grid_bert`` runs) their ``resnet101()``, the BUTD detector's Caffe-style
+ResNet-101 (``resnet101_caffe``, ``methods.features.architectures``), whose own classifier is in the
+``resnet`` listing too. The images are what ``RawImageDataset`` gives at evaluation: squashed to
+``256 x input_scale_factor`` pixels a side, normalised with ImageNet's mean and deviation, or for
+``detector`` flipped to BGR minus the Caffe pixel means on the 0-255 scale.
 """
 from __future__ import annotations
 
@@ -37,8 +40,8 @@ GRID_OPTIONS = {**OPTIONS, "backbone_source": NAME, "input_scale_factor": Option
 GRID_ARCHITECTURE_OPTIONS = (*ARCHITECTURE_OPTIONS, "backbone_source", "input_scale_factor")
 BASE_TARGET_SIZE = 256   # image_caption.py RawImageDataset.base_target_size, times input_scale_factor
 # --backbone_source -> the torchvision architecture its CNN is (resnet.py ResnetFeatureExtractor)
-SOURCE_ARCHITECTURES = {"wsl": "resnext101_32x8d"}
-PIXELS = {"wsl": "imagenet"}   # RawImageDataset: ImageNet mean/std but for detector (Caffe BGR minus pixel means)
+SOURCE_ARCHITECTURES = {"wsl": "resnext101_32x8d", "detector": "resnet101_caffe"}
+PIXELS = {"wsl": "imagenet", "detector": "caffe_bgr"}   # RawImageDataset: _imagenet_norm, or _detector_norm of BGR
 # ResnetFeatureExtractor: base = Sequential(conv1, bn1, relu, maxpool, layer1, layer2, layer3), top = Sequential(layer4)
 BASE_MODULES = {"0": "conv1", "1": "bn1", "4": "layer1", "5": "layer2", "6": "layer3"}
 CNN_RULES: Rules = [
@@ -99,7 +102,7 @@ def model_config(opt: argparse.Namespace, text_state: dict, base: dict, backbone
     source = opt.backbone_source
     if source not in SOURCE_ARCHITECTURES:
         raise HarnessError(f"{where}: trained with backbone_source {source!r}; the project imports "
-                           f"{', '.join(sorted(SOURCE_ARCHITECTURES))} (torchvision's architectures)")
+                           f"{', '.join(sorted(SOURCE_ARCHITECTURES))}")
     name, arch = base["backbone"], SOURCE_ARCHITECTURES[source]
     configured = (backbones.get(name) or {}).get("arch")
     if configured != arch:

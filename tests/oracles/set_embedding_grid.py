@@ -32,6 +32,18 @@ DESCRIPTIONS = [
      "ResNet-152 (weights resnet152-394f9c45.pth) conv5 grid, CNN fine-tuned, D 1024, K 4, slot set module "
      "(T 4, padding leak), smooth_chamfer (alpha 16), bi-GRU 1024, word 300 (GloVe); 50+70 epochs, "
      "batch 200 images"),
+    (run({"kind": "set_embedding_grid", "backbone": "r152", "backbone_bn": "frozen", "grid_scales": ["conv5"],
+          "embed_dim": 1024, "set_size": 4, "lr_scale": {"image": 0.1, "text_set": 0.1, "backbone": 0.01},
+          "backbone_frozen_epochs": 1, "text_global": "max_tokens",
+          "set_module": {"kind": "slot", "iterations": 4, "heads": 4, "head_dim": 512, "ff_mult": 4,
+                         "competition": "slots", "padding": "leak"},
+          "similarity": {"kind": "smooth_chamfer", "alpha": 16.0},
+          "text": {"kind": "bert", "encoder": "bert_base_uncased", "out_dim": 1024, "lr_factor": 1.0}},
+         [(50, True)], batch_size=128, batching="images",
+         images={"kind": "squash", "size": 512, "pixels": "imagenet", "antialias": True}), REAL,
+     "ResNet-152 (weights resnet152-394f9c45.pth) conv5 grid at 512×512 px, CNN fine-tuned (lr x0.01, frozen in "
+     "epoch 1), D 1024, K 4, slot set module (T 4, padding leak), smooth_chamfer (alpha 16), BERT "
+     "bert_base_uncased -> 1024 (lr x1), text global max_tokens; 50 epochs, batch 128 images"),
 ]
 
 
@@ -49,6 +61,26 @@ SOURCE_BEHAVIOUR = {
                             "training.stages.1.finetune_backbone": True,
                             "training.finetune_augment": "random_resized_crop_flip", "training.amp": True,
                             "training.caption_augment": {"prob": 0.2, "mask": 0.5, "replace": 0.1}},
+    # The same code's CNN and BERT paths (get_cnn('resnext_wsl'), EncoderTextBERT with --txt_pooling
+    # max, the paper's "max pooled feature"; train.py param_groups: the text encoder but its set
+    # module at lr x --txt_lr_scale 1; data.py --gpo_aug: RandomResizedCrop(512, scale=(0.36, 1)) +
+    # flip, evaluation Resize((512, 512)) of the PIL image) and the appendix's ResNeXt-101 + BERT
+    # recipe: 128 images with all their captions, 50 epochs from 1e-4, BatchNorm fixed, the CNN not
+    # trained in the first epoch (--warm_img --warm_epoch 1), the first epoch without mining
+    # (--tri_mean_to_max), automatic mixed precision.
+    "set_embeddings_grid_bert": {
+        "model.backbone": "resnext101_wsl", "model.grid_scales": ["conv5"], "model.backbone_bn": "frozen",
+        "model.backbone_frozen_epochs": 1, "model.embed_dim": 1024, "model.set_size": 4,
+        "model.similarity.kind": "smooth_chamfer", "model.similarity.alpha": 16.0,
+        "model.text.kind": "bert", "model.text.encoder": "bert_base_uncased", "model.text.out_dim": 1024,
+        "model.text.lr_factor": 1.0, "model.text_global": "max_tokens", "loss.terms.0.kind": "triplet_hardest",
+        "loss.terms.0.margin": 0.2, "loss.terms.0.reduction": "mean", "loss.terms.0.warmup_sum_epochs": 1,
+        "training.batch_size": 128, "training.batching": "images", "training.batch_positives": "same_image",
+        "training.amp": True, "training.images": {"kind": "squash", "size": 512, "pixels": "imagenet",
+                                                  "antialias": True},
+        "training.finetune_augment": "random_resized_crop_flip_36", "training.stages.0.epochs": 50,
+        "training.stages.0.lr": 1.0e-4, "training.stages.0.finetune_backbone": True,
+        "training.caption_augment": {"prob": 0.2, "mask": 0.5, "replace": 0.1}},
 }
 # appendix A: lr 1e-3 on COCO, 2e-3 on Flickr30K
 PER_DATASET = {("set_embeddings_grid", "coco"): {"training.stages.0.lr": 1e-3},
