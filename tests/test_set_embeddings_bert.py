@@ -180,6 +180,15 @@ def test_the_resnext_bert_rows_are_left_out_naming_both_keys_then_run_the_append
         assert plan.text_vocabulary(dataset, single.members[0]) == f"results/{dataset}/text/bert_base_uncased.json"
         assert "512×512 px, CNN fine-tuned (lr x0.01, frozen in epoch 1)" in single.ran
         assert "BERT bert_base_uncased -> 1024 (lr x1)" in single.ran and "text global max_tokens" in single.ran
+    # the block's claims (Section 4.4): ours over VSE-infinity, and the ensemble over the best record,
+    # tested once both rows run (until then left out of the claims, as their rows are of the tables)
+    for dataset in ("coco", "flickr"):
+        claims = {c["id"]: (c["left"], c["right"]) for c in plan.claims_spec("set_embeddings", dataset).to_json()["claims"]}
+        assert claims[f"beats_vse_infinity_resnext_bert_{dataset}"] == (["ours_resnext_bert"], ["vse_infinity_resnext_bert"])
+        assert claims[f"ensemble_beats_the_best_record_{dataset}"] == (["ours_resnext_bert_ensemble"],
+                                                                       ["vse_infinity_resnext_bert_ensemble"])
+    unset = Plan(load_harness_config(REPO / "config" / "config.yaml", papers)).claims_spec("set_embeddings", "coco")
+    assert not any("resnext" in c["id"] or "record" in c["id"] for c in unset.to_json()["claims"])
     cfg = api.experiment_config("set_embeddings_grid_bert", "coco", harness=load_harness_config(
         REPO / "config" / "config.yaml", both))
     # the appendix: 50 epochs from 1e-4, decayed every 20 (factor lost: 0.5), 128 images per batch
