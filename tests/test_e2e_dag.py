@@ -505,6 +505,31 @@ def test_dry_run_of_set_embeddings_table1_on_configured_coco(tiny_dag):
     assert proc.returncode != 0 and "row 3 is COCO image" in proc.stdout + proc.stderr
 
 
+def test_dry_run_of_the_resnext_bert_block_plans_its_rows_once_both_keys_are_set(tiny_dag):
+    """With a BERT folder and the WSL weights configured, set-embedding Table 1's ResNeXt-101 + BERT
+    block is trained: VSE-infinity and ours, 3 seeds each and their ensembles' second members,
+    on the captions tokenised once with that BERT; unset, the same target plans none of them."""
+    src = tiny_dag / "results/synthetic"
+    coco = flickr_layout(src / "data", src / "precomp", tiny_dag / "coco_bert_layout", 5000, test_split="testall")
+    coco["splits"] = {"train": ["train"], "dev": ["val"], "testall": ["test"]}
+    papers = yaml.safe_load((tiny_dag / "tiny.yaml").read_text())["papers"] + ["methods/papers/set_embeddings.yaml"]
+    config = {"datasets": {"coco": coco}, "papers": papers, "backbones": {
+        "resnet152": {"arch": "resnet152", "weights": str(fitting_weights(tiny_dag / "resnet152.pth", "resnet152"))}}}
+    write_text(tiny_dag / "coco_unset.yaml", yaml.safe_dump(config))
+    unset = job_counts(snakemake(tiny_dag, "--configfile", "tiny.yaml", "coco_unset.yaml", "-n",
+                                 "tables/set_embeddings_t1_coco.csv"))
+    wsl = fitting_weights(tiny_dag / "ig_resnext101_32x8.pth", "resnext101_32x8d")
+    config["backbones"]["resnext101_wsl"] = {"arch": "resnext101_32x8d", "weights": str(wsl), "optional": True}
+    # the DAG's tiny BERT read as a user's folder (config.json, vocab.txt, model.safetensors)
+    config["text_encoders"] = {"bert_base_uncased": {"kind": "bert", "path": str(src / "text_encoders/bert_synthetic")}}
+    write_text(tiny_dag / "coco_bert.yaml", yaml.safe_dump(config))
+    counts = job_counts(snakemake(tiny_dag, "--configfile", "tiny.yaml", "coco_bert.yaml", "-n",
+                                  "tables/set_embeddings_t1_coco.csv"))
+    assert counts["train_coco"] - unset["train_coco"] == 2 * (3 + 3)   # VSE-infinity and ours: seeds, second members
+    assert counts["ensemble"] - unset["ensemble"] == 2 * 3 and counts["aggregate_row"] - unset["aggregate_row"] == 4
+    assert counts["wordpiece_captions"] == 1 and "wordpiece_captions" not in unset
+
+
 def test_every_figure_of_the_tiny_dag_passes_the_layout_check(tiny_dag):
     """No figure job found text outside its canvas, text over text or a legend over data
     (methods.report.figure_layout prints each problem as a `layout:` line in the job's log)."""

@@ -100,7 +100,21 @@ def set_pair(x, y, kind, alpha=None, scale=None, shift=None):
     return float(torch.sigmoid(scale * c + shift).mean())
 
 
-def set_reference(model, images, text_batch, similarity):
+def gru_text_sets(model, text_batch):
+    """DivE EncoderText: the bi-GRU's final states averaged (global), the word embeddings the set module's inputs."""
+    text_sets, longest = [], max(LENGTHS)
+    for tokens, n in zip(text_batch["tokens"], LENGTHS):
+        _, hidden = model.text.gru(model.text.embed(tokens[:n])[None])
+        glob = (hidden[-2, 0] + hidden[-1, 0]) / 2
+        words = model.text.embed(tokens[:longest])   # padded to the batch's longest, as the model sees it
+        # DivE PositionEmbeddingSine1D(normalize=True) scaled by the padded length (leak) or the caption's own
+        agg = getattr(model.text_set, "aggregation", None)
+        text_positions = None if agg is None else sine(longest, WORD_DIM, longest if agg.padding == "leak" else int(n))
+        text_sets.append(set_elements(model, words, glob, model.text_set, int(n), text_positions))
+    return text_sets
+
+
+def set_reference(model, images, text_batch, similarity, text_sets=gru_text_sets):
     image_sets = []
     if isinstance(images["features"], dict):   # a grid: its cells row by row, with 2-D positions on the keys
         (grid,) = images["features"].values()
@@ -115,18 +129,9 @@ def set_reference(model, images, text_batch, similarity):
         image_positions = positions if hasattr(model.image_set, "aggregation") else None
         image_sets.append(set_elements(model, local, local.max(dim=0).values, model.image_set, len(local),
                                        image_positions))
-    text_sets, longest = [], max(LENGTHS)
-    for tokens, n in zip(text_batch["tokens"], LENGTHS):
-        _, hidden = model.text.gru(model.text.embed(tokens[:n])[None])
-        glob = (hidden[-2, 0] + hidden[-1, 0]) / 2
-        words = model.text.embed(tokens[:longest])   # padded to the batch's longest, as the model sees it
-        # DivE PositionEmbeddingSine1D(normalize=True) scaled by the padded length (leak) or the caption's own
-        agg = getattr(model.text_set, "aggregation", None)
-        text_positions = None if agg is None else sine(longest, WORD_DIM, longest if agg.padding == "leak" else int(n))
-        text_sets.append(set_elements(model, words, glob, model.text_set, int(n), text_positions))
     params = {k: v for k, v in similarity.items() if k != "kind"}
-    return torch.tensor([[set_pair(x, y, similarity["kind"], **params) for y in text_sets] for x in image_sets],
-                        dtype=torch.float64)
+    return torch.tensor([[set_pair(x, y, similarity["kind"], **params) for y in text_sets(model, text_batch)]
+                         for x in image_sets], dtype=torch.float64)
 
 
 def float64_cases():

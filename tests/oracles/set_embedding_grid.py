@@ -3,15 +3,38 @@ positions on the keys; ``tests.oracles.set_embedding``).
 Beside it, descriptions written by hand (``DESCRIPTIONS``) and what the public code runs (``SOURCE_BEHAVIOUR``)."""
 from functools import partial
 
+import torch
+
 from methods.models.set_embedding import SetEmbeddingGrid
 from tests.oracles._descriptions import REAL, run, text
-from tests.oracles._float64 import EMBED, MVSA_SHAPES, N_IMAGES, build, features
-from tests.oracles.set_embedding import set_reference
+from tests.oracles._float64 import EMBED, LENGTHS, MVSA_SHAPES, N_IMAGES, build, features
+from tests.oracles.set_embedding import set_elements, set_reference, sine
+from tests.oracles.vse_infinity import tiny_bert_encoder
+from tests.test_sgraf import linear
+
+
+def bert_text_sets(model, text_batch):
+    """DivE EncoderTextBERT, each caption alone and unpadded (so no attention mask): the projected
+    last hidden states are the set module's inputs (padded to the batch's longest, which the masked
+    slot module ignores, its sine positions scaled by the caption's own length), their max the global."""
+    text_sets, longest = [], max(LENGTHS)
+    for tokens, n in zip(text_batch["tokens"], LENGTHS):
+        local = linear(model.text.linear, model.text.bert(tokens[:n][None]).last_hidden_state[0])
+        padded = torch.cat([local, torch.zeros(longest - n, local.shape[1], dtype=local.dtype)])
+        text_sets.append(set_elements(model, padded, local.max(dim=0).values, model.text_set, n,
+                                      sine(longest, EMBED, n)))
+    return text_sets
 
 
 def float64_cases():
     slot = {"kind": "slot", "iterations": 2, "heads": 2, "head_dim": 3, "ff_mult": 2, "competition": "slots"}
     grid = {"conv5": features(N_IMAGES, *MVSA_SHAPES["conv5"])}
+    similarity = {"kind": "smooth_chamfer", "alpha": 16.0}
+    yield ("set grid slot (masked), BERT max_tokens",
+           build(SetEmbeddingGrid, "resnet18", MVSA_SHAPES, ["conv5"], "frozen", EMBED, 3,
+                 set_module={**slot, "padding": "masked"}, similarity=similarity, dropout=0.1,
+                 text=tiny_bert_encoder(), text_global="max_tokens"),
+           {"features": grid}, partial(set_reference, similarity=similarity, text_sets=bert_text_sets))
     for module, similarity in (({**slot, "padding": "leak"}, {"kind": "smooth_chamfer", "alpha": 16.0}),
                                ({"kind": "pie"}, {"kind": "mil"})):
         yield (f"set grid {module} {similarity}",
