@@ -581,3 +581,16 @@ def test_the_bert_row_trains_on_the_tiny_bert_the_dag_pretrained(tiny_dag):
     assert torch.equal(grid_state[names["bn1.running_mean"]], cnn["bn1.running_mean"])
     grid_ev = json.loads((grid_run / "eval_test.json").read_text())
     assert grid_ev["results"][0]["metrics"]["rsum"] == pytest.approx(retrieval_metrics(np.load(grid_run / "sims_test.npy"))["rsum"])
+    # the set-embedding row (selection: the last epoch): its CNN frozen in epoch 1 and trained in
+    # epochs 2-3 at x0.01 with its BatchNorm statistics fixed, its BERT fine-tuned at the full rate
+    assert ("ResNet-18 (synthetic pre-trained) conv5 grid at 64×64 px, CNN fine-tuned (lr x0.01, frozen in epoch 1)"
+            in rows["set_bert_grid"]["ran"]) and "text global max_tokens" in rows["set_bert_grid"]["ran"]
+    set_run = tiny_dag / "results/synthetic/runs" / rows["set_bert_grid"]["members"][0] / "seed0"
+    set_log = json.loads((set_run / "train_log.json").read_text())
+    assert [h["epoch"] for h in set_log["history"]] == [1, 2, 3] and set_log["best"]["epoch"] == 3
+    set_state = torch.load(set_run / "model.pt", weights_only=True)["state_dict"]
+    assert not torch.equal(set_state[names["layer4.1.conv2.weight"]], cnn["layer4.1.conv2.weight"])
+    assert torch.equal(set_state[names["bn1.running_mean"]], cnn["bn1.running_mean"])
+    assert not torch.equal(set_state["text.bert.embeddings.word_embeddings.weight"], start)
+    set_ev = json.loads((set_run / "eval_test.json").read_text())
+    assert set_ev["results"][0]["metrics"]["rsum"] == pytest.approx(retrieval_metrics(np.load(set_run / "sims_test.npy"))["rsum"])
