@@ -105,7 +105,7 @@ def _torchvision_name(key: str) -> str:
     return DETECTOR_LAYOUT[prefix] + key[len(prefix):] if prefix else key
 
 
-def _detector_name(key: str) -> str:
+def detector_name(key: str) -> str:
     """A torchvision name as the source's layout spells it (``layer3.0.conv1.weight`` ->
     ``base.6.0.conv1.weight``); the names it has no place for as they are."""
     prefix = next((p for p, t in DETECTOR_LAYOUT.items() if key.startswith(t)), None)
@@ -135,7 +135,7 @@ def weights_mismatch(arch: str, state) -> str | None:
     if detector_layout(state) and arch not in CAFFE_STYLE:
         return ("is not a state dict of tensors: it is in the BUTD detector's {'base', 'top'} layout "
                 "(VSE-infinity's original_updown_backbone.pth), whose architecture is resnet101_caffe")
-    named = _detector_name if arch in CAFFE_STYLE and detector_layout(state) else str
+    named = detector_name if arch in CAFFE_STYLE and detector_layout(state) else str
     state = loadable_state(arch, state)
     if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
         inner = next((k for k in ("state_dict", "model") if isinstance(state, dict) and isinstance(state.get(k), dict)), None)

@@ -27,6 +27,7 @@ import torch
 
 from methods.errors import HarnessError
 from methods.features.architectures import cached_shape
+from methods.features.backbone import detector_name
 from methods.released.mapping import Rules, map_tensors
 from methods.released.options import NAME, Option, plain_options
 from methods.released.record import Importer, ReleasedModel
@@ -42,8 +43,6 @@ BASE_TARGET_SIZE = 256   # image_caption.py RawImageDataset.base_target_size, ti
 # --backbone_source -> the torchvision architecture its CNN is (resnet.py ResnetFeatureExtractor)
 SOURCE_ARCHITECTURES = {"wsl": "resnext101_32x8d", "detector": "resnet101_caffe"}
 PIXELS = {"wsl": "imagenet", "detector": "caffe_bgr"}   # RawImageDataset: _imagenet_norm, or _detector_norm of BGR
-# ResnetFeatureExtractor: base = Sequential(conv1, bn1, relu, maxpool, layer1, layer2, layer3), top = Sequential(layer4)
-BASE_MODULES = {"0": "conv1", "1": "bn1", "4": "layer1", "5": "layer2", "6": "layer3"}
 CNN_RULES: Rules = [
     (r"img_enc\.backbone\.base\.([014])\.(.+)", r"backbone.stem.\1.\2"),   # the project's stem: conv1 .. layer1
     (r"img_enc\.backbone\.base\.5\.(.+)", r"backbone.layer2.\1"),
@@ -61,12 +60,10 @@ IMAGE_IGNORED = [(r"img_enc\.backbone\.resnet\..+",
 
 
 def source_cnn_name(key: str) -> str | None:
-    """The ``base``/``top`` name of a tensor of the CNN's ``resnet`` listing (None: its classifier)."""
-    module, _, rest = key.partition(".")
-    if module == "layer4":
-        return f"top.0.{rest}"
-    index = next((i for i, name in BASE_MODULES.items() if name == module), None)
-    return None if index is None else f"base.{index}.{rest}"
+    """The ``base``/``top`` name of a tensor of the CNN's ``resnet`` listing (ResnetFeatureExtractor:
+    ``methods.features.backbone.DETECTOR_LAYOUT``), None for its classifier."""
+    name = detector_name(key)
+    return None if name == key else name
 
 
 def check_cnn_copies(image_state: dict, where: str) -> None:
