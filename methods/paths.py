@@ -89,6 +89,10 @@ class ResultsLayout:
     def precomp_dir(self, dataset: str) -> str:
         return f"{self.root}/{dataset}/precomp"
 
+    def instance_categories(self, dataset: str) -> str:
+        """The COCO instance categories of a dataset's images (``methods.data.instance_categories``)."""
+        return f"{self.root}/{dataset}/data/instance_categories.npz"
+
     def source_dir(self, dataset: str) -> str:
         """A generated tag dataset's source files, in the label-wise code's layout."""
         return f"{self.root}/{dataset}/source"

@@ -22,6 +22,7 @@ import torch
 import torchvision
 from filelock import FileLock
 
+from methods.benchmarks.pmrp import fake_instances
 from methods.config import deep_merge, load_harness_config, load_yaml
 from methods.data.tokenizers import PUNKT_SUBDIR
 from methods.io import torch_save
@@ -104,13 +105,19 @@ def flickr_layout(data: Path, precomp: Path, dest: Path, test_images: int = 1000
     next_id = 1 + max(e["imgid"] for e in karpathy["images"])
     # COCO: the test images carry the COCO ids of the 5K test set in eccv_caption's order (the
     # ECCV Caption / CxC protocol checks them when the DAG is built)
+    # and in COCO's folder val2014, with instance annotations (PMRP reads their categories)
     cocoids = coco_test_image_ids() if test_split == "testall" else None
+    if cocoids is not None:
+        (images / "val2014").mkdir()
+        (dest / "annotations").mkdir()
+        instances = fake_instances(cocoids[:test_images], np.random.default_rng(0))
+        (dest / "annotations" / "instances_val2014.json").write_text(json.dumps(instances))
     for i in range(test_images):
         source = test[i % len(test)]
         entry = {**source, "filename": f"test{i:04d}_{source['filename']}", "imgid": next_id + i}
         if cocoids is not None:
-            entry["cocoid"] = cocoids[i]
-        (images / entry["filename"]).symlink_to(data / "images" / source["filename"])
+            entry.update(cocoid=cocoids[i], filepath="val2014")
+        (images / entry.get("filepath", "") / entry["filename"]).symlink_to(data / "images" / source["filename"])
         entries.append(entry)
     (dest / "dataset_flickr30k.json").write_text(json.dumps({**karpathy, "images": entries}))
     regions = dest / "f30k_precomp"
@@ -126,7 +133,8 @@ def flickr_layout(data: Path, precomp: Path, dest: Path, test_images: int = 1000
     return {"karpathy_json": str(dest / "dataset_flickr30k.json"), "images_dir": str(images),
             "precomp_dir": str(regions), "precomp": {"n_regions": int(ims.shape[1]), "feature_dim": int(ims.shape[2])},
             "glove": str(glove_file(dest / "glove_300d.txt")),   # MVSA rows (table1) initialise words from GloVe
-            "nltk_data": str(planted_punkt(dest / "nltk_data"))}  # tokenizer nltk, as the sources
+            "nltk_data": str(planted_punkt(dest / "nltk_data")),  # tokenizer nltk, as the sources
+            **({"instance_annotations": str(dest / "annotations")} if cocoids is not None else {})}
 
 
 def coco_test_image_ids() -> list[int]:

@@ -30,6 +30,7 @@ import numpy as np
 
 from methods import api
 from methods.training.loop import load_checkpoint
+from methods.benchmarks.pmrp import fake_instances
 from tests.conftest import (SNAKEMAKE, coco_test_image_ids, copy_workflow, fitting_weights, glove_file,
                             local_snakemake_env, planted_punkt)
 
@@ -112,8 +113,13 @@ def make_coco(dest: Path, seed: int = 0) -> dict:
         sparse_regions(precomp / f"{harness_split}_ims.npy", len(chosen), rng)
         with open(precomp / f"{harness_split}_caps.txt", "w") as f:
             f.writelines(s["raw"] + "\n" for e in chosen for s in e["sentences"][:5])
+    # the instance annotations of val2014 at their real size (every val2014 image of the file)
+    (dest / "annotations").mkdir(exist_ok=True)
+    val2014 = [e["cocoid"] for e in entries if e["filepath"] == "val2014"]
+    (dest / "annotations" / "instances_val2014.json").write_text(json.dumps(fake_instances(val2014, rng)))
     weights = {arch: str(fitting_weights(dest / f"{arch}-zeros.pth", arch)) for arch in ("resnet152", "resnet50")}
     dataset = {"karpathy_json": str(karpathy), "images_dir": str(dest), "precomp_dir": str(precomp),
+               "instance_annotations": str(dest / "annotations"),
                "glove": str(glove_file(dest / "glove_300d.txt", words=1000)),
                "nltk_data": str(planted_punkt(dest / "nltk_data"))}
     return {"datasets": {"coco": dataset},
@@ -249,7 +255,13 @@ def measure(root: Path) -> dict:
     out = {"generate_seconds": generated, "dry_run_first": measured(plan, work, root / "dry_run_first.log", env),
            "dry_run_cached": measured(plan, work, root / "dry_run_cached.log", env),
            "data_jobs": measured(snakemake_cmd("--configfile=coco.yaml", "results/coco/vocab.json"), work,
-                                 root / "data_jobs.log", env)}
+                                 root / "data_jobs.log", env),
+           # the val2014 instance annotations parsed once, then PMRP of a random 5K score matrix
+           "instance_categories": measured(snakemake_cmd("--configfile=coco.yaml",
+                                                         "results/coco/data/instance_categories.npz"),
+                                           work, root / "instance_categories.log", env)}
+    out["pmrp"] = measured([sys.executable, "-m", "methods.benchmarks.pmrp", "--dataset-config",
+                            "results/coco/dataset.json"], work, root / "pmrp.log", env)
     harness = api.harness_config(work / "config" / "config.yaml", block)
     out["training_steps"], out["steps"] = training_steps(work, small_sgraf(harness))
     return out

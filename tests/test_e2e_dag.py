@@ -272,6 +272,13 @@ def test_dry_run_of_sgraf_table5_on_configured_coco(tiny_dag):
     assert counts["train_coco"] == 9 and counts["ensemble"] == 3
     assert counts["aggregate_row"] == 4 and counts["table"] == 1
     assert "sgraf" in proc.stdout and "testall" in proc.stdout
+    assert counts["instance_categories"] == 1   # PMRP's categories, read once for every evaluation
+    # without the instance annotations, the default COCO protocols (PMRP) fail at DAG build, naming the key
+    del coco["instance_annotations"]
+    write_text(tiny_dag / "coco_sgraf_no_instances.yaml", yaml.safe_dump({"datasets": {"coco": coco}}))
+    proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "coco_sgraf_no_instances.yaml", "-n",
+                     "tables/sgraf_t5_coco.csv", check=False)
+    assert proc.returncode != 0 and "datasets.coco.instance_annotations: not set" in proc.stdout + proc.stderr
 
 
 def test_sgraf_tables_figure_and_ensemble_of_sgr_and_saf(tiny_dag):

@@ -13,7 +13,7 @@ from methods.metrics.implementations import IMPLEMENTED_METRICS as METRICS
 from methods.metrics.implementations import EvaluationContext
 from methods.metrics.protocols import Protocol, get_protocol
 from methods.metrics.query_units import protocol_units
-from methods.metrics.relevance import CaptionsOfImage, ExtendedPositives, SharedLabels
+from methods.metrics.relevance import CaptionsOfImage, ExtendedPositives, PlausibleMatches, SharedLabels
 
 TPI = 5
 
@@ -24,9 +24,12 @@ def relevances(rng):
     labels[2] = 0     # an image without labels: mAP and mAP@R leave its queries out
     positives = rng.random((n, n * TPI)) < 0.15
     positives[np.arange(n * TPI) // TPI, np.arange(n * TPI)] = True
+    categories = (rng.random((n, 90)) < 0.05).astype(np.uint8)
+    categories[4] = 0   # an image without instance annotations: PMRP leaves its queries out
     return n, {"captions_of_image": CaptionsOfImage(TPI),
                "shared_labels": SharedLabels(labels, np.repeat(labels, TPI, axis=0)),
-               "extended_positives": ExtendedPositives(positives, TPI)}
+               "extended_positives": ExtendedPositives(positives, TPI),
+               "plausible_matches": PlausibleMatches(categories, TPI, last="dropped")}
 
 
 @pytest.mark.parametrize("name", sorted(n for n, m in METRICS.items() if m.per_query is not None))

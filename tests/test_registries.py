@@ -169,9 +169,9 @@ def test_every_declared_metric_is_implemented():
 
 # metrics computed elsewhere than from a small score matrix have their own oracles: ECCV Caption /
 # CxC need the COCO 5K ids (tests/test_eccv_caption.py), embedding statistics the embeddings
-# (tests/test_set_embeddings.py)
+# (tests/test_set_embeddings.py), PMRP its folds and dropped items (tests/test_pmrp.py)
 OWN_ORACLES = {"coco_ids": "tests/test_eccv_caption.py", "embeddings": "tests/test_set_embeddings.py",
-               "label_predictions": "tests/test_label_wise.py"}
+               "label_predictions": "tests/test_label_wise.py", "plausible_matches": "tests/test_pmrp.py"}
 
 
 @pytest.mark.parametrize("name", [n for n in METRICS.names() if METRICS.get(n).relevance not in OWN_ORACLES])

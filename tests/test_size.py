@@ -22,6 +22,9 @@ def test_full_size_coco_is_planned_prepared_and_trained_within_bounded_memory(tm
     # torch (0.26 GiB measured; importing torch alone adds ~0.5 GiB)
     assert m["dry_run_cached"].peak_rss_bytes < 0.5 * GiB
     assert m["data_jobs"].peak_anon_bytes < 4 * GiB          # the vocabulary of 616,435 captions (5 per image)
+    # PMRP: the val2014 instance annotations (291k polygons) parsed once, then both PMRP protocols on 5K
+    for step in ("instance_categories", "pmrp"):
+        assert m[step].rc == 0 and m[step].peak_anon_bytes < 4 * GiB, m[step].log[-3000:]
     train = m["training_steps"]
     assert train.rc == 2 and "checkpoint written" in train.log, train.log[-3000:]   # stopped by SIGTERM
     assert m["steps"] >= 1

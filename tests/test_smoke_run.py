@@ -39,8 +39,8 @@ def test_a_smoke_run_is_beside_each_real_dataset_whose_files_are_configured_only
     assert smoke["smoke"] == {"of": "flickr", "train_images": 1000, "eval_images": 100, "batches_per_epoch": 5,
                               "epochs": 2}
     assert smoke["karpathy_json"] == flickr["karpathy_json"] and smoke["protocols"] == ["f30k_1k"]
-    # ECCV Caption / CxC are defined on the 5,000 COCO ids: not on a sub-sample
-    assert cfg["datasets"]["coco-smoke"]["protocols"] == ["coco_1k_5fold", "coco_5k"]
+    # ECCV Caption / CxC are defined on the 5,000 COCO ids: not on a sub-sample; PMRP on any annotated images
+    assert cfg["datasets"]["coco-smoke"]["protocols"] == ["coco_1k_5fold", "coco_5k", "coco_1k_5fold_pmrp"]
     assert {rule: r["runtime"] for rule, r in smoke["resources"].items()} == dict.fromkeys(
         ["generate", "vocab", "features", "regions", "train", "evaluate"], 30)
     assert "smoke" not in flickr and "flickr-smoke" not in harness()["datasets"]

@@ -1,9 +1,10 @@
 """Benchmark (not a test): training steps of VSE-infinity (``vse_infinity``) with a given pooling, to
 measure what GPO adds over a plain pooling at the source's widths (Chen et al., CVPR 2021, call its
-extra computation negligible). Run two of these under ``farm-bench --vs`` (docs/benchmarks.md):
+extra computation negligible). Time two of these as whole processes, in turn, several times
+(docs/benchmarks.md), and take the median of the paired ratios:
 
-    farm-bench -n 5 --timeout 900 -- python -m methods.benchmarks.pooling_step --pooling gpo \\
-        --vs 'python -m methods.benchmarks.pooling_step --pooling mean'
+    /usr/bin/time -v python -m methods.benchmarks.pooling_step --pooling gpo --steps 6
+    /usr/bin/time -v python -m methods.benchmarks.pooling_step --pooling mean --steps 6
 
 A step is what the trainer does for one batch: both encoders in training mode (region drop 0.2),
 the scores, the hardest-negative triplet loss of both directions, backward, gradient clipping at

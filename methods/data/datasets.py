@@ -16,7 +16,10 @@ from methods.paths import ResultsLayout
 def dataset_paths(cfg: dict, name: str) -> dict[str, Path | None]:
     """Where a dataset's inputs live: generated under results/ for synthetic, from config otherwise.
     ``positives``: the extended-positives file (every image each caption describes,
-    ``methods.data.positives``), written by the synthetic generator; None for Karpathy datasets."""
+    ``methods.data.positives``), written by the synthetic generator; None for Karpathy datasets.
+    ``instance_categories``: where the DAG writes a Karpathy dataset's images' COCO instance
+    categories from its ``instance_annotations`` folder (``methods.data.instance_categories``); None
+    when that is not configured."""
     if name not in cfg["datasets"]:
         raise HarnessError(f"unknown dataset '{name}'; configured: {', '.join(sorted(cfg['datasets']))}")
     ds = cfg["datasets"][name]
@@ -34,8 +37,11 @@ def dataset_paths(cfg: dict, name: str) -> dict[str, Path | None]:
         return {"karpathy_json": Path(layout.data_dir(name)) / f"dataset_{name}.json", "images_dir": images,
                 "precomp_dir": Path(layout.precomp_dir(name)), "source_dir": source, "positives": None,
                 **{k: (Path(ds[k]).expanduser() if ds.get(k) else None) for k in ("glove", "vocab", "nltk_data")}}
+    instances = Path(ds["instance_annotations"]).expanduser() if ds.get("instance_annotations") else None
     return {**{k: (Path(ds[k]).expanduser() if ds.get(k) else None)
-               for k in ("karpathy_json", "images_dir", "precomp_dir", "glove", "vocab", "nltk_data")}, "positives": None}
+               for k in ("karpathy_json", "images_dir", "precomp_dir", "glove", "vocab", "nltk_data")}, "positives": None,
+            "instance_annotations": instances,
+            "instance_categories": Path(layout.instance_categories(name)) if instances else None}
 
 
 @dataclass

@@ -121,6 +121,14 @@ for _d in DIRECTIONS:
         declare_metric(f"{_d}_r{_k}_cxc", relevance="coco_ids", direction="higher", label=f"{ARROW[_d]} CxC R@{_k}",
                        tolerance="recall", scale="percent")
 
+# -- plausible_matches: PCME's plausible-match R-Precision (methods.metrics.plausible_match) -------
+
+PMRP_METRICS = tuple(f"{d}_pmrp" for d in DIRECTIONS)
+
+for _d in DIRECTIONS:
+    declare_metric(f"{_d}_pmrp", relevance="plausible_matches", direction="higher", label=f"{ARROW[_d]} PMRP",
+                   tolerance="ranking", scale="percent", queries=QUERIES[_d])
+
 # -- shared_labels: label-wise ranking (methods.metrics.label_ranking) -----------------------------
 
 NDCG_KS = (500,)

@@ -16,6 +16,7 @@ import torch
 from methods.data.datasets import DatasetPayload
 from methods.errors import HarnessError
 from methods.metrics import statistics  # noqa: F401  (registers the statistics' implementations)
+from methods.metrics import plausible_match  # noqa: F401  (registers PMRP's implementations)
 from methods.metrics.declarations import METRICS, value_from
 from methods.metrics.eccv import chance_map_at_r
 from methods.metrics.implementations import evaluate

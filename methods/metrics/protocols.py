@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from methods.errors import HarnessError
 from methods.metrics.coco_ids import split_coco_id_arrays
 from methods.metrics.declarations import (ECCV_CAPTION_METRICS, ECCV_METRICS, LABEL_PREDICTION_METRICS,
-                                          LABEL_RANKING_METRICS, METRICS, RETRIEVAL_METRICS, STATISTICS, base_metrics)
+                                          LABEL_RANKING_METRICS, METRICS, PMRP_METRICS, RETRIEVAL_METRICS, STATISTICS,
+                                          base_metrics)
 from methods.registry import Registry
 
 # The metrics a protocol may check training on: those whose expected value under random scores
@@ -43,6 +44,9 @@ class Protocol:
     # (``methods.metrics.relevance.TIE_ORDERS`` / ``NDCG_DISCOUNTS``)
     tie_order: str = "against_model"
     ndcg_discount: str = "rank"
+    # plausible-match protocols: whether each query's last-ranked item of the whole split stays
+    # ranked (``methods.metrics.relevance.LAST_RANKED``)
+    last_ranked: str = "kept"
 
     def __post_init__(self) -> None:
         for m in self.metrics:
@@ -56,10 +60,14 @@ class Protocol:
             raise ValueError(f"protocol {self.name}: unique texts are a shared-label protocol of one fold")
         if (self.tie_order, self.ndcg_discount) != ("against_model", "rank") and self.relevance != "shared_labels":
             raise ValueError(f"protocol {self.name}: tie order and NDCG discount are shared-label conventions")
+        if self.last_ranked != "kept" and self.relevance != "plausible_matches":
+            raise ValueError(f"protocol {self.name}: dropping the last-ranked item is a plausible-match convention")
 
     @property
     def relevance_key(self) -> str:
         """Which relevance object of a split the protocol reads (``methods.metrics.evaluation.split_relevances``)."""
+        if self.relevance == "plausible_matches":
+            return f"{self.relevance}:{self.last_ranked}"
         if self.relevance != "shared_labels":
             return self.relevance
         return ":".join((self.relevance, *(["unique_texts"] if self.unique_texts else []),
@@ -79,6 +87,20 @@ for _p in (
     Protocol("coco_5k_eccv", "testall", 1, 5000,
              "COCO 5K testall against ECCV Caption's and CxC's verified associations (the eccv_caption "
              "package: mAP@R, R-Precision, R@1; CxC R@K)", relevance="coco_ids", metrics=ECCV_CAPTION_METRICS),
+    # no training check: PMRP reads annotations beside the Karpathy pairs that coco_1k_5fold checks
+    Protocol("coco_1k_5fold_pmrp", "testall", 5, 5000,
+             "COCO 5K testall in 5 consecutive folds of 1,000 images: plausible-match R-Precision (PCME) over the "
+             "images' COCO instance categories at thresholds 0-2, each ranking without its last item of the 5K "
+             "ranking as naver-ai/pcme's evaluate_pmrp_coco.py computes it; averaged over folds",
+             relevance="plausible_matches", metrics=PMRP_METRICS, last_ranked="dropped"),
+    Protocol("coco_1k_5fold_pmrp_whole", "testall", 5, 5000,
+             "coco_1k_5fold_pmrp with every item ranked (the paper's definition: no item dropped)",
+             relevance="plausible_matches", metrics=PMRP_METRICS),
+    Protocol("coco_5k_pmrp", "testall", 1, 5000,
+             "COCO 5K testall, all 5,000 images / 25,000 captions: plausible-match R-Precision (PCME) over the "
+             "images' COCO instance categories at thresholds 0-2, each ranking without its last item as "
+             "naver-ai/pcme's evaluate_pmrp_coco.py computes it", relevance="plausible_matches",
+             metrics=PMRP_METRICS, last_ranked="dropped"),
     Protocol("synthetic_test", "test", 1, None, "synthetic test split, all images at once", main_metric="rsum"),
     Protocol("synthetic_eccv", "test", 1, None,
              "synthetic test split, all images at once, against every image a caption truly describes "
@@ -239,3 +261,10 @@ def check_coco_ids(protocols: list[str], splits: dict, karpathy_json) -> None:
         protocol = get_protocol(name)
         if protocol.relevance == "coco_ids" and protocol.split in splits:
             split_coco_id_arrays(karpathy_json, splits[protocol.split])
+
+
+def plausible_match_splits(protocols: list[str]) -> list[str]:
+    """The splits the plausible-match protocols among ``protocols`` test, in order: those whose
+    images' COCO instance categories the DAG reads (``methods.data.instance_categories``)."""
+    return list(dict.fromkeys(get_protocol(p).split for p in protocols
+                              if get_protocol(p).relevance == "plausible_matches"))

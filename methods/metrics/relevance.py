@@ -9,11 +9,16 @@
   the caption truly describes, a superset of the Karpathy pairs (ECCV Caption / CxC style
   false-negative-aware evaluation; ``methods.data.positives`` reads it).
 
+- ``PlausibleMatches``: each image carries the multi-hot set of object categories annotated in
+  it; an (image, caption) pair is a plausible match at threshold t when the two images' sets differ
+  in at most t categories (PCME's PMRP on COCO instance annotations). Scores are (N, c·N).
+
 All can be cut into consecutive folds (COCO 1K = five folds of the 5K test set).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -175,3 +180,90 @@ class ExtendedPositives:
         c = self.captions_per_image
         rows, cols = slice(fold * size, (fold + 1) * size), slice(fold * size * c, (fold + 1) * size * c)
         return scores[rows, cols], ExtendedPositives(self.positives[rows, cols], c)
+
+
+# what a plausible-match ranking leaves out besides unannotated items: nothing ("kept"), or each
+# query's last-ranked item of the whole split ("dropped": naver-ai/pcme extract_rankings_coco.py
+# keeps ``[:topk]`` of each ranking with its default topk=-1, which cuts the last item off)
+LAST_RANKED = ("kept", "dropped")
+
+
+def last_ranked(scores: torch.Tensor, dim: int = 1) -> torch.Tensor:
+    """Per row (``dim`` 1) or column (``dim`` 0), the item ranked last: the lowest score; among
+    equal lowest scores the last one (where a stable descending sort puts it)."""
+    lowest, first = torch.min(scores, dim=dim)
+    tied = torch.nonzero((scores == lowest.unsqueeze(dim)).sum(dim=dim) > 1).squeeze(1)
+    for i in tied.tolist():   # rare with real-valued scores: the last of the equal lowest
+        line = scores[i] if dim == 1 else scores[:, i]
+        first[i] = torch.nonzero(line == lowest[i]).max()
+    return first
+
+
+@dataclass(frozen=True, eq=False)
+class PlausibleMatches:
+    """Image i's annotated object categories are ``categories[i]`` (multi-hot; all zero: no instance
+    annotation, and the image's items are neither queries nor ranked, as PCME's evaluation leaves
+    them out); caption k belongs to image k // c. A gallery item is a plausible match of a query
+    at threshold t when their images' category sets differ in at most t categories (Hamming
+    distance; t in ``thresholds``). ``last``: ``LAST_RANKED``; ``dropped``: per direction, each
+    query's dropped gallery column within this matrix (-1: none here), set when a fold was cut
+    from a whole split whose last-ranked items it names; None: this matrix is the whole split."""
+    categories: np.ndarray     # (N, C) uint8 multi-hot
+    captions_per_image: int = 5
+    thresholds: tuple[int, ...] = (0, 1, 2)
+    last: str = "kept"
+    dropped: dict | None = None   # {"i2t": (N,) int64, "t2i": (cN,) int64}
+    # the whole split's dropped items of the last matrix folded (weakly held), found once for its folds
+    _whole: list = field(default_factory=list, repr=False)
+    kind = "plausible_matches"
+
+    def __post_init__(self) -> None:
+        value = np.asarray(self.categories)
+        if value.ndim != 2 or not np.isin(value, (0, 1)).all():
+            raise HarnessError(f"plausible-match relevance: categories must be a multi-hot (images, categories) "
+                               f"matrix, got shape {value.shape}")
+        if self.last not in LAST_RANKED:
+            raise HarnessError(f"plausible-match relevance: last {self.last!r} (one of {', '.join(LAST_RANKED)})")
+        object.__setattr__(self, "categories", value.astype(np.uint8))
+
+    def check(self, scores: torch.Tensor) -> None:
+        c = self.captions_per_image
+        if scores.ndim != 2 or tuple(scores.shape) != (len(self.categories), c * len(self.categories)):
+            raise HarnessError(f"score matrix has shape {tuple(scores.shape)}; the categories give "
+                               f"({len(self.categories)}, {c * len(self.categories)}) (images x captions, caption k "
+                               f"of image k // {c})")
+        check_finite(scores)
+
+    def n_images(self, scores: torch.Tensor) -> int:
+        return scores.shape[0]
+
+    def text_images(self, scores: torch.Tensor) -> np.ndarray:
+        return np.arange(scores.shape[1]) // self.captions_per_image
+
+    def dropped_columns(self, scores: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per direction, the gallery column each query's ranking leaves out (-1: none)."""
+        if self.last == "kept":
+            return {"i2t": torch.full((scores.shape[0],), -1), "t2i": torch.full((scores.shape[1],), -1)}
+        if self.dropped is not None:
+            return {d: torch.as_tensor(v) for d, v in self.dropped.items()}
+        if self._whole and self._whole[0]() is scores:
+            return self._whole[1]
+        found = {"i2t": last_ranked(scores, dim=1), "t2i": last_ranked(scores, dim=0)}
+        self._whole[:] = [weakref.ref(scores), found]
+        return found
+
+    def fold(self, scores: torch.Tensor, fold: int, n_folds: int) -> tuple[torch.Tensor, "PlausibleMatches"]:
+        """Fold ``fold`` of ``n_folds`` consecutive image blocks with their captions; a dropped
+        item is the last of the whole split's ranking, so it is found before the cut (PCME ranks the
+        5K test set, then keeps a fold's items)."""
+        if n_folds == 1:
+            return scores, self
+        size = scores.shape[0] // n_folds
+        c = self.captions_per_image
+        rows, cols = slice(fold * size, (fold + 1) * size), slice(fold * size * c, (fold + 1) * size * c)
+        whole = self.dropped_columns(scores)
+        local = {"i2t": whole["i2t"][rows] - cols.start, "t2i": whole["t2i"][cols] - rows.start}
+        local["i2t"] = torch.where((local["i2t"] >= 0) & (local["i2t"] < size * c), local["i2t"], -1)
+        local["t2i"] = torch.where((local["t2i"] >= 0) & (local["t2i"] < size), local["t2i"], -1)
+        return scores[rows, cols], PlausibleMatches(self.categories[rows], c, self.thresholds, self.last,
+                                                    {d: v.numpy() for d, v in local.items()})

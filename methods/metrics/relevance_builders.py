@@ -15,12 +15,13 @@ import numpy as np
 
 from methods.data.datasets import DatasetPayload
 from methods.data.inputs import label_matrix
+from methods.data.instance_categories import read_categories
 from methods.data.karpathy import Split
 from methods.data.positives import split_positives
 from methods.errors import HarnessError
 from methods.metrics.eccv_caption import split_coco_ids
 from methods.metrics.protocols import Protocol
-from methods.metrics.relevance import CaptionsOfImage, ExtendedPositives, SharedLabels
+from methods.metrics.relevance import CaptionsOfImage, ExtendedPositives, PlausibleMatches, SharedLabels
 from methods.registry import Registry
 
 
@@ -33,6 +34,7 @@ class SplitItems(Interface):
     def captions(self, protocol: Protocol) -> list[str]: ...           # N * texts_per_image
     def positives(self, protocol: Protocol) -> np.ndarray: ...         # extended positives (N, N * t)
     def coco_ids(self, protocol: Protocol): ...                         # methods.metrics.eccv_caption.CocoIds
+    def instance_categories(self, protocol: Protocol) -> np.ndarray: ...   # uint8 (N, C), multi-hot
 
 
 class KarpathySplitItems:
@@ -66,6 +68,13 @@ class KarpathySplitItems:
     def coco_ids(self, protocol: Protocol):
         return split_coco_ids(self.payload.paths["karpathy_json"], self.loaded())
 
+    def instance_categories(self, protocol: Protocol) -> np.ndarray:
+        path = self.payload.paths.get("instance_categories")
+        if not path:
+            raise HarnessError(f"dataset {self.payload.name}: protocol {protocol.name} needs the COCO instance "
+                               f"annotations of its images: set datasets.{self.payload.name}.instance_annotations")
+        return read_categories(path, self.split, len(self.loaded()))
+
 
 class ItemsInOrder:
     """Images in order with their texts, held in memory: ``texts_per_image`` and each image's
@@ -92,6 +101,9 @@ class ItemsInOrder:
     def coco_ids(self, protocol: Protocol):
         raise self._missing(protocol, "")
 
+    def instance_categories(self, protocol: Protocol) -> np.ndarray:
+        raise self._missing(protocol, "")
+
 
 # relevance kind -> builder(protocol, items); label_predictions: the labels its predictions are
 # joined to (``methods.metrics.evaluation.evaluate_split`` joins the model's predictions)
@@ -111,6 +123,11 @@ def extended_positives(protocol: Protocol, items: SplitItems) -> ExtendedPositiv
 @RELEVANCE_BUILDERS.register("coco_ids")
 def coco_ids(protocol: Protocol, items: SplitItems):
     return items.coco_ids(protocol)
+
+
+@RELEVANCE_BUILDERS.register("plausible_matches")
+def plausible_matches(protocol: Protocol, items: SplitItems) -> PlausibleMatches:
+    return PlausibleMatches(items.instance_categories(protocol), items.texts_per_image, last=protocol.last_ranked)
 
 
 def shared_labels(protocol: Protocol, items: SplitItems) -> SharedLabels:

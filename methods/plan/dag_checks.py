@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from methods.data.checks import check_backbone_weights, check_dataset_inputs
 from methods.data.datasets import dataset_paths
+from methods.data.instance_categories import check_instance_annotations
 from methods.data.multilabel import check_source as check_multilabel_source
 from methods.data.wordpiece import check_bert_folder
 from methods.errors import HarnessError
 from methods.features.weights_check import check_weights_fit
-from methods.metrics.protocols import check_coco_ids, check_split_sizes
+from methods.metrics.protocols import check_coco_ids, check_split_sizes, plausible_match_splits
 
 
 class InputChecks:
@@ -20,6 +21,7 @@ class InputChecks:
     def __init__(self, cfg: dict):
         self.cfg = cfg
         self._split_images: dict[str, dict[str, int]] = {}
+        self._split_index: dict[str, dict] = {}
         self._backbones: set[str] = set()
         self._text_encoders: set[tuple[str, bool]] = set()
 
@@ -33,9 +35,27 @@ class InputChecks:
                 sizes, where = check_multilabel_source(self.cfg, name), f"datasets.{name}.source_dir"
             check_split_sizes(name, ds["protocols"], sizes, where)
             check_coco_ids(ds["protocols"], splits, karpathy)
+            self._instance_annotations(name, splits)
             keep_index()   # a Karpathy file's index is cached once every check of the dataset has passed
-            self._split_images[name] = sizes
+            self._split_images[name], self._split_index[name] = sizes, splits
         return self._split_images[name]
+
+    def split_index(self, name: str) -> dict:
+        """The index of a Karpathy dataset's harness splits (its image files and COCO ids), checked."""
+        self.dataset(name)
+        return self._split_index[name]
+
+    def _instance_annotations(self, name: str, splits: dict) -> None:
+        """Plausible-match protocols: a Karpathy dataset whose instance annotation files are there."""
+        ds = self.cfg["datasets"][name]
+        needing = plausible_match_splits(ds["protocols"])
+        if not needing:
+            return
+        if ds["kind"] != "karpathy":
+            raise HarnessError(f"datasets.{name}.protocols: plausible-match protocols need COCO instance annotations "
+                               f"of a Karpathy dataset; {name} is {ds['kind']}")
+        check_instance_annotations(ds.get("instance_annotations"), f"datasets.{name}.instance_annotations",
+                                   {s: splits[s] for s in needing if s in splits})
 
     def text_encoder(self, name: str, weights: bool = True) -> None:
         """A configured BERT folder is set and laid out as a BERT's (checked once; one the DAG

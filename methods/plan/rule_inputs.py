@@ -6,13 +6,14 @@ needs Snakemake.
 from __future__ import annotations
 
 from methods.data.datasets import dataset_paths, dataset_tokenizer
+from methods.data.instance_categories import needed_files
 from methods.data.multilabel import check_model_labels
 from methods.data.multilabel import source_files as multilabel_source_files, source_split as multilabel_source_split
 from methods.data.tokenizers import PUNKT_FILES
 from methods.data.word_vectors import check_word_vectors
 from methods.data.wordpiece import weights_file
 from methods.errors import HarnessError
-from methods.metrics.protocols import get_protocol
+from methods.metrics.protocols import get_protocol, plausible_match_splits
 from methods.paths import eval_file, model_file, sims_file, train_log
 from methods.plan.dag_checks import InputChecks
 from methods.plan.datasets import test_splits
@@ -44,19 +45,37 @@ class RuleInputs:
         tokenizer = dataset_tokenizer(self.cfg, dataset)
         return [str(tokenizer.punkt / f) for f in PUNKT_FILES] if tokenizer.punkt else []
 
-    def positives(self, dataset: str) -> dict:
-        """The extended-positives file of a dataset that has one, with the Karpathy file its sentids
-        and imgids refer to; a protocol that needs extended positives on a dataset without them is
-        refused here."""
+    def relevance_files(self, dataset: str) -> dict:
+        """What the dataset's protocols read beside the score matrices: the extended-positives file of
+        a dataset that has one, with the Karpathy file its sentids and imgids refer to (a protocol
+        that needs extended positives on a dataset without them is refused here), and the images'
+        COCO instance categories (a DAG output) for plausible-match protocols."""
         paths = dataset_paths(self.cfg, dataset)
+        files = {}
+        if self.plausible_match_splits(dataset):
+            self.checks.dataset(dataset)   # the instance annotations are configured, their files there
+            if paths["instance_categories"] is not None:
+                files["instance_categories"] = str(paths["instance_categories"])
         if paths["positives"] is None:
             needing = [p for p in self.cfg["datasets"][dataset]["protocols"]
                        if get_protocol(p).relevance == "extended_positives"]
             if needing:
                 raise HarnessError(f"datasets.{dataset}.protocols: {', '.join(needing)} need extended positives "
                                    f"(every image each caption describes), which only the synthetic generator writes")
-            return {}
-        return {"positives": str(paths["positives"]), "karpathy": str(paths["karpathy_json"])}
+            return files
+        return {**files, "positives": str(paths["positives"]), "karpathy": str(paths["karpathy_json"])}
+
+    def plausible_match_splits(self, dataset: str) -> list[str]:
+        return plausible_match_splits(self.cfg["datasets"][dataset]["protocols"])
+
+    def instance_annotations(self, dataset: str) -> dict:
+        """The instance annotation files the images of a dataset's plausible-match splits are in
+        (checked first), and its Karpathy file."""
+        paths, index = dataset_paths(self.cfg, dataset), self.checks.split_index(dataset)
+        files = sorted({str(f) for s in self.plausible_match_splits(dataset)
+                        for f in needed_files(paths["instance_annotations"], index[s],
+                                              f"datasets.{dataset}.instance_annotations")})
+        return {"karpathy": str(paths["karpathy_json"]), "annotations": files}
 
     def text_encoder(self, encoder: str, weights: bool = True) -> list[str]:
         """A BERT text encoder's files its jobs read: the folder the DAG pre-trains, or a configured
@@ -99,7 +118,7 @@ class RuleInputs:
         encoder = self.plan.text_encoder(exp_id, dataset)
         return {
             **data,
-            **self.positives(dataset),
+            **self.relevance_files(dataset),
             "cfg": self.layout.dataset_config(dataset),
             "exp": self.layout.experiment_config(dataset, exp_id),
             "vocab": self.plan.text_vocabulary(dataset, exp_id),
@@ -119,7 +138,7 @@ class RuleInputs:
         """What evaluating the views of a trained run reads: its model, the test split's image
         input, the vocabulary and the dataset's relevance files."""
         return {
-            **self.positives(dataset),
+            **self.relevance_files(dataset),
             "cfg": self.layout.dataset_config(dataset),
             "vocab": self.plan.text_vocabulary(dataset, exp),
             "model": model_file(self.plan.run_dir(dataset, exp, seed)),
@@ -138,7 +157,7 @@ class RuleInputs:
         encoder = self.plan.text_encoder(exp_id, dataset)   # a BERT run: its folder's config.json and vocab.txt
         return {
             **self.data(dataset),
-            **self.positives(dataset),
+            **self.relevance_files(dataset),
             "cfg": self.layout.dataset_config(dataset),
             "exp": self.layout.experiment_config(dataset, exp_id),
             "checkpoint": member.checkpoint_path,
@@ -213,7 +232,7 @@ class RuleInputs:
                           evaluation=eval_file(spec.run, spec.split),   # its model config, its training check
                           features=self.plan.image_feature_files(dataset, exp, spec.split))
         if "positives" in needs:  # what a true match is, where the dataset has extended positives
-            inputs.update(self.positives(dataset))
+            inputs.update(self.relevance_files(dataset))
         return inputs
 
     def figure_arguments(self, figure: str, dataset: str) -> str:
@@ -265,7 +284,7 @@ class RuleInputs:
                                f"checked on {dataset} (its report, reports/{paper}_{dataset}.md, has its tables)")
         self.checks.dataset(dataset)
         return {"spec": self.layout.spec(dataset, "claims", paper), "cfg": self.layout.dataset_config(dataset),
-                **self.positives(dataset), "scores": self.plan.claims_score_files(paper, dataset),
+                **self.relevance_files(dataset), "scores": self.plan.claims_score_files(paper, dataset),
                 "rows": self.plan.claims_row_aggregates(paper, dataset)}   # their training checks
 
     def paper_page(self, paper: str, dataset: str) -> dict:

@@ -66,6 +66,30 @@ rule vocab:
         logged("{params.numerics}python -m methods.data.vocab --dataset-config {input.cfg} --out {output} ")
 
 
+rule instance_categories:
+    """The COCO object categories annotated in each image the plausible-match protocols (PMRP) test,
+    from the instance annotation files (read once here: evaluations read this small file)."""
+    input:
+        unpack(lambda w: INPUTS.instance_annotations(w.dataset)),
+        cfg=dataset_json,
+    output:
+        LAYOUT.instance_categories("{dataset}"),
+    params:
+        splits=lambda w: " ".join(INPUTS.plausible_match_splits(w.dataset)),
+    threads: dataset_res("vocab", "threads")
+    resources:
+        **wildcard_resources("vocab"),
+    conda:
+        CONDA_ENV
+    log:
+        f"{R}/logs/instance_categories/{{dataset}}.log",
+    benchmark:
+        benchmark_file("instance_categories", "{dataset}")
+    shell:
+        logged("python -m methods.data.instance_categories --dataset-config {input.cfg} --splits {params.splits} "
+               "--out {output} ")
+
+
 # Multi-label datasets (kind multilabel): imported from a source folder in the label-wise code's
 # layout (methods/data/multilabel.py), checked when the DAG is built; a generated one's source
 # folder is written from a synthetic dataset's outputs (methods/data/synthetic_tags.py).

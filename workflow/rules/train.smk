@@ -105,7 +105,7 @@ for _name in HARNESS["datasets"]:
 rule ensemble:
     """Average the members' score matrices (an ensemble row), then evaluate like a single model."""
     input:
-        unpack(lambda w: INPUTS.positives(w.dataset)),
+        unpack(lambda w: INPUTS.relevance_files(w.dataset)),
         cfg=dataset_json,
         sims=lambda w: [sims_file(d, w.split) for d in INPUTS.ensemble_members(w.dataset, w.ens, w.seed)],
         evals=lambda w: [eval_file(d, w.split) for d in INPUTS.ensemble_members(w.dataset, w.ens, w.seed)],
