@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -97,8 +98,7 @@ def harness_pmrp(coco: dict) -> dict[str, float]:
                   list(range(len(coco["image_ids"]))), [""] * len(coco["caption_ids"]), C,
                   coco_ids=[int(i) for i in coco["image_ids"]])
     categories = split_categories(coco["annotations"].parent, split, "fake COCO")
-    protocol = get_protocol("coco_1k_5fold_pmrp")
-    protocol = protocol.__class__(**{**protocol.__dict__, "n_images": None})
+    protocol = replace(get_protocol("coco_1k_5fold_pmrp"), n_images=None)   # --images need not be 5,000
     return evaluate_protocol(scores, protocol, PlausibleMatches(categories, C, last=protocol.last_ranked))["metrics"]
 
 
