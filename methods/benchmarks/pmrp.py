@@ -167,10 +167,9 @@ def timed(fn, *args) -> tuple[dict, float]:
 
 
 def configured(args) -> None:
-    path = load_dataset_payload(args.dataset_config).paths["instance_categories"]
-    with np.load(path) as f:   # the split's size, without parsing its Karpathy file
-        n = len(f["testall"])
-    categories = read_categories(path, "testall", n)
+    # every row of the job's file: the split's size without parsing its Karpathy file
+    categories = read_categories(load_dataset_payload(args.dataset_config).paths["instance_categories"], "testall")
+    n = len(categories)
     scores = torch.randn(n, C * n, generator=torch.Generator().manual_seed(0))
     for name in ("coco_1k_5fold_pmrp", "coco_5k_pmrp"):
         protocol = get_protocol(name)

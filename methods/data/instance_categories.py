@@ -20,7 +20,7 @@ import numpy as np
 
 from methods.cli import run_command
 from methods.data.datasets import load_dataset_payload
-from methods.data.karpathy import Split, SplitIndex
+from methods.data.karpathy import Split, SplitIndex, integer_coco_ids
 from methods.errors import HarnessError
 from methods.io import atomic_path, read_json
 
@@ -102,11 +102,7 @@ def file_categories(path: Path, image_ids: set[int]) -> tuple[dict[int, np.ndarr
 
 def split_categories(folder: str | Path, split: Split, where: str) -> np.ndarray:
     """(N, 90) uint8: the categories annotated in each image of ``split``, in its order."""
-    if split.coco_ids is None:
-        raise HarnessError(f"{where}: split '{split.name}' was not loaded from a Karpathy file: it has no COCO ids")
-    bad = next((i for i, c in enumerate(split.coco_ids) if isinstance(c, bool) or not isinstance(c, int)), None)
-    if bad is not None:
-        raise HarnessError(f"{where}: image {bad} of split '{split.name}' has no integer 'cocoid'")
+    coco_ids = integer_coco_ids(split, where, "the instance annotations name images by COCO id")
     root = Path(folder).expanduser()
     folders = [image_folder(f, where) for f in split.filenames]
     out = np.zeros((len(split), N_CATEGORY_IDS), dtype=np.uint8)
@@ -115,20 +111,20 @@ def split_categories(folder: str | Path, split: Split, where: str) -> np.ndarray
         if not members:
             continue
         path = annotation_file(root, name)
-        rows, listed = file_categories(path, {split.coco_ids[i] for i in members})
-        missing = next((i for i in members if split.coco_ids[i] not in listed), None)
+        rows, listed = file_categories(path, {coco_ids[i] for i in members})
+        missing = next((i for i in members if coco_ids[i] not in listed), None)
         if missing is not None:
-            raise HarnessError(f"{path}: lists no image {split.coco_ids[missing]} ({split.filenames[missing]}, image "
+            raise HarnessError(f"{path}: lists no image {coco_ids[missing]} ({split.filenames[missing]}, image "
                                f"{missing} of split '{split.name}'): not the annotations of these images")
         for i in members:
-            if split.coco_ids[i] in rows:
-                out[i] = rows[split.coco_ids[i]]
+            if coco_ids[i] in rows:
+                out[i] = rows[coco_ids[i]]
     return out
 
 
-def read_categories(path: str | Path, split: str, n_images: int) -> np.ndarray:
+def read_categories(path: str | Path, split: str, n_images: int | None = None) -> np.ndarray:
     """Split ``split``'s category rows from the job's ``instance_categories.npz``: its first
-    ``n_images`` (a smoke run evaluates the first images of its split)."""
+    ``n_images`` (a smoke run evaluates the first images of its split); None: every row."""
     try:
         with np.load(path, allow_pickle=False) as f:
             if split not in f.files:
@@ -136,6 +132,7 @@ def read_categories(path: str | Path, split: str, n_images: int) -> np.ndarray:
             rows = f[split]
     except (OSError, ValueError) as exc:
         raise HarnessError(f"{path}: cannot read the instance categories ({exc})") from None
+    n_images = len(rows) if n_images is None else n_images
     if rows.ndim != 2 or rows.shape[1] != N_CATEGORY_IDS or len(rows) < n_images:
         raise HarnessError(f"{path}: split '{split}' has categories of shape {rows.shape}; expected at least "
                            f"({n_images}, {N_CATEGORY_IDS})")

@@ -75,6 +75,18 @@ class SplitIndex:
         return cls(split.name, split.filenames, split.coco_ids, split.texts_per_image)
 
 
+
+def integer_coco_ids(split: Split | SplitIndex, where: str, why: str) -> list[int]:
+    """The split's images' Karpathy ``cocoid``s, each an integer, else one error naming the first
+    image without one (``where``: the file it came from; ``why``: what needs them)."""
+    if split.coco_ids is None:
+        raise HarnessError(f"split '{split.name}' was not loaded from a Karpathy file: it has no COCO ids")
+    missing = next((i for i, c in enumerate(split.coco_ids) if isinstance(c, bool) or not isinstance(c, int)), None)
+    if missing is not None:
+        raise HarnessError(f"{where}: image {missing} of split '{split.name}' has no integer 'cocoid' ({why})")
+    return split.coco_ids
+
+
 def load_karpathy(path: str | Path, texts_per_image: int) -> list[dict]:
     path = Path(path)
     if not path.is_file():

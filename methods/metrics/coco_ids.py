@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from methods.data.karpathy import CAPTIONS_PER_IMAGE, Split, SplitIndex
+from methods.data.karpathy import CAPTIONS_PER_IMAGE, Split, SplitIndex, integer_coco_ids
 from methods.errors import HarnessError
 
 _PACKAGE = importlib.util.find_spec("eccv_caption")
@@ -58,10 +58,5 @@ def split_coco_id_arrays(karpathy_json: str | Path, split: Split | SplitIndex) -
     if split.texts_per_image != CAPTIONS_PER_IMAGE:
         raise HarnessError(f"{karpathy_json} split '{split.name}': {split.texts_per_image} texts per image, but ECCV "
                            f"Caption / CxC are defined on {CAPTIONS_PER_IMAGE} captions per COCO image")
-    if split.coco_ids is None:
-        raise HarnessError(f"split '{split.name}' was not loaded from a Karpathy file: it has no COCO ids")
-    missing = next((i for i, c in enumerate(split.coco_ids) if isinstance(c, bool) or not isinstance(c, int)), None)
-    if missing is not None:
-        raise HarnessError(f"{karpathy_json}: image {missing} of split '{split.name}' has no integer 'cocoid' "
-                           f"(ECCV Caption / CxC identify images by COCO id)")
-    return coco_id_arrays(split.coco_ids, f"{karpathy_json} split '{split.name}'")
+    image_ids = integer_coco_ids(split, str(karpathy_json), "ECCV Caption / CxC identify images by COCO id")
+    return coco_id_arrays(image_ids, f"{karpathy_json} split '{split.name}'")

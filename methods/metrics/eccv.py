@@ -26,6 +26,20 @@ from methods.metrics.implementations import EvaluationContext, implement_metric
 CHUNK_ELEMENTS = 1 << 22   # scores sorted at once (queries x gallery), bounds memory on COCO-sized splits
 
 
+def ranked_against_model(scores: torch.Tensor, worse: torch.Tensor) -> torch.Tensor:
+    """Per row, the columns in ranked order: descending score, and among equal scores the larger
+    ``worse`` first (e.g. a negative before a positive: ties count against the model), then the
+    column order. Items scored -inf rank last, in no promised order among themselves. Without
+    equal finite scores in a row block one sort decides; otherwise ``worse`` is sorted first and
+    a stable sort by score keeps that order among equals."""
+    ranked, order = torch.sort(scores, dim=1, descending=True, stable=True)
+    if not bool(((ranked[:, 1:] == ranked[:, :-1]) & (ranked[:, 1:] > -torch.inf)).any()):
+        return order
+    worse_first = torch.argsort(worse, dim=1, descending=True, stable=True)
+    return worse_first.gather(1, torch.sort(scores.gather(1, worse_first), dim=1, descending=True,
+                                            stable=True).indices)
+
+
 def per_query(scores: torch.Tensor, positives: torch.Tensor, chunk: int | None = None) -> dict[str, torch.Tensor]:
     """Per query (row of ``scores`` / ``positives``, gallery along columns): ``r1``, ``rp`` and
     ``map_r`` as fractions (float64). Every query needs at least one positive."""
@@ -38,12 +52,9 @@ def per_query(scores: torch.Tensor, positives: torch.Tensor, chunk: int | None =
     out = {k: torch.empty(n_queries, dtype=torch.float64) for k in ECCV_KINDS}
     for start in range(0, n_queries, chunk):
         s, p, r = scores[start:start + chunk], positives[start:start + chunk], n_pos[start:start + chunk]
-        # negatives before positives, then a stable descending sort by score: among equal scores
-        # the negatives stay in front (ties against the model)
-        negatives_first = torch.argsort(p.to(torch.uint8), dim=1, stable=True)
-        order = torch.sort(s.gather(1, negatives_first), dim=1, descending=True, stable=True).indices
+        order = ranked_against_model(s, (~p).to(torch.uint8))   # among equal scores, negatives first
         top = int(r.max())
-        rel = p.gather(1, negatives_first.gather(1, order[:, :top])).double()   # (b, top) ranked relevance
+        rel = p.gather(1, order[:, :top]).double()   # (b, top) ranked relevance
         at = torch.arange(1, top + 1, device=s.device, dtype=torch.float64)
         within = (at[None, :] <= r[:, None]).double()                               # ranks 1..R of each query
         precision = rel.cumsum(dim=1) / at[None, :]

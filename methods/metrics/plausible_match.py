@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from methods.metrics.declarations import DIRECTIONS
+from methods.metrics.eccv import ranked_against_model
 from methods.metrics.implementations import EvaluationContext, implement_metric
 
 CHUNK_ELEMENTS = 1 << 22   # scores sorted at once (queries x gallery)
@@ -56,14 +57,8 @@ def per_query(scores: torch.Tensor, distances: torch.Tensor, query_valid: torch.
         drop = dropped[rows]
         has = drop >= 0
         s[torch.nonzero(has).squeeze(1), drop[has]] = -torch.inf
-        ranked_scores, order = torch.sort(s, dim=1, descending=True, stable=True)
-        finite = ranked_scores > -torch.inf
-        if bool(((ranked_scores[:, 1:] == ranked_scores[:, :-1]) & finite[:, 1:]).any()):
-            # equal scores: farther items first, then the stable sort by score keeps them in front
-            farther_first = torch.argsort(d, dim=1, descending=True, stable=True)
-            order = farther_first.gather(1, torch.sort(s.gather(1, farther_first), dim=1, descending=True,
-                                                        stable=True).indices)
-        ranked_distance, ranked = d.gather(1, order), finite
+        order = ranked_against_model(s, d)   # among equal scores, farther items first
+        ranked_distance, ranked = d.gather(1, order), s.gather(1, order) > -torch.inf
         values = []
         for t in thresholds:
             match = (ranked_distance <= t) & ranked
@@ -84,7 +79,8 @@ def pmrp_per_query(context: EvaluationContext, direction: str) -> np.ndarray:
         relevance, scores = context.relevance, context.scores
         owners = torch.from_numpy(relevance.text_images(scores))
         annotated = torch.from_numpy(relevance.categories.any(axis=1))
-        images = category_distances(relevance.categories, relevance.categories)   # (N, N)
+        images = context.cached("image_category_distances",   # (N, N), for both directions
+                                lambda: category_distances(relevance.categories, relevance.categories))
         dropped = relevance.dropped_columns(scores)[direction]
         if direction == "i2t":
             return 100.0 * per_query(scores, images[:, owners], annotated, annotated[owners], dropped,

@@ -31,6 +31,13 @@ def check_finite(scores: torch.Tensor) -> None:
         raise HarnessError("score matrix contains NaN or inf")
 
 
+def image_fold(n_images: int, captions_per_image: int, fold: int, n_folds: int) -> tuple[slice, slice]:
+    """The rows (images) and columns (their captions) of fold ``fold`` of ``n_folds`` consecutive
+    image blocks of an (N, c·N) score matrix."""
+    size, c = n_images // n_folds, captions_per_image
+    return slice(fold * size, (fold + 1) * size), slice(fold * size * c, (fold + 1) * size * c)
+
+
 @dataclass(frozen=True)
 class CaptionsOfImage:
     captions_per_image: int = 5
@@ -52,9 +59,8 @@ class CaptionsOfImage:
 
     def fold(self, scores: torch.Tensor, fold: int, n_folds: int) -> tuple[torch.Tensor, "CaptionsOfImage"]:
         """Fold ``fold`` of ``n_folds`` consecutive image blocks, with their captions."""
-        size = scores.shape[0] // n_folds
-        c = self.captions_per_image
-        return scores[fold * size:(fold + 1) * size, fold * size * c:(fold + 1) * size * c], self
+        rows, cols = image_fold(scores.shape[0], self.captions_per_image, fold, n_folds)
+        return scores[rows, cols], self
 
 
 # how the label ranking metrics order a query's candidates among equal scores
@@ -176,10 +182,8 @@ class ExtendedPositives:
     def fold(self, scores: torch.Tensor, fold: int, n_folds: int) -> tuple[torch.Tensor, "ExtendedPositives"]:
         """Fold ``fold`` of ``n_folds`` consecutive image blocks, with their captions (positives
         pointing outside the block are left out with the rest of the gallery)."""
-        size = scores.shape[0] // n_folds
-        c = self.captions_per_image
-        rows, cols = slice(fold * size, (fold + 1) * size), slice(fold * size * c, (fold + 1) * size * c)
-        return scores[rows, cols], ExtendedPositives(self.positives[rows, cols], c)
+        rows, cols = image_fold(scores.shape[0], self.captions_per_image, fold, n_folds)
+        return scores[rows, cols], ExtendedPositives(self.positives[rows, cols], self.captions_per_image)
 
 
 # what a plausible-match ranking leaves out besides unannotated items: nothing ("kept"), or each
@@ -258,12 +262,11 @@ class PlausibleMatches:
         5K test set, then keeps a fold's items)."""
         if n_folds == 1:
             return scores, self
-        size = scores.shape[0] // n_folds
         c = self.captions_per_image
-        rows, cols = slice(fold * size, (fold + 1) * size), slice(fold * size * c, (fold + 1) * size * c)
+        rows, cols = image_fold(scores.shape[0], c, fold, n_folds)
         whole = self.dropped_columns(scores)
         local = {"i2t": whole["i2t"][rows] - cols.start, "t2i": whole["t2i"][cols] - rows.start}
-        local["i2t"] = torch.where((local["i2t"] >= 0) & (local["i2t"] < size * c), local["i2t"], -1)
-        local["t2i"] = torch.where((local["t2i"] >= 0) & (local["t2i"] < size), local["t2i"], -1)
+        sizes = {"i2t": cols.stop - cols.start, "t2i": rows.stop - rows.start}
+        local = {d: torch.where((v >= 0) & (v < sizes[d]), v, -1) for d, v in local.items()}
         return scores[rows, cols], PlausibleMatches(self.categories[rows], c, self.thresholds, self.last,
                                                     {d: v.numpy() for d, v in local.items()})
