@@ -32,8 +32,8 @@ def as_dtype(feats, dtype):
 def test_float64_scores_equal_the_per_pair_reference(kind):
     text_batch = texts()
     for label, model, images, reference in cases(kind):
-        with torch.no_grad():
-            img, txt = model.encode_images(images), model.encode_texts(text_batch)
+        with torch.no_grad():   # each encoding starts in eval mode, as a split's does (PCME reseeds its samples)
+            img, txt = model.eval().encode_images(images), model.eval().encode_texts(text_batch)
             block = model.score(img, txt)
             model.score_chunk = 2          # embedding models: image blocks of 2
             model.block_elements = 1       # cross-attention models: one caption per block
@@ -41,8 +41,8 @@ def test_float64_scores_equal_the_per_pair_reference(kind):
             want = reference(model, images, text_batch)
             # cached float32 features are cast to the model's dtype (exactly: float32 -> float64)
             single = as_dtype(images["features"], torch.float32)
-            from_float32 = model.score(model.encode_images({"features": single}), txt)
-            from_float64 = model.score(model.encode_images({"features": as_dtype(single, torch.float64)}), txt)
+            from_float32 = model.score(model.eval().encode_images({"features": single}), txt)
+            from_float64 = model.score(model.eval().encode_images({"features": as_dtype(single, torch.float64)}), txt)
         assert block.dtype == matrix.dtype == want.dtype == torch.float64, label
         assert matrix.device.type == "cpu" and matrix.shape == (N_IMAGES, len(LENGTHS)), label
         torch.testing.assert_close(block, want, rtol=1e-10, atol=1e-10, msg=lambda m: f"{label}: {m}")

@@ -93,3 +93,39 @@ class CaptionAugmentation:
         if len(tokens) <= 2:
             return list(tokens)
         return [tokens[0], *self.apply_words([[t] for t in tokens[1:-1]], draws, replacements), tokens[-1]]
+
+
+@dataclass(frozen=True)
+class CaptionUnkDrop:
+    """PCME's caption drop (naver-ai/pcme datasets/_transforms.py ``tokenize``, ``caption_drop_prob``
+    0.1; ``training.caption_drop``): each word of a training caption becomes ``<unk>`` with
+    probability ``prob`` (kept when a uniform draw exceeds it), then int(words x prob) words are
+    deleted one after another at uniformly drawn positions (``random.randrange`` of the words
+    left); ``<start>`` and ``<end>`` stay. Evaluation never drops."""
+
+    prob: float
+    unk_id: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.prob <= 1:
+            raise ValueError(f"caption drop needs prob in [0, 1], got {self.prob}")
+
+    @classmethod
+    def from_config(cls, training_cfg: dict, unk_id: int) -> "CaptionUnkDrop | None":
+        drop = training_cfg.get("caption_drop")
+        return cls(drop["prob"], unk_id) if drop else None
+
+    def deletions(self, n_words: int) -> int:
+        return int(n_words * self.prob)
+
+    def apply(self, tokens: list[int], draws: list[float], positions: list[float]) -> list[int]:
+        """``tokens`` (``<start>``, the words, ``<end>``) with one uniform [0, 1) per word in ``draws``
+        and one per deletion in ``positions`` (deletion i removes word int(u (n - i)) of the n - i left)."""
+        words = tokens[1:-1]
+        if len(draws) != len(words) or len(positions) != self.deletions(len(words)):
+            raise ValueError(f"{len(words)} words take {len(words)} draws and {self.deletions(len(words))} "
+                             f"positions, not {len(draws)} and {len(positions)}")
+        words = [w if u > self.prob else self.unk_id for w, u in zip(words, draws)]
+        for u in positions:
+            words.pop(int(u * len(words)))
+        return [tokens[0], *words, tokens[-1]]

@@ -18,11 +18,15 @@ Two pipelines, chosen by the method config:
   resizes with antialiasing, as torchvision's Resize on PIL images does (DivE's evaluation
   ``Resize((512, 512))``); false (the default) as cv2's INTER_LINEAR.
 
+``training.random_erasing`` (PCME's ``random_erasing_prob``) erases a random box of the
+transformed training image (``random_erase``).
+
 The random draws come from torch's generator, which the training data seeds per item
 (``methods.training.data``), as torchvision's own random transforms do.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -114,11 +118,54 @@ def evaluation_images(training: dict, resize: int, crop: int) -> Callable:
     return SquashImages(images["size"], images["pixels"], antialias=images.get("antialias", False))
 
 
+ERASED_AREA = (0.02, 1 / 3)          # timm RandomErasing defaults, as naver-ai/pcme copies them
+ERASED_ASPECT = (math.log(0.3), math.log(1 / 0.3))
+ERASING_ATTEMPTS = 10
+
+
+def random_erase(im: torch.Tensor, prob: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Random erasing (Zhong et al., AAAI 2020) as naver-ai/pcme's RandomErasing(prob, mode='const',
+    max_count=1) runs it on a normalised (3, H, W) image: with probability ``prob`` (erased unless a
+    uniform draw exceeds it), up to 10 attempts at a box of area U(0.02, 1/3) x H W and log aspect
+    U(log 0.3, log 1/0.3), sides rounded; the first that fits strictly inside is set to 0, its
+    corner uniform over the positions. A copy; the input is kept."""
+    if float(torch.rand((), generator=generator)) > prob:
+        return im
+    _, height, width = im.shape
+    for _ in range(ERASING_ATTEMPTS):
+        area = float(torch.empty(()).uniform_(*ERASED_AREA, generator=generator)) * height * width
+        aspect = math.exp(float(torch.empty(()).uniform_(*ERASED_ASPECT, generator=generator)))
+        h, w = int(round(math.sqrt(area * aspect))), int(round(math.sqrt(area / aspect)))
+        if w < width and h < height:
+            top = int(torch.randint(height - h + 1, (), generator=generator))
+            left = int(torch.randint(width - w + 1, (), generator=generator))
+            im = im.clone()
+            im[:, top:top + h, left:left + w] = 0
+            return im
+    return im
+
+
+class ErasedImages:
+    """A training transform followed by ``random_erase``."""
+
+    def __init__(self, transform: Callable, prob: float):
+        self.transform, self.prob = transform, prob
+
+    def __call__(self, img) -> torch.Tensor:
+        return random_erase(self.transform(img), self.prob)
+
+
 def training_images(training: dict, resize: int, crop: int) -> Callable:
-    """The transform of training images while the CNN is fine-tuned (``finetune_augment``)."""
+    """The transform of training images while the CNN is fine-tuned (``finetune_augment``), then
+    ``random_erasing`` where configured."""
     augment, images = training["finetune_augment"], training.get("images")
     if images is not None:
-        return SquashImages(images["size"], images["pixels"], augment, images.get("antialias", False))
-    if augment == "random_resized_crop_flip":
-        return train_transform(crop)
-    return eval_transform(resize, crop)
+        transform = SquashImages(images["size"], images["pixels"], augment, images.get("antialias", False))
+    elif augment == "random_resized_crop_flip":
+        transform = train_transform(crop)
+    else:
+        transform = eval_transform(resize, crop)
+    erasing = training.get("random_erasing")
+    if not erasing:
+        return transform
+    return ErasedImages(transform, erasing["prob"])

@@ -42,6 +42,9 @@ for _kind in (
     TermKind("mmd", options=("gamma",)),
     TermKind("uniformity", options=("t",)),
     TermKind("diversity"),
+    # probabilistic embeddings (methods.losses.probabilistic: PCME)
+    TermKind("soft_contrastive"),
+    TermKind("vib"),
     # label-wise terms (methods.losses.label_wise)
     TermKind("label_logistic"),
     TermKind("masked_prediction"),

@@ -107,6 +107,11 @@ class RetrievalModel(nn.Module):
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
 
+    def clipped_parameters(self) -> list[nn.Parameter]:
+        """The trainable parameters whose gradient norm ``training.grad_clip`` bounds: all of them
+        unless a model's source clips a part only (PCME: not its match head's scale and shift)."""
+        return self.trainable_parameters()
+
     def at_epoch(self, epoch: int) -> None:
         """Called as each training epoch starts (``epoch``: the run's, from 0): a model whose source
         changes by epoch which of its parts train (VSE-infinity's CNN warm-up) sets them here."""

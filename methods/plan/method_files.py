@@ -114,6 +114,9 @@ def resolve_method_config(method_file: str | Path, dataset: str, overrides: dict
         CaptionAugmentation.from_config(cfg["training"], vocab_size=1)
     except ValueError as err:
         raise HarnessError(f"{where}: training.caption_augment: {err}") from None
+    if cfg["training"].get("caption_augment") and cfg["training"].get("caption_drop"):
+        raise HarnessError(f"{where}: training.caption_drop and training.caption_augment are two sources' rules "
+                           "for the same step: name one")
     backbone = cfg["model"].get("backbone")
     if backbones is not None and backbone is not None and backbone not in backbones:
         raise HarnessError(f"{method_file}: backbone '{backbone}' is not in config backbones "

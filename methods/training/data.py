@@ -33,11 +33,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from methods.data.caption_augment import CaptionAugmentation
+from methods.data.caption_augment import CaptionAugmentation, CaptionUnkDrop
 from methods.data.inputs import CachedGridFeatures, CachedImageFeatures, SplitData
 from methods.data.masked_prediction import IGNORE, MaskedPrediction
 from methods.data.batches import feature_tensors, pad_tokens
-from methods.data.text import Vocabulary
+from methods.data.text import UNK, Vocabulary
 from methods.data.wordpiece import KIND as WORDPIECE
 from methods.errors import HarnessError
 from methods.features.images import ImageFiles
@@ -60,11 +60,15 @@ def drawing_from(seed: int | None) -> Iterator[None]:
         yield                                         # the GPU's too, which fork_rng(devices=[]) does not restore
 
 
-def augment_caption(augment: CaptionAugmentation, tokens: list[int], generator: torch.Generator | None = None,
-                    words: list[list[int]] | None = None) -> list[int]:
+def augment_caption(augment: CaptionAugmentation | CaptionUnkDrop, tokens: list[int],
+                    generator: torch.Generator | None = None, words: list[list[int]] | None = None) -> list[int]:
     """``tokens`` (the specials around the pieces of ``words``; None: one id per word) augmented
     with draws from torch's stream (``generator``, else the process's): a uniform per word, then a
-    replacement id per piece."""
+    replacement id per piece (``CaptionAugmentation``) or a uniform per deletion (``CaptionUnkDrop``)."""
+    if isinstance(augment, CaptionUnkDrop):
+        n_words = len(tokens) - 2
+        draws = torch.rand(n_words, generator=generator).tolist()
+        return augment.apply(tokens, draws, torch.rand(augment.deletions(n_words), generator=generator).tolist())
     words = [[t] for t in tokens[1:-1]] if words is None else words
     if not words:
         return list(tokens)
@@ -162,8 +166,13 @@ def training_batches(training_cfg: dict, split: SplitData, vocab: Vocabulary,
                            "WordPiece captions have none")
     masked = MaskedPrediction.from_config(training_cfg, len(vocab))
     mask_token = vocab.mask_id if vocab.kind == WORDPIECE else None
+    if vocab.kind == WORDPIECE and training_cfg.get("caption_drop"):
+        raise HarnessError("training.caption_drop replaces words by <unk> of a word vocabulary; a BERT text "
+                           "encoder's WordPiece captions have none")
+    augment = (CaptionAugmentation.from_config(training_cfg, len(vocab), mask_token)
+               or CaptionUnkDrop.from_config(training_cfg, vocab.word2idx[UNK]))
     dataset = make_train_dataset(training_cfg["batching"], split.captions, vocab, split.texts_per_image, images,
-                                 CaptionAugmentation.from_config(training_cfg, len(vocab), mask_token), masked)
+                                 augment, masked)
     collate = PairCollator(None if images is not None else split.features, training_cfg["batch_positives"],
                            split.labels, split.region_classes, masked)
     return dataset, collate

@@ -119,10 +119,20 @@ def preemption_signals():
         yield received
 
 
+def optimizer_class(name: str) -> type[torch.optim.Optimizer]:
+    """``training.optimizer``: torch's Adam or AdamW, or AdamP (Heo et al., ICLR 2021; the ``adamp``
+    package PCME trains with, at its defaults delta 0.1, wd_ratio 0.1, no Nesterov)."""
+    if name == "adamp":
+        from adamp import AdamP   # only runs that name it need the package imported
+
+        return AdamP
+    return torch.optim.AdamW if name == "adamw" else torch.optim.Adam
+
+
 def make_optimizer(name: str, groups: list, lr: float, weight_decay: float) -> torch.optim.Optimizer:
     """``groups``: (parameters, lr scale) pairs (``model.parameter_groups()``); each group keeps its
     scale and gets lr x scale whenever the rate is set (``_set_lr``)."""
-    cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
+    cls = optimizer_class(name)
     return cls([{"params": params, "lr": lr * scale, "lr_scale": scale} for params, scale in groups if params],
                lr=lr, weight_decay=weight_decay)
 
@@ -368,7 +378,7 @@ class Trainer:
                                    f"step {step + 1}; stopping (last good checkpoint: {self.checkpoints.last})")
             scale = model.loss_scale(self.global_epoch, step, ramp_steps)
             apply_gradients(loss * scale if scale != 1.0 else loss, optimizer, self.scaler,
-                            model.trainable_parameters(), tr["grad_clip"])
+                            model.clipped_parameters(), tr["grad_clip"])
             progress.seen += batch["tokens"].shape[0]
             progress.total += loss.item()
             bar.set_postfix(loss=f"{loss.item():.3f}",
