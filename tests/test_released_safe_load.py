@@ -1,15 +1,17 @@
 """Released files are loaded without running code (methods.untrusted.safe_load): a pickle or a
 checkpoint that names a callable is refused by name before anything in it runs; the classes an
 importer allows become plain data, whatever pickle protocol (Python 2's too) wrote them; a
-checkpoint reads as torch.load(weights_only=True) reads it. Attacks on memory, time and the
+checkpoint reads as torch.load(weights_only=True) reads it; numpy scalars as the numbers they hold. Attacks on memory, time and the
 process itself: tests/test_hostile_files.py."""
 import argparse
 import io
 import os
 import pickle
+import re
 import sys
 import types
 
+import numpy as np
 import pytest
 import torch
 
@@ -218,3 +220,69 @@ def test_one_module_saved_under_two_names_loads_once_and_distinct_views_may_not_
     torch.save({f"v{i}": storage[i:] for i in range(40)}, path)   # 40 different views of one 80 kB storage
     with pytest.raises(HarnessError, match=r"its 40 distinct tensors would read 3196880 bytes, more than the file's"):
         load_checkpoint(path, (), LIMITS)
+
+
+NUMPY_SCALARS = {"f8": np.float64(0.1), "f4": np.float32(-2.5e-3), "f2": np.float16(3.5), "i8": np.int64(-2 ** 40),
+                 "i4": np.int32(7), "i2": np.int16(-9), "i1": np.int8(-128), "u8": np.uint64(2 ** 62 + 5),
+                 "u4": np.uint32(4_000_000_000), "u2": np.uint16(65535), "u1": np.uint8(200),
+                 "b1": np.bool_(True), "f8 big-endian": np.array([1e300], dtype=">f8")[0],
+                 "mean": np.mean([1.0, 2.0, 4.0])}
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_numpy_scalars_read_as_the_python_numbers_numpy_holds(tmp_path, protocol):
+    """A checkpoint's scores of np.mean and friends (PCME saves its evaluator's): numpy's own .item() is the oracle."""
+    path = tmp_path / "scores.pkl"
+    path.write_bytes(pickle.dumps({"scores": NUMPY_SCALARS}, protocol=protocol))
+    loaded = load_pickle(path, (), LIMITS)["scores"]
+    assert loaded == {k: v.item() for k, v in NUMPY_SCALARS.items()}
+    assert all(type(loaded[k]) is type(v.item()) for k, v in NUMPY_SCALARS.items())
+
+
+def test_a_checkpoint_with_numpy_scalars_in_its_metadata_loads(tmp_path):
+    path = tmp_path / "model_last.pth"
+    torch.save({"model": {"w": torch.arange(3.0)}, "metadata": {"scores": {"rsum": np.float64(412.5)},
+                                                                "epoch": np.int64(30)}}, path)
+    loaded = load_checkpoint(path, (), LIMITS)
+    assert loaded["metadata"] == {"scores": {"rsum": 412.5}, "epoch": 30}
+    assert type(loaded["metadata"]["epoch"]) is int and torch.equal(loaded["model"]["w"], torch.arange(3.0))
+
+
+def _scalar_pickle(dtype_args: bytes, state: bytes, data: bytes, codec: bytes = b"latin1") -> bytes:
+    """A protocol-2 pickle of numpy.core.multiarray.scalar(numpy.dtype(...) BUILD state, _codecs.encode(data, codec))."""
+    return (b"\x80\x02cnumpy.core.multiarray\nscalar\ncnumpy\ndtype\n" + dtype_args + b"\x87R" + state + b"b"
+            b"c_codecs\nencode\nX" + len(data).to_bytes(4, "little") + data
+            + b"X" + len(codec).to_bytes(4, "little") + codec + b"\x86R\x86R.")
+
+
+PLAIN_STATE = b"(K\x03X\x01\x00\x00\x00<NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00t"
+
+
+def test_the_hand_written_scalar_pickle_reads_as_numpy_reads_it(tmp_path):
+    """The crafted layout of the refusals below, checked against numpy itself first."""
+    good = _scalar_pickle(b"X\x02\x00\x00\x00f8\x89\x88", PLAIN_STATE, np.float64(0.75).tobytes().decode("latin1")
+                          .encode("utf-8"))
+    assert pickle.loads(good) == np.float64(0.75)
+    path = tmp_path / "good.pkl"
+    path.write_bytes(good)
+    assert load_pickle(path, (), LIMITS) == 0.75
+
+
+@pytest.mark.parametrize("what, content, refusal", [
+    ("array", pickle.dumps(np.arange(3), protocol=2), "refused global numpy._core.multiarray._reconstruct"),
+    ("string dtype", pickle.dumps(np.str_("ab"), protocol=2), "refused numpy dtype 'U2'"),
+    ("object dtype", _scalar_pickle(b"X\x02\x00\x00\x00O8\x89\x88", PLAIN_STATE, b"\x00" * 8),
+     "refused numpy dtype 'O8'"),
+    ("structured dtype", _scalar_pickle(b"X\x02\x00\x00\x00f8\x89\x88",
+                                        b"(K\x03X\x01\x00\x00\x00<N(X\x01\x00\x00\x00atNJ\xff\xff\xff\xffJ\xff\xff"
+                                        b"\xff\xffK\x00t", b"\x00" * 8), "a structured or sub-array dtype"),
+    ("bytes of another length", _scalar_pickle(b"X\x02\x00\x00\x00f8\x89\x88", PLAIN_STATE, b"\x00" * 4),
+     "refused numpy scalar of dtype f8 with 4 bytes"),
+    ("another codec", _scalar_pickle(b"X\x02\x00\x00\x00f8\x89\x88", PLAIN_STATE, b"\x00" * 8, b"rot13"),
+     "refused _codecs.encode of str to 'rot13'"),
+])
+def test_numpy_content_other_than_scalars_of_numbers_is_refused_by_name(tmp_path, what, content, refusal):
+    path = tmp_path / "scores.pkl"
+    path.write_bytes(content)
+    with pytest.raises(HarnessError, match=re.escape(refusal)):
+        load_pickle(path, (), LIMITS)

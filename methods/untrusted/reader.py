@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from methods.untrusted.numpy_scalars import Refused as ScalarRefused
 from methods.untrusted.pickle_scan import PickleRefused, scan_pickle
 from methods.untrusted.plain import encode
 from methods.untrusted.sandbox import EXIT_REPORTED
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         content = READERS[kind](path, allowed)
         doc = encode(content, KINDS[kind])
-    except (PickleRefused, RefusedPickle) as exc:
+    except (PickleRefused, RefusedPickle, ScalarRefused) as exc:
         status = {"refused": str(exc)}
     except RecursionError:
         status = {"refused": "containers nested deeper than the interpreter's recursion limit"}

@@ -1,6 +1,7 @@
 """An unpickler that builds plain data only: objects of allowed classes become ``PickledObject``
 (the class's dotted name and its state), nothing of theirs is called, and any other global (a
-function, a class, ``os.system``) is refused by name before anything runs. It runs in the reader's
+function, a class, ``os.system``) is refused by name before anything runs; a numpy scalar is the
+number it holds (``numpy_scalars``). It runs in the reader's
 child process (``methods.untrusted.reader``), after ``pickle_scan`` has read every opcode.
 """
 from __future__ import annotations
@@ -9,6 +10,7 @@ import io
 import pickle
 from typing import Any, Iterable
 
+from methods.untrusted import numpy_scalars
 from methods.untrusted.pickle_scan import dotted_global
 
 
@@ -84,7 +86,9 @@ class RestrictedUnpickler(pickle.Unpickler):
 
     SAFE = {"copyreg._reconstructor": StandIn(_reconstructor, "copyreg._reconstructor"),
             "copyreg.__newobj__": StandIn(_new_object, "copyreg.__newobj__"),
-            "builtins.object": object}
+            "builtins.object": object,
+            # numpy scalars as the Python numbers they hold (methods.untrusted.numpy_scalars)
+            **{name: StandIn(call, name) for name, call in numpy_scalars.GLOBALS.items()}}
 
     def __init__(self, file: io.BufferedIOBase, allowed: Iterable[str], extra: dict[str, Any] | None = None):
         # Python 2 pickles: str was bytes (UTF-8 text in these vocabularies); module names are mapped
