@@ -499,6 +499,16 @@ def test_dry_run_of_set_embeddings_table1_on_configured_coco(tiny_dag):
     counts = job_counts(proc)
     # ... VSE-infinity's and PCME's rows (3 seeds each); the released rows have no keys set here, so they are left out
     assert counts["train_coco"] == 3 + 3 + 6 + 6 + 3 + 3 + 3 + 3 and counts["ensemble"] == 9 and counts["aggregate_row"] == 8
+    assert "set datasets.coco.released.pcme_coco" in proc.stdout + proc.stderr
+    # PCME's two released COCO models (the fixture written by naver-ai/pcme's code) import and evaluate, nothing trains
+    fixtures = REPO / "tests" / "data" / "released" / "pcme"
+    released = {**config, "datasets": {"coco": {**coco, "released": {
+        "pcme_coco": str(fixtures / "pcme_coco.pth"), "pcme_cutmix_coco": str(fixtures / "pcme_coco.pth"),
+        "pcme_vocab": str(fixtures / "coco_vocab.pkl")}}}}
+    write_text(tiny_dag / "coco_set_released.yaml", yaml.safe_dump(released))
+    with_released = job_counts(snakemake(tiny_dag, "--configfile", "tiny.yaml", "coco_set_released.yaml", "-n",
+                                         "tables/set_embeddings_t1_coco.csv"))
+    assert with_released["evaluate_released_coco"] == 2 and with_released["train_coco"] == counts["train_coco"]
     # an image out of the COCO 5K order is named by its row before any job
     karpathy = json.loads(open(coco["karpathy_json"]).read())
     test = [e for e in karpathy["images"] if e["split"] == "test"]

@@ -18,6 +18,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -353,6 +354,8 @@ CHECKPOINTS = sorted(p.relative_to(FIXTURES).as_posix() for p in FIXTURES.glob("
 
 
 def same(a, b) -> bool:
+    if isinstance(a, np.generic):   # a numpy scalar reads as the Python number it holds (methods.untrusted.numpy_scalars)
+        return type(b) is type(a.item()) and a.item() == b
     if torch.is_tensor(a):
         return torch.is_tensor(b) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
     if isinstance(a, argparse.Namespace):
@@ -370,7 +373,8 @@ def test_a_released_checkpoint_reads_as_torch_load_reads_it(tmp_path, name, layo
     """The bounded reader against torch.load(weights_only=True): the same values, tensors bit for
     bit, in the zip layout and in the legacy stream of PyTorch < 1.6 (the authors' 2017 files)."""
     path = FIXTURES / name
-    with torch.serialization.safe_globals([argparse.Namespace]):
+    with torch.serialization.safe_globals([argparse.Namespace, np.dtype, np._core.multiarray.scalar,
+                                           *(type(np.dtype(c)) for c in ("f4", "f8"))]):
         theirs = torch.load(path, weights_only=True)
     if layout == "legacy":
         path = tmp_path / "old.pth.tar"

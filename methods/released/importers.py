@@ -15,6 +15,7 @@ RELEASED: dict[str, tuple[str, str]] = {
     "set_embedding_grid": ("yalesong/pvse", "pvse"),
     "vse_infinity": ("woodfrog/vse_infty", "vse_infinity"),
     "vse_infinity_grid": ("woodfrog/vse_infty", "vse_infinity_grid"),
+    "pcme": ("naver-ai/pcme", "pcme"),
 }
 # what a released row of a kind says beside its files: how the authors' files differ from what the
 # harness builds for its retrained rows

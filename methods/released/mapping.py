@@ -15,6 +15,15 @@ Rules = Sequence[tuple[str, str]]   # (regex a whole source name matches, the pr
 Ignored = Sequence[tuple[str, str]]   # (regex of source names read and not kept, why nothing depends on them)
 
 
+def torchvision_resnet_rules(prefix: str) -> list[tuple[str, str]]:
+    """A torchvision ResNet's tensors under ``prefix`` (a regex: ``img_enc\\.cnn\\.``) onto the
+    project's backbone, whose stem holds conv1, bn1, relu, maxpool and layer1."""
+    return [(prefix + r"conv1\.weight", "backbone.stem.0.weight"),
+            (prefix + r"bn1\.(\w+)", r"backbone.stem.1.\1"),
+            (prefix + r"layer1\.(.+)", r"backbone.stem.4.\1"),
+            (prefix + r"layer([234])\.(.+)", r"backbone.layer\1.\2")]
+
+
 def project_name(source: str, rules: Rules) -> str | None:
     """The project name of a source tensor by the first rule whose pattern matches it whole."""
     for pattern, replacement in rules:

@@ -51,7 +51,7 @@ from methods.data.tokenizers import Tokenizer
 from methods.errors import HarnessError
 from methods.features.architectures import CHANNELS, layer_channels
 from methods.models.base import BuildContext, build_model
-from methods.released.mapping import map_tensors
+from methods.released.mapping import map_tensors, torchvision_resnet_rules
 from methods.released.options import (COUNT, FLAG, MARGIN, NAME, VOCABULARY, WIDTH, Option, check_options as
                                       check_option_types, check_record, optional, plain_options)
 from methods.released.record import Importer, ReleasedModel, is_state_dict
@@ -85,10 +85,7 @@ OPTIONS = {"data_name": NAME, "cnn_type": NAME, "max_video_length": Option(int, 
 
 CNN = r"img_enc\.cnn\."
 RULES = [
-    (CNN + r"conv1\.weight", "backbone.stem.0.weight"),
-    (CNN + r"bn1\.(\w+)", r"backbone.stem.1.\1"),
-    (CNN + r"layer1\.(.+)", r"backbone.stem.4.\1"),   # the project's stem holds conv1, bn1, relu, maxpool, layer1
-    (CNN + r"layer([234])\.(.+)", r"backbone.layer\1.\2"),
+    *torchvision_resnet_rules(CNN),
     (r"img_enc\.fc\.(weight|bias)", r"region.fc.\1"),
     (r"img_enc\.pie_net\.attention\.w_([12])\.weight", r"image_set.w\1.weight"),
     (r"img_enc\.pie_net\.fc\.(weight|bias)", r"image_set.fc.\1"),

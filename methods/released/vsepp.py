@@ -36,7 +36,7 @@ from methods.data.tokenizers import Tokenizer
 from methods.errors import HarnessError
 from methods.features.architectures import CHANNELS, layer_channels
 from methods.models.base import BuildContext, build_model
-from methods.released.mapping import map_tensors
+from methods.released.mapping import map_tensors, torchvision_resnet_rules
 from methods.released.options import FLAG, LAYERS, MARGIN, NAME, VOCABULARY, WIDTH, Option, optional, plain_options
 from methods.released.record import Importer, ReleasedModel, read_train_checkpoint
 from methods.released.vocabulary import check_eval_transform, read_pickled_vocabulary
@@ -65,10 +65,7 @@ PROVENANCE_OPTIONS = ("data_name", "cnn_type", "finetune", "use_restval", "max_v
 
 CNN = r"img_enc\.cnn\.(?:module\.)?"   # DataParallel's 'module.' (every full-image run); without it all the same
 RULES = [
-    (CNN + r"conv1\.weight", "backbone.stem.0.weight"),
-    (CNN + r"bn1\.(\w+)", r"backbone.stem.1.\1"),
-    (CNN + r"layer1\.(.+)", r"backbone.stem.4.\1"),   # the project's stem holds conv1, bn1, relu, maxpool, layer1
-    (CNN + r"layer([234])\.(.+)", r"backbone.layer\1.\2"),
+    *torchvision_resnet_rules(CNN),
     (r"img_enc\.fc\.(weight|bias)", r"fc.\1"),
     (r"txt_enc\.embed\.weight", "text.embed.weight"),
     (r"txt_enc\.rnn\.(\w+)", r"text.gru.\1"),
