@@ -21,10 +21,11 @@ matching_prob``), which the imported row does too; the samples are the project's
 
 Refused by name: a run without PIE-Net or without the uncertainty heads on either side
 (``img_attention``, ``txt_attention``, ``img_probemb``, ``txt_probemb``: the project's PCME has
-all four), without inference samples (``n_samples_inference`` 0: a deterministic run, scored by a
-dot product the project's PCME does not serve), a CNN other than the project's ResNets, a file
-without the criterion's scale and shift, and the CUB runs (``train_cub.py``: not a dataset of the
-project). Their vocabulary pickle is a plain dict ``{'idx', 'word2idx', 'idx2word'}`` (datasets/
+all four), without inference samples (``n_samples_inference`` 0: a deterministic run, which the
+project's PCME, always sampling, cannot be), a CNN other than the project's ResNets, and a file
+without the criterion's scale and shift. A CUB run (train_cub.py) saves the same file and its
+config names no dataset, so it cannot be told from a COCO run; its rows would name CUB's
+vocabulary. Their vocabulary pickle is a plain dict ``{'idx', 'word2idx', 'idx2word'}`` (datasets/
 vocab.py ``load_from_pickle``), read without running code.
 """
 from __future__ import annotations
@@ -99,9 +100,6 @@ def read_checkpoint(path: str | Path, limits: ReaderLimits) -> tuple[dict, dict,
         raise HarnessError(f"{where}: its config has no 'model' block (PCME's YAML config)")
     if model_options.get("name", "pcme") != "pcme":
         raise HarnessError(f"{where}: config model.name {model_options.get('name')!r}: not PCME")
-    dataset = config.get("dataset_name", "coco")
-    if "cub" in str(dataset).lower() or "cub" in str(config.get("dataloader", {}).get("dataset_name", "")).lower():
-        raise HarnessError(f"{where}: a CUB run (train_cub.py): the project has no CUB dataset; import a COCO run")
     state = dict(ckpt["model"])
     other = next((k for k in state if not k.startswith(("img_enc.", "txt_enc."))), None)
     if other is not None:
@@ -124,7 +122,7 @@ def options(state: dict, model_options: dict, where: str) -> argparse.Namespace:
     embedding = state.get("txt_enc.embed.weight")
     if embedding is None or embedding.dim() != 2:
         raise HarnessError(f"{where}: the checkpoint has no word embedding matrix 'txt_enc.embed.weight'")
-    known = {k: model_options[k] for k in (*OPTIONS, *PROVENANCE_OPTIONS) if k in model_options}
+    known = {k: model_options[k] for k in (*OPTIONS, *PROVENANCE_OPTIONS) if k in model_options and k != "vocab_size"}
     namespace = argparse.Namespace(**known, vocab_size=int(embedding.shape[0]))
     check_option_types(namespace, OPTIONS, where)
     opt = vars(namespace)
