@@ -24,6 +24,14 @@ def torchvision_resnet_rules(prefix: str) -> list[tuple[str, str]]:
             (prefix + r"layer([234])\.(.+)", r"backbone.layer\1.\2")]
 
 
+def pie_net_rules(source: str, target: str) -> list[tuple[str, str]]:
+    """PVSE's PIENet (attention w_1, w_2, fc, layer_norm; PCME's copy names them alike) under
+    ``source`` (a regex: ``img_enc\\.pie_net\\.``) onto the project's ``PIENet`` named ``target``."""
+    return [(source + r"attention\.w_([12])\.weight", target + r".w\1.weight"),
+            (source + r"fc\.(weight|bias)", target + r".fc.\1"),
+            (source + r"layer_norm\.(weight|bias)", target + r".norm.\1")]
+
+
 def project_name(source: str, rules: Rules) -> str | None:
     """The project name of a source tensor by the first rule whose pattern matches it whole."""
     for pattern, replacement in rules:

@@ -41,7 +41,7 @@ from methods.data.tokenizers import Tokenizer
 from methods.errors import HarnessError
 from methods.features.architectures import CHANNELS, layer_channels
 from methods.models.base import BuildContext, build_model
-from methods.released.mapping import map_tensors, torchvision_resnet_rules
+from methods.released.mapping import map_tensors, pie_net_rules, torchvision_resnet_rules
 from methods.released.options import (EPOCH, FLAG, NAME, SCORE, VOCABULARY, WIDTH, Option,
                                       check_options as check_option_types, plain_options)
 from methods.released.record import Importer, ReleasedModel, is_state_dict
@@ -64,17 +64,13 @@ CNN = r"img_enc\.cnn\."
 RULES = [
     *torchvision_resnet_rules(CNN),
     (r"img_enc\.fc\.(weight|bias)", r"image_fc.\1"),
-    (r"img_enc\.pie_net\.attention\.w_([12])\.weight", r"image_pie.w\1.weight"),
-    (r"img_enc\.pie_net\.fc\.(weight|bias)", r"image_pie.fc.\1"),
-    (r"img_enc\.pie_net\.layer_norm\.(weight|bias)", r"image_pie.norm.\1"),
+    *pie_net_rules(r"img_enc\.pie_net\.", "image_pie"),
     (r"img_enc\.uncertain_net\.attention\.w_([12])\.weight", r"image_sigma_attention.w\1.weight"),
     (r"img_enc\.uncertain_net\.fc\.(weight|bias)", r"image_sigma_fc.\1"),
     (r"img_enc\.uncertain_net\.fc2\.(weight|bias)", r"image_sigma_pooled.\1"),
     (r"txt_enc\.embed\.weight", "text.embed.weight"),
     (r"txt_enc\.rnn\.(\w+)", r"text.gru.\1"),
-    (r"txt_enc\.pie_net\.attention\.w_([12])\.weight", r"text_pie.w\1.weight"),
-    (r"txt_enc\.pie_net\.fc\.(weight|bias)", r"text_pie.fc.\1"),
-    (r"txt_enc\.pie_net\.layer_norm\.(weight|bias)", r"text_pie.norm.\1"),
+    *pie_net_rules(r"txt_enc\.pie_net\.", "text_pie"),
     (r"txt_enc\.uncertain_net\.attention\.w_([12])\.weight", r"text_sigma_attention.w\1.weight"),
     (r"txt_enc\.uncertain_net\.fc\.(weight|bias)", r"text_sigma_fc.\1"),
     (r"txt_enc\.uncertain_net\.rnn\.(\w+)", r"text_sigma_gru.\1"),

@@ -51,7 +51,7 @@ from methods.data.tokenizers import Tokenizer
 from methods.errors import HarnessError
 from methods.features.architectures import CHANNELS, layer_channels
 from methods.models.base import BuildContext, build_model
-from methods.released.mapping import map_tensors, torchvision_resnet_rules
+from methods.released.mapping import map_tensors, pie_net_rules, torchvision_resnet_rules
 from methods.released.options import (COUNT, FLAG, MARGIN, NAME, VOCABULARY, WIDTH, Option, check_options as
                                       check_option_types, check_record, optional, plain_options)
 from methods.released.record import Importer, ReleasedModel, is_state_dict
@@ -87,14 +87,10 @@ CNN = r"img_enc\.cnn\."
 RULES = [
     *torchvision_resnet_rules(CNN),
     (r"img_enc\.fc\.(weight|bias)", r"region.fc.\1"),
-    (r"img_enc\.pie_net\.attention\.w_([12])\.weight", r"image_set.w\1.weight"),
-    (r"img_enc\.pie_net\.fc\.(weight|bias)", r"image_set.fc.\1"),
-    (r"img_enc\.pie_net\.layer_norm\.(weight|bias)", r"image_set.norm.\1"),
+    *pie_net_rules(r"img_enc\.pie_net\.", "image_set"),
     (r"txt_enc\.embed\.weight", "text.embed.weight"),
     (r"txt_enc\.rnn\.(\w+)", r"text.gru.\1"),
-    (r"txt_enc\.pie_net\.attention\.w_([12])\.weight", r"text_set.w\1.weight"),
-    (r"txt_enc\.pie_net\.fc\.(weight|bias)", r"text_set.fc.\1"),
-    (r"txt_enc\.pie_net\.layer_norm\.(weight|bias)", r"text_set.norm.\1"),
+    *pie_net_rules(r"txt_enc\.pie_net\.", "text_set"),
 ]
 HEADS = "img_enc.pie_net.attention.w_2.weight"   # (K, 1024): PIE-Net's K attention heads
 
