@@ -70,11 +70,15 @@ def regions_text(ctx: DescribeContext) -> str:
 
 
 def gru_text(text_cfg: dict) -> str:
-    """A ``text`` block: ``GRU 1024, word 300``, ``bi-GRU 64, word 32 (GloVe)``, ``2-layer GRU ...``."""
+    """A ``text`` block: ``GRU 1024, word 300``, ``bi-GRU 64, word 32 (GloVe)``, ``2-layer GRU ...``,
+    ``bi-GRU 512, word 300 (GloVe, fixed)`` when the word embeddings do not train."""
     layers = f"{text_cfg['num_layers']}-layer " if text_cfg["num_layers"] > 1 else ""
     kind = "bi-GRU" if text_cfg["bidirectional"] else "GRU"
     label = WORD_INITS.get(text_cfg["word_init"]).label
-    vectors = f" ({label})" if label else ""
+    notes = [label] if label else []
+    if not text_cfg.get("train_words", True):
+        notes.append("fixed")
+    vectors = f" ({', '.join(notes)})" if notes else ""
     return f"{layers}{kind} {text_cfg['hidden_dim']}, word {text_cfg['word_dim']}{vectors}"
 
 

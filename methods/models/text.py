@@ -20,7 +20,8 @@ EMBED_INITS = ("uniform", "normal")
 class GRUTextEncoder(nn.Module):
     def __init__(self, vocab_size: int, word_dim: int, hidden_dim: int, num_layers: int = 1,
                  bidirectional: bool = False, word_vectors: torch.Tensor | None = None,
-                 embed_dropout: float = 0.0, l2norm_eps: float = PLAIN_L2NORM_EPS, embed_init: str = "uniform"):
+                 embed_dropout: float = 0.0, l2norm_eps: float = PLAIN_L2NORM_EPS, embed_init: str = "uniform",
+                 train_words: bool = True):
         super().__init__()
         if embed_init not in EMBED_INITS:
             raise ValueError(f"embed_init must be one of {EMBED_INITS}, not {embed_init!r}")
@@ -32,6 +33,7 @@ class GRUTextEncoder(nn.Module):
             known = word_vectors.abs().sum(dim=1) > 0
             with torch.no_grad():
                 self.embed.weight[known] = word_vectors[known]
+        self.embed.weight.requires_grad_(train_words)   # PVSE: GloVe kept fixed without --txt_finetune
         self.dropout = nn.Dropout(embed_dropout)  # SGRAF: 0.4 on the word embeddings
         self.gru = nn.GRU(word_dim, hidden_dim, num_layers, batch_first=True, bidirectional=bidirectional)
         self.bidirectional = bidirectional

@@ -119,22 +119,25 @@ def preemption_signals():
         yield received
 
 
-def optimizer_class(name: str) -> type[torch.optim.Optimizer]:
-    """``training.optimizer``: torch's Adam or AdamW, or AdamP (Heo et al., ICLR 2021; the ``adamp``
-    package PCME trains with, at its defaults delta 0.1, wd_ratio 0.1, no Nesterov)."""
+def optimizer_class(name: str) -> tuple[type[torch.optim.Optimizer], dict]:
+    """``training.optimizer``: torch's Adam (``adam_amsgrad``: with amsgrad, as PVSE's train.py) or
+    AdamW, or AdamP (Heo et al., ICLR 2021; the ``adamp`` package PCME trains with, at its defaults
+    delta 0.1, wd_ratio 0.1, no Nesterov); with the keywords the name adds."""
     if name == "adamp":
         from adamp import AdamP   # only runs that name it need the package imported
 
-        return AdamP
-    return torch.optim.AdamW if name == "adamw" else torch.optim.Adam
+        return AdamP, {}
+    if name == "adam_amsgrad":
+        return torch.optim.Adam, {"amsgrad": True}
+    return (torch.optim.AdamW if name == "adamw" else torch.optim.Adam), {}
 
 
 def make_optimizer(name: str, groups: list, lr: float, weight_decay: float) -> torch.optim.Optimizer:
     """``groups``: (parameters, lr scale) pairs (``model.parameter_groups()``); each group keeps its
     scale and gets lr x scale whenever the rate is set (``_set_lr``)."""
-    cls = optimizer_class(name)
+    cls, keywords = optimizer_class(name)
     return cls([{"params": params, "lr": lr * scale, "lr_scale": scale} for params, scale in groups if params],
-               lr=lr, weight_decay=weight_decay)
+               lr=lr, weight_decay=weight_decay, **keywords)
 
 
 def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
@@ -340,7 +343,8 @@ class Trainer:
     def run_epoch(self, stage_idx: int, stage: dict, epoch: int, optimizer, dataset, collate, skip: int,
                   partial: dict | None) -> None:
         tr, model, inp, device = self.tr, self.model, self.inp, self.device
-        lr = lr_at(stage, epoch)
+        # a plateau schedule steps on the stage's earlier validation RSUMs (pvse train.py: val_metric rsum)
+        lr = lr_at(stage, epoch, [r["val"]["rsum"] for r in self.history if r["stage_index"] == stage_idx])
         _set_lr(optimizer, lr)
         per_step = stage["schedule"].get("per_step", False)   # DivE: the cosine advances every iteration
         epoch_seed = inp.seed * 1_000_003 + stage_idx * 10_007 + epoch
