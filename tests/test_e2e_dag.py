@@ -486,7 +486,7 @@ def test_set_embedding_statistics_views_ensembles_and_figures(tiny_dag):
 
 def test_dry_run_of_set_embeddings_table1_on_configured_coco(tiny_dag):
     """Our rows (regions and CNN grid, 3 seeds each, and the two-seed ensemble's second members)
-    beside the VSE++, SCAN, SGRAF, VSE-infinity, PVSE and PCME baselines; the COCO ids of the 5K test images are checked when the DAG is built."""
+    beside the VSE++, SCAN, SGRAF, VSE-infinity, PVSE, PCME and VSRN† baselines; the COCO ids of the 5K test images are checked when the DAG is built."""
     src = tiny_dag / "results/synthetic"
     coco = flickr_layout(src / "data", src / "precomp", tiny_dag / "coco_set_layout", 5000, test_split="testall")
     coco["splits"] = {"train": ["train"], "dev": ["val"], "testall": ["test"]}
@@ -497,8 +497,10 @@ def test_dry_run_of_set_embeddings_table1_on_configured_coco(tiny_dag):
     write_text(tiny_dag / "coco_set.yaml", yaml.safe_dump(config))
     proc = snakemake(tiny_dag, "--configfile", "tiny.yaml", "coco_set.yaml", "-n", "tables/set_embeddings_t1_coco.csv")
     counts = job_counts(proc)
-    # ... VSE-infinity's, PVSE's and PCME's rows (3 seeds each); the released rows have no keys set here, so they are left out
-    assert counts["train_coco"] == 3 + 3 + 6 + 6 + 3 + 3 + 3 + 3 + 3 and counts["ensemble"] == 9 and counts["aggregate_row"] == 9
+    # ... VSE-infinity's, PVSE's and PCME's rows (3 seeds each), VSRN†'s two members (3 seeds); the
+    # released rows have no keys set here, so they are left out
+    assert counts["train_coco"] == 3 + 3 + 6 + 6 + 3 + 3 + 3 + 3 + 3 + 6 and counts["ensemble"] == 12
+    assert counts["aggregate_row"] == 10
     assert "set datasets.coco.released.pcme_coco" in proc.stdout + proc.stderr
     # PCME's two released COCO models (the fixture written by naver-ai/pcme's code) import and evaluate, nothing trains
     fixtures = REPO / "tests" / "data" / "released" / "pcme"

@@ -135,8 +135,8 @@ def test_each_stage_kind_is_timed_at_its_own_rate_and_a_diverging_measurement_fa
                if {s["finetune_backbone"] for s in c["training"]["stages"]} == {False, True})
     rates = []
     make_optimizer = run_cost.make_optimizer
-    monkeypatch.setattr(run_cost, "make_optimizer", lambda kind, groups, lr, wd: rates.append(lr) or
-                        make_optimizer(kind, groups, lr, wd))
+    monkeypatch.setattr(run_cost, "make_optimizer", lambda kind, groups, lr, wd, betas: rates.append(lr) or
+                        make_optimizer(kind, groups, lr, wd, betas))
     torch.set_num_threads(1)
     run_cost.measure(cfg, ds, harness["backbones"], torch.device("cpu"), harness["scoring"]["block_elements"],
                      steps=1, warmup=1, n_images=4)

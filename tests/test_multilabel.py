@@ -293,7 +293,7 @@ def test_config_multilabel_entries_validate():
 @pytest.mark.e2e
 def test_dry_run_of_the_papers_mirflickr_tables_plans_its_runs(tmp_path):
     """With a source of MIRFlickr's 24 labels configured, the label-wise tables plan the paper's
-    runs (Table 1's three trained rows and the six lambdas, three seeds each)."""
+    runs (Table 1's four trained rows and the six lambdas, three seeds each)."""
     work = copy_workflow(tmp_path)
     tags_source(tmp_path / "src")
     rng = np.random.default_rng(1)
@@ -304,8 +304,8 @@ def test_dry_run_of_the_papers_mirflickr_tables_plans_its_runs(tmp_path):
     proc = snakemake(work, "-n", "tables/label_wise_t1_mirflickr.csv", "tables/label_wise_lambda_mirflickr.csv",
                      "--configfile", "config/config.yaml", str(override))
     trained = re.findall(r"^rule train_mirflickr:\n(?:    .*\n)*?    wildcards: exp=(\S+), seed=(\d+)", proc.stdout + proc.stderr, re.M)
-    # independent, ours_con, ours; lambda 0 ... 10, lambda 0.1 being ours: 8 configs x 3 seeds
-    assert len(set(trained)) == 24 and {seed for _, seed in trained} == {"0", "1", "2"}
+    # independent, dscmr, ours_con, ours; lambda 0 ... 10, lambda 0.1 being ours: 9 configs x 3 seeds
+    assert len(set(trained)) == 27 and {seed for _, seed in trained} == {"0", "1", "2"}
     # a model predicting another label count than the source's: one line naming the key
     scipy.io.savemat(tmp_path / "src" / "train_label.mat", {"feat": np.zeros((SIZES["train"], 5), np.int32)})
     for s in ("dev", "test"):

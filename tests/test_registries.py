@@ -87,7 +87,7 @@ def test_model_forward_backward_and_block_scoring(kind, tmp_path):
 
     torch.manual_seed(0)
     # each model's built-in dataset: the tag dataset for the label-wise model (tags and labels)
-    dataset = {"label_wise": "synthtags"}.get(kind, "synthetic")
+    dataset = {"label_wise": "synthtags", "dscmr": "synthtags"}.get(kind, "synthetic")
     cfg = api.experiment_config(method_file_of(kind), dataset, harness={"backbones": BACKBONES})
     if kind == "pcme":   # its source's a = b = 15 puts every random-init match probability at 0.0 in float32
         cfg["model"].update(init_negative_scale=0.5, init_shift=2.0)
@@ -270,12 +270,17 @@ TERM_CONFIGS = {"triplet_sum": {"margin": 0.2}, "triplet_hardest": {"margin": 0.
 SET_TERMS = ("mmd", "uniformity", "diversity")
 # terms on label vectors and masked predictions: closed forms in tests/test_label_wise.py
 LABEL_WISE_TERMS = ("label_logistic", "masked_prediction", "consistency")
+# DSCMR's terms: calc_loss transcribed with loops in tests/oracles/dscmr.py, tested in tests/test_dscmr.py
+DSCMR_TERMS = ("dscmr_label_regression", "dscmr_label_likelihood", "dscmr_invariance")
 # terms on sampled embeddings: loop references written from naver-ai/pcme in tests/test_pcme.py
 PROBABILISTIC_TERMS = ("soft_contrastive", "vib")
+# VSRN's caption generator: a caption-by-caption reference in tests/oracles/caption_decoder.py
+GENERATION_TERMS = ("caption_generation",)
 
 
 def test_every_loss_term_has_a_loop_reference():
-    assert set(LOSS_TERMS.names()) == set(LOSSES) | set(SET_TERMS) | set(LABEL_WISE_TERMS) | set(PROBABILISTIC_TERMS)
+    assert set(LOSS_TERMS.names()) == (set(LOSSES) | set(SET_TERMS) | set(LABEL_WISE_TERMS) | set(DSCMR_TERMS)
+                                       | set(PROBABILISTIC_TERMS) | set(GENERATION_TERMS))
 
 
 def test_every_declared_term_kind_is_implemented():

@@ -171,7 +171,7 @@ def time_training(model, cfg: dict, split: SplitData, vocab: Vocabulary, images,
     amp = tr["amp"] and device.type == "cuda"
     step = TrainingStep(model, Loss(cfg["loss"]), device, amp)
     lr = next(s["lr"] for s in tr["stages"] if stage_kind(s) == kind)
-    optimizer = make_optimizer(tr["optimizer"], model.parameter_groups(), lr, tr["weight_decay"])
+    optimizer = make_optimizer(tr["optimizer"], model.parameter_groups(), lr, tr["weight_decay"], tr.get("betas"))
     scaler = torch.amp.GradScaler("cuda", enabled=amp)
     dataset, collate = training_batches(tr, split, vocab, images)
     batches = training_epoch_batches(dataset, tr, torch.Generator().manual_seed(0))

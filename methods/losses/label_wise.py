@@ -51,12 +51,12 @@ def consistency(image_vectors: torch.Tensor, text_vectors: torch.Tensor, positiv
     return (sq if squared else sq.sqrt()).mean()
 
 
-def _labels(batch: dict, key: str, vectors: torch.Tensor) -> torch.Tensor:
+def _labels(batch: dict, key: str, vectors: torch.Tensor, term: str = "label_logistic") -> torch.Tensor:
     if key not in batch:
-        raise HarnessError(f"loss term label_logistic needs the batch's '{key}': the training split has no labels")
+        raise HarnessError(f"loss term {term} needs the batch's '{key}': the training split has no labels")
     labels = batch[key].to(vectors.device)
     if labels.shape != vectors.shape:
-        raise HarnessError(f"loss term label_logistic: the model predicts {vectors.shape[-1]} labels "
+        raise HarnessError(f"loss term {term}: the model predicts {vectors.shape[-1]} labels "
                            f"(model.n_classes) but the batch's {key} have shape {tuple(labels.shape)}")
     return labels
 

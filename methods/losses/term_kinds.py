@@ -45,10 +45,16 @@ for _kind in (
     # probabilistic embeddings (methods.losses.probabilistic: PCME)
     TermKind("soft_contrastive"),
     TermKind("vib"),
+    # VSRN's caption generator (methods.losses.generation)
+    TermKind("caption_generation"),
     # label-wise terms (methods.losses.label_wise)
     TermKind("label_logistic"),
     TermKind("masked_prediction"),
     TermKind("consistency", options=("squared",)),
+    # DSCMR's three terms (methods.losses.dscmr)
+    TermKind("dscmr_label_regression"),
+    TermKind("dscmr_label_likelihood"),
+    TermKind("dscmr_invariance"),
 ):
     TERM_KINDS.register(_kind.name, _kind)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from methods.losses import label_wise, probabilistic, ranking, set_regularisers  # noqa: F401  (registration)
+from methods.losses import dscmr, generation, label_wise, probabilistic, ranking, set_regularisers  # noqa: F401  (registration)
 from methods.losses.term_kinds import term_configs
 from methods.losses.terms import LOSS_TERMS, OneDirection
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 import signal
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,12 +133,25 @@ def optimizer_class(name: str) -> tuple[type[torch.optim.Optimizer], dict]:
     return (torch.optim.AdamW if name == "adamw" else torch.optim.Adam), {}
 
 
-def make_optimizer(name: str, groups: list, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+def make_optimizer(name: str, groups: list, lr: float, weight_decay: float,
+                   betas: list[float] | None = None) -> torch.optim.Optimizer:
     """``groups``: (parameters, lr scale) pairs (``model.parameter_groups()``); each group keeps its
-    scale and gets lr x scale whenever the rate is set (``_set_lr``)."""
+    scale and gets lr x scale whenever the rate is set (``_set_lr``). ``betas``: the moment decays
+    (``training.betas``; None: the optimizer's defaults, (0.9, 0.999)). A parameter a model lists twice
+    (VSRN's caption generator, as its source's optimizer holds it) is stepped twice in a row, each
+    step on the moments the first left, as the source's PyTorch 0.4 did: torch's per-parameter loop
+    (foreach off) does that, and its warning about the duplicates is expected."""
     cls, keywords = optimizer_class(name)
-    return cls([{"params": params, "lr": lr * scale, "lr_scale": scale} for params, scale in groups if params],
-               lr=lr, weight_decay=weight_decay, **keywords)
+    if betas is not None:
+        keywords = {**keywords, "betas": tuple(betas)}
+    listed = [p for params, _ in groups for p in params]
+    duplicates = len({id(p) for p in listed}) != len(listed)
+    with warnings.catch_warnings():
+        if duplicates:
+            keywords = {**keywords, "foreach": False}
+            warnings.filterwarnings("ignore", message="optimizer contains a parameter group with duplicate parameters")
+        return cls([{"params": params, "lr": lr * scale, "lr_scale": scale} for params, scale in groups if params],
+                   lr=lr, weight_decay=weight_decay, **keywords)
 
 
 def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
@@ -324,7 +338,13 @@ class Trainer:
     def run_stage(self, stage_idx: int, stage: dict, state: dict | None) -> None:
         tr, model, inp = self.tr, self.model, self.inp
         model.set_finetune(stage["finetune_backbone"])
-        optimizer = make_optimizer(tr["optimizer"], model.parameter_groups(), stage["lr"], tr["weight_decay"])
+        optimizer = make_optimizer(tr["optimizer"], model.parameter_groups(), stage["lr"], tr["weight_decay"],
+                                   tr.get("betas"))
+        listed = [p for group in optimizer.param_groups for p in group["params"]]
+        if self.amp and len({id(p) for p in listed}) != len(listed):
+            # the gradient scaler would unscale a twice-listed parameter's gradient twice
+            raise HarnessError("training.amp: the model lists some parameters twice for its optimizer (VSRN's "
+                               "caption_decoder.listed_twice, as its fp32 source); train it with training.amp false")
         first_epoch, first_step, partial = 0, 0, None
         if state is not None:
             model.load_state_dict(state["model"])

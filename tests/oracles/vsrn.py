@@ -59,8 +59,30 @@ SOURCE_BEHAVIOUR = {
              "loss.kind": "triplet_hardest", "loss.margin": 0.2, "training.batch_size": 128,
              "training.batching": "captions", "training.batch_positives": "diagonal", "training.amp": False,
              "training.grad_clip": 2.0},
+    # KunpengLi1994/VSRN itself (README commands, model.py, models/, misc/utils.py, data.py): the same
+    # encoders with the final BatchNorm for f30k_precomp only, the caption generator (EncoderRNN
+    # 2048 -> 512, DecoderRNN 512 units, 300-d words, max_len 60, dropout 0.2) on the reasoned
+    # regions with LanguageModelCriterion added to the summed max-violation hinge, its parameters
+    # twice in Adam's list; 30 epochs at 2e-4, x0.1 after --lr_update epochs.
+    "vsrn_captioning": {
+        "model.region_l2norm": "region_axis", "model.gcn_blocks": 4, "model.embed_dim": 2048,
+        "model.text.word_dim": 300, "model.text.hidden_dim": 2048, "model.text.bidirectional": False,
+        "model.caption_decoder": {"hidden_dim": 512, "word_dim": 300, "max_len": 60, "input_dropout": 0.2,
+                                  "listed_twice": True},
+        "loss.terms.0.kind": "triplet_hardest", "loss.terms.0.margin": 0.2, "loss.terms.1.kind": "caption_generation",
+        "loss.terms.1.weight": 1.0, "training.selection_metric": "r1_r5_sum", "training.batch_size": 128,
+        "training.batching": "captions", "training.batch_positives": "diagonal", "training.optimizer": "adam",
+        "training.weight_decay": 0.0, "training.amp": False, "training.grad_clip": 2.0,
+        "training.stages.0.epochs": 30, "training.stages.0.lr": 2e-4},
 }
-# VSRN model.py skips the first region l2norm on Flickr30K only
-PER_DATASET = {("vsrn", "flickr"): {"model.l2norm_after_fc": False}, ("vsrn", "coco"): {"model.l2norm_after_fc": True}}
+# VSRN model.py skips the first region l2norm on Flickr30K only, and has its final BatchNorm there only;
+# the Flickr30K command decays the rate after 10 epochs
+PER_DATASET = {("vsrn", "flickr"): {"model.l2norm_after_fc": False}, ("vsrn", "coco"): {"model.l2norm_after_fc": True},
+               ("vsrn_captioning", "flickr"): {"model.l2norm_after_fc": False, "model.final_bn": True,
+                                               "training.stages.0.schedule": {"kind": "step", "decay_epochs": [10],
+                                                                              "gamma": 0.1}},
+               ("vsrn_captioning", "coco"): {"model.l2norm_after_fc": True, "model.final_bn": False,
+                                             "training.stages.0.schedule": {"kind": "step", "decay_epochs": [15],
+                                                                            "gamma": 0.1}}}
 # keys a row may set as its own factor, so not declared switches: the study's VSRN rows vary the loss
 ROW_FACTORS = {"vsrn": {"loss.kind"}}
