@@ -36,7 +36,8 @@ def test_without_configured_files_a_table_leaves_its_released_rows_out_and_says_
 
 
 def test_configured_released_rows_evaluate_imported_runs_and_train_nothing(tmp_path):
-    cfg = load_harness_config(CONFIG, {"datasets": {"flickr": {"released": released_files(tmp_path)}}})
+    files = released_files(tmp_path, ("sgraf_sgr", "sgraf_saf", "sgraf_vocab", "vsrn_1", "vsrn_2", "vsrn_vocab"))
+    cfg = load_harness_config(CONFIG, {"datasets": {"flickr": {"released": files}}})
     plan = Plan(cfg)
     rows = {r.id: r for r in plan.table("sgraf_t1", "flickr").rows}
     sgraf, saf = rows["released_sgraf"], rows["released_saf"]
@@ -49,10 +50,16 @@ def test_configured_released_rows_evaluate_imported_runs_and_train_nothing(tmp_p
     assert plan.score_files(sgraf, "flickr", "test") == [[f"results/flickr/released/{exp}/sgraf_sgr/sims_test.npy",
                                                           f"results/flickr/released/{exp}/sgraf_saf/sims_test.npy"]]
     assert saf.ledger[0]["switches"] == [] and "Paranioar/SGRAF" in saf.ran
-    # the table's training work is that of its trained rows only (SGR, SAF: 3 seeds each)
+    # the table's training work is that of its trained rows only: SGR, SAF, SCAN's two models and
+    # VSRN (3 seeds each), and the second members of the VSRN ensemble (3 more seeds)
     work = table_work(plan, "sgraf_t1", "flickr", SPLIT_IMAGES)
-    assert len(work) == 6 and not any(w.exp == exp and w.seed == 0 and w.method != "sgraf" for w in work)
-    assert set(plan.released_members("flickr")) == {(exp, "sgraf_sgr"), (exp, "sgraf_saf")}
+    assert sorted((w.method, w.seed) for w in work) == sorted(
+        [(m, s) for m in ("sgraf", "sgraf", "scan", "scan", "vsrn_captioning") for s in (0, 1, 2)]
+        + [("vsrn_captioning", s) for s in (1000, 1001, 1002)])
+    assert not any(w.exp == exp and w.seed == 0 and w.method != "sgraf" for w in work)
+    vsrn = rows["released_vsrn"].released[0].exp
+    assert set(plan.released_members("flickr")) == {(exp, "sgraf_sgr"), (exp, "sgraf_saf"), (vsrn, "vsrn_1"),
+                                                    (vsrn, "vsrn_2")}
     # the ensemble of two released models differs from the trained SGRAF row's
     assert sgraf.ensemble_id != rows["sgraf"].ensemble_id
 
