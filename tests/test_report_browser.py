@@ -27,8 +27,11 @@ def words(text: str) -> str:
 
 
 def plain(cell: str) -> str:
-    """A Markdown cell's text as rendered: pipes unescaped, code and emphasis marks dropped."""
-    return words(re.sub(r"\*\*|(?<!\w)\*(?=\S)|(?<=\S)\*(?!\w)|`", "", cell.replace("\\|", "|")))
+    """A Markdown cell's text as rendered: pipes unescaped, code marks and the marks of paired
+    emphasis dropped (a lone asterisk, as in "VSRN*", stays)."""
+    unpaired = re.sub(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|\*(?=[^\s*])(.+?)(?<=[^\s*])\*",
+                      lambda m: m.group(1) if m.group(1) is not None else m.group(2), cell.replace("\\|", "|"))
+    return words(unpaired.replace("`", ""))
 
 
 def first_column(markdown: str) -> list[str]:
