@@ -45,7 +45,7 @@ class CaptionDecoder(nn.Module):
         self.dropout = nn.Dropout(input_dropout)
 
     def labels(self, tokens: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(inputs (B, S), targets (B, S), mask (B, S)) of padded caption ids (<start> ... <end>, 0
+        """(inputs (B, S), targets (B, S), boolean mask (B, S)) of padded caption ids (<start> ... <end>, 0
         after), S the steps this batch needs: the source's labels cut to max_len ids, <end> last."""
         end = tokens[torch.arange(len(tokens)), lengths - 1]          # each caption's <end> id
         lengths = lengths.to(tokens.device)
@@ -59,7 +59,7 @@ class CaptionDecoder(nn.Module):
         labels = labels.masked_fill(position >= n[:, None], 0)
         labels[cut, n[cut] - 1] = end[cut]
         steps = min(self.max_len - 1, width - 1)                      # the source decodes max_len - 1 steps
-        mask = (position[:, 1:steps + 1] <= n[:, None]).to(torch.get_default_dtype())
+        mask = position[:, 1:steps + 1] <= n[:, None]
         return labels[:, :steps], labels[:, 1:steps + 1], mask
 
     def log_probs(self, regions: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:

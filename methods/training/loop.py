@@ -133,6 +133,11 @@ def optimizer_class(name: str) -> tuple[type[torch.optim.Optimizer], dict]:
     return (torch.optim.AdamW if name == "adamw" else torch.optim.Adam), {}
 
 
+def lists_a_parameter_twice(params: list) -> bool:
+    """Whether a parameter list holds some parameter more than once (VSRN's ``listed_twice``)."""
+    return len({id(p) for p in params}) != len(params)
+
+
 def make_optimizer(name: str, groups: list, lr: float, weight_decay: float,
                    betas: list[float] | None = None) -> torch.optim.Optimizer:
     """``groups``: (parameters, lr scale) pairs (``model.parameter_groups()``); each group keeps its
@@ -144,10 +149,8 @@ def make_optimizer(name: str, groups: list, lr: float, weight_decay: float,
     cls, keywords = optimizer_class(name)
     if betas is not None:
         keywords = {**keywords, "betas": tuple(betas)}
-    listed = [p for params, _ in groups for p in params]
-    duplicates = len({id(p) for p in listed}) != len(listed)
     with warnings.catch_warnings():
-        if duplicates:
+        if lists_a_parameter_twice([p for params, _ in groups for p in params]):
             keywords = {**keywords, "foreach": False}
             warnings.filterwarnings("ignore", message="optimizer contains a parameter group with duplicate parameters")
         return cls([{"params": params, "lr": lr * scale, "lr_scale": scale} for params, scale in groups if params],
@@ -340,8 +343,7 @@ class Trainer:
         model.set_finetune(stage["finetune_backbone"])
         optimizer = make_optimizer(tr["optimizer"], model.parameter_groups(), stage["lr"], tr["weight_decay"],
                                    tr.get("betas"))
-        listed = [p for group in optimizer.param_groups for p in group["params"]]
-        if self.amp and len({id(p) for p in listed}) != len(listed):
+        if self.amp and lists_a_parameter_twice([p for group in optimizer.param_groups for p in group["params"]]):
             # the gradient scaler would unscale a twice-listed parameter's gradient twice
             raise HarnessError("training.amp: the model lists some parameters twice for its optimizer (VSRN's "
                                "caption_decoder.listed_twice, as its fp32 source); train it with training.amp false")
