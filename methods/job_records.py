@@ -261,6 +261,7 @@ class ClaimsRowSpec(JobRecord):
     view: str | None
     reported: dict
     scores: dict[str, list[list[str]]]   # protocol -> per seed, the score files it averages
+    evaluations: dict[str, list[str]]    # protocol of pooled metrics -> per seed, the evaluation holding its units
     aggregate: str
 
 

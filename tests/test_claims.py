@@ -177,14 +177,16 @@ def planted(tmp_path_factory, harness):
                      "reported": {"synthetic_test": {"source": "paper, Table 1, row 'strong'", "ensemble_size": 1,
                                                      "metrics": {"i2t_r1": 60, "i2t_r5": 80, "i2t_r10": 90, "t2i_r1": 40,
                                                                  "t2i_r5": 70, "t2i_r10": 80}}},
-                     "scores": {"synthetic_test": [[write("strong0", 2.0)], [write("strong1", 2.0)]]}},
+                     "scores": {"synthetic_test": [[write("strong0", 2.0)], [write("strong1", 2.0)]]},
+                     "evaluations": {}},
         "t/weak": {"table": "t", "id": "weak", "label": "weak", "seeds": [0, 1], "ensemble_size": 1, "view": None,
                    "reported": {"synthetic_test": {"source": "paper, Table 1, row 'weak'", "ensemble_size": 1,
                                                    "metrics": {"rsum": 300.0}}},
-                   "scores": {"synthetic_test": [[write("weak0", 0.4)], [write("weak1", 0.4)]]}},
+                   "scores": {"synthetic_test": [[write("weak0", 0.4)], [write("weak1", 0.4)]]}, "evaluations": {}},
         "t/pair": {"table": "t", "id": "pair", "label": "pair", "seeds": [0, 1], "ensemble_size": 2, "view": None,
                    "reported": {}, "scores": {"synthetic_test": [[write("pa0", 1.0), write("pb0", 1.0)],
-                                                                 [write("pa1", 1.0), write("pb1", 1.0)]]}}}
+                                                                 [write("pa1", 1.0), write("pb1", 1.0)]]},
+                   "evaluations": {}}}
     claim = {"words": "w", "paraphrased": False, "where": "Table 1", "table": "t", "metric": "rsum", "margin": 0.0,
              "protocols": ["synthetic_test"]}
     spec = {"paper": "toy", "paper_name": "Toy paper", "dataset": "toy", "dataset_kind": "synthetic",
@@ -313,7 +315,7 @@ def judged(tmp_path_factory, harness):
     for row_id, names in members.items():
         files = [[str(root / f"{n}.npy") for n in names]]
         rows[f"t/{row_id}"] = {"table": "t", "id": row_id, "label": row_id, "seeds": [0], "ensemble_size": len(names),
-                               "view": None, "reported": {}, "scores": {"synthetic_test": files},
+                               "view": None, "reported": {}, "scores": {"synthetic_test": files}, "evaluations": {},
                                "aggregate": write_aggregate(root / f"{row_id}.agg.json", [0], files)}
     old = json.loads((root / "old.agg.json").read_text())
     del old["training_checks"]                      # an aggregate written before the training check

@@ -6,7 +6,9 @@ A metric is computed by the implementation a compute module registers for its de
 (``methods.metrics.implementations``); a sum of metrics (RSUM) is computed from its components.
 A metric that is a mean over queries declares which items are its ``queries`` (images or texts):
 its implementation gives each query's value, and the claim checks resample test images with their
-queries (``methods.metrics.query_units``).
+queries (``methods.metrics.query_units``). A pooled metric (micro-F1) is a ratio of sums over its
+queries instead, Σ numerator / Σ denominator: it declares its ``queries`` and ``pooled``, and its
+implementation gives each query's (numerator, denominator); the claims resample those alike.
 
 Neither numpy nor torch is imported: building the Snakemake DAG reads these declarations.
 """
@@ -31,6 +33,9 @@ class Metric:
     # "images" or "texts": the metric is the mean of per-query values over these items (NaN: left
     # out); None: not a mean over queries
     queries: str | None = None
+    # with ``queries``: the metric is Σ numerator / Σ denominator over them (micro-averaging), not a
+    # mean; each query gives its pair, so the denominators are the row's own, not shared by all rows
+    pooled: bool = False
 
     def better(self, new: float, old: float) -> bool:
         return new > old if self.direction == "higher" else new < old
@@ -50,17 +55,21 @@ METRICS: Registry[Metric] = Registry("metric")
 
 
 def declare_metric(name: str, *, relevance: str, direction: str, label: str, tolerance: str | None, scale: str,
-                   in_table: bool = True, components: tuple[str, ...] = (), queries: str | None = None) -> Metric:
+                   in_table: bool = True, components: tuple[str, ...] = (), queries: str | None = None,
+                   pooled: bool = False) -> Metric:
     """Declare a metric; with ``components``: the sum of those metrics. ``queries``: the items whose
-    per-query values the metric is the mean of."""
+    per-query values the metric is the mean of (``pooled``: whose per-query numerators and
+    denominators it divides, summed)."""
     if direction not in ("higher", "lower"):
         raise ValueError(f"metric {name}: direction must be 'higher' or 'lower'")
     if queries not in (None, "images", "texts"):
         raise ValueError(f"metric {name}: queries must be 'images' or 'texts'")
     if components and queries is not None:
         raise ValueError(f"metric {name}: a sum of metrics is no mean over queries")
+    if pooled and queries is None:
+        raise ValueError(f"metric {name}: a pooled metric names the queries it pools")
     return METRICS.register(name, Metric(name, relevance, direction, label, tolerance, scale, in_table,
-                                         components, queries))
+                                         components, queries, pooled))
 
 
 # -- captions_of_image: R@K, median and mean rank (methods.metrics.retrieval) ---------------------
@@ -158,8 +167,9 @@ for _k in NDCG_KS:
 LABEL_PREDICTION_METRICS = ("image_micro_f1", "text_micro_f1")
 
 for _side in ("image", "text"):
+    # pooled over the side's items: 2 TP / (2 TP + FP + FN) of each item's labels, summed
     declare_metric(f"{_side}_micro_f1", relevance="label_predictions", direction="higher", label=f"micro-F1 ({_side})",
-                   tolerance="f1", scale="unit")
+                   tolerance="f1", scale="unit", queries=f"{_side}s", pooled=True)
 
 # -- embeddings: statistics the model computes from its encodings (methods.metrics.statistics) -----
 
@@ -188,13 +198,19 @@ def base_metrics(name: str) -> tuple[str, ...]:
     return METRICS.get(name).components or (name,)
 
 
+def is_pooled(name: str) -> bool:
+    """``name`` (or a metric it sums) is pooled over its queries: its per-image units have each row's
+    own denominators (``Metric.pooled``)."""
+    return any(METRICS.get(m).pooled for m in base_metrics(name))
+
+
 def table_metrics(names: list[str] | tuple[str, ...]) -> list[str]:
     """The metrics among ``names`` that tables show, in that order."""
     return [n for n in names if METRICS.get(n).in_table]
 
 
 def check_claimable(metric: str, where: str) -> None:
-    """``metric`` is registered and a mean over queries (or a sum of such metrics)."""
+    """``metric`` is registered and a mean over queries, pooled over queries, or a sum of such metrics."""
     if metric not in METRICS:
         raise HarnessError(f"{where}: unknown metric '{metric}' (registered: {', '.join(METRICS.names())})")
     missing = [m for m in base_metrics(metric) if METRICS.get(m).queries is None]

@@ -22,7 +22,9 @@ from methods.metrics.eccv import chance_map_at_r
 from methods.metrics.implementations import evaluate
 from methods.metrics.label_prediction import LabelPredictions
 from methods.metrics.label_ranking import chance_ndcg
+from methods.metrics.protocol_scores import protocol_scores
 from methods.metrics.protocols import MAIN_METRICS, Protocol, dataset_protocol, get_protocol
+from methods.metrics.query_units import pooled_metrics, protocol_units, units_record
 from methods.metrics.relevance import CaptionsOfImage, SharedLabels
 from methods.metrics.relevance_builders import KarpathySplitItems, build_relevances, shared_labels
 from methods.metrics.retrieval import chance_recalls
@@ -85,31 +87,6 @@ def label_prediction_relevance(labels: SharedLabels, predictions: tuple[np.ndarr
     return LabelPredictions(image_scores, labels.image_labels, text_scores, labels.text_labels)
 
 
-def protocol_scores(scores: torch.Tensor | np.ndarray, protocol: Protocol, relevance) -> tuple[torch.Tensor, int]:
-    """The columns of ``scores`` the protocol ranks (on tag datasets, the first of identical texts),
-    checked against its relevance, image count and folds; and the number of images."""
-    scores = torch.as_tensor(scores)
-    if relevance.kind != protocol.relevance:
-        raise HarnessError(f"protocol {protocol.name} needs {protocol.relevance} relevance, got {relevance.kind}")
-    if relevance.kind == "shared_labels" and (relevance.tie_order, relevance.ndcg_discount) != (
-            protocol.tie_order, protocol.ndcg_discount):
-        raise HarnessError(f"protocol {protocol.name} ranks with tie order {protocol.tie_order} and NDCG discount "
-                           f"{protocol.ndcg_discount}; its relevance has {relevance.tie_order} and "
-                           f"{relevance.ndcg_discount} (split_labels builds the protocol's)")
-    if protocol.unique_texts:   # the columns of the first of identical texts
-        if relevance.text_columns is None:
-            raise HarnessError(f"protocol {protocol.name} ranks unique texts, but its relevance names no text columns")
-        scores = scores[:, torch.as_tensor(relevance.text_columns)]
-    relevance.check(scores)
-    n = relevance.n_images(scores)
-    if protocol.n_images is not None and n != protocol.n_images:
-        raise HarnessError(f"protocol {protocol.name} expects {protocol.n_images} images in split "
-                           f"'{protocol.split}', the score matrix has {n}")
-    if n % protocol.n_folds:
-        raise HarnessError(f"protocol {protocol.name}: {n} images do not split into {protocol.n_folds} folds")
-    return scores, n
-
-
 def evaluate_protocol(scores: torch.Tensor | np.ndarray, protocol: Protocol, relevance=None) -> dict:
     """Metrics of ``scores`` under ``protocol``; folds are consecutive image (and text) blocks.
     ``relevance`` defaults to captions_of_image with 5 captions per image."""
@@ -122,6 +99,9 @@ def evaluate_protocol(scores: torch.Tensor | np.ndarray, protocol: Protocol, rel
               "metrics": mean, "folds": folds if protocol.n_folds > 1 else None}
     if protocol.main_metric is not None:
         result["training_check"] = training_check(scores, protocol, relevance, mean)
+    pooled = pooled_metrics(protocol.metrics)
+    if pooled:   # a label head's predictions are not in the score matrix: the claims read these
+        result["units"] = units_record(protocol_units(scores, protocol, relevance, pooled))
     return result
 
 

@@ -1,7 +1,7 @@
 """How declared metrics are computed: each compute module registers, for a metric declared in
 ``methods.metrics.declarations``, the function of an ``EvaluationContext`` that gives its value
 and, for a mean over queries, the one that gives each query's value (in the metric's scale, NaN
-for a query the mean leaves out). A sum of metrics (RSUM) needs no implementation: the context
+for a query the mean leaves out; for a pooled metric, each query's numerator and denominator). A sum of metrics (RSUM) needs no implementation: the context
 adds its components.
 
 An ``EvaluationContext`` holds one score matrix and its relevance and caches the expensive
@@ -64,7 +64,8 @@ def evaluate(scores: torch.Tensor | np.ndarray, relevance, names: list[str] | tu
 class ImplementedMetric(Metric):
     """A declared metric with its computation."""
     compute: Callable[[EvaluationContext], float]
-    # each query's value (with the declaration's ``queries``), whose mean is the metric
+    # each query's value (with the declaration's ``queries``), whose mean is the metric; of a pooled
+    # metric, (queries, 2): each query's numerator and denominator
     per_query: Callable[[EvaluationContext], np.ndarray] | None = None
 
 

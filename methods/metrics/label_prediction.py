@@ -7,6 +7,10 @@ an item predicts label c when its score is >= ``threshold`` (0.5). micro-F1 pool
 positives, false positives and false negatives of every (item, label): 2 TP / (2 TP + FP + FN), 0 when
 nothing is predicted or present (scikit-learn's ``f1_score(average="micro", zero_division=0)``).
 
+Each item's part of it, (2 TP, 2 TP + FP + FN) of its own labels, is its per-query pair: summed over
+the items they give micro-F1 (``methods.metrics.query_units``: the claims' per-image units, a text's
+counted with its image).
+
 The metrics are computed from a ``LabelPredictions`` relevance (kind ``label_predictions``), not from
 the score matrix: ``evaluate_protocol(scores, protocol, LabelPredictions(...))`` checks that the score
 matrix is (images x texts) and cuts the predictions into the protocol's folds with it (consecutive
@@ -39,6 +43,16 @@ def micro_f1(scores: np.ndarray, labels: np.ndarray, threshold: float = THRESHOL
     return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0
 
 
+def micro_f1_parts(scores: np.ndarray, labels: np.ndarray, threshold: float = THRESHOLD) -> np.ndarray:
+    """(N, 2): each item's (2 TP, 2 TP + FP + FN) over its labels; Σ column 0 / Σ column 1 is micro-F1."""
+    predicted = np.asarray(scores) >= threshold
+    truth = np.asarray(labels).astype(bool)
+    if predicted.shape != truth.shape:
+        raise HarnessError(f"micro-F1: predictions of shape {predicted.shape}, labels of shape {truth.shape}")
+    both = 2.0 * np.sum(predicted & truth, axis=1)
+    return np.stack([both, both + np.sum(predicted ^ truth, axis=1)], axis=1)
+
+
 @dataclass(frozen=True, eq=False)
 class LabelPredictions:
     """Label scores and true labels of a split's images (N, C) and texts (M, C)."""
@@ -68,6 +82,13 @@ class LabelPredictions:
     def n_images(self, scores: torch.Tensor) -> int:
         return scores.shape[0]
 
+    def text_images(self, scores: torch.Tensor) -> np.ndarray:
+        """The image each text belongs to: consecutive equal blocks of texts per image, as ``fold`` cuts them."""
+        n, m = scores.shape
+        if m % n:
+            raise HarnessError(f"label predictions: {m} texts are not an equal number per each of {n} images")
+        return np.arange(m) // (m // n)
+
     def fold(self, scores: torch.Tensor, fold: int, n_folds: int) -> tuple[torch.Tensor, "LabelPredictions"]:
         n, m = scores.shape[0] // n_folds, scores.shape[1] // n_folds
         rows, cols = slice(fold * n, (fold + 1) * n), slice(fold * m, (fold + 1) * m)
@@ -75,12 +96,12 @@ class LabelPredictions:
                                                     self.text_scores[cols], self.text_labels[cols])
 
 
-def _micro_f1(side: str):
-    def compute(context: EvaluationContext) -> float:
+def _micro_f1(side: str, parts: bool):
+    def compute(context: EvaluationContext):
         rel = context.relevance
-        return micro_f1(getattr(rel, f"{side}_scores"), getattr(rel, f"{side}_labels"))
+        return (micro_f1_parts if parts else micro_f1)(getattr(rel, f"{side}_scores"), getattr(rel, f"{side}_labels"))
     return compute
 
 
 for _side in ("image", "text"):
-    implement_metric(f"{_side}_micro_f1", _micro_f1(_side))
+    implement_metric(f"{_side}_micro_f1", _micro_f1(_side, parts=False), per_query=_micro_f1(_side, parts=True))

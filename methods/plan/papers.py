@@ -11,7 +11,7 @@ from methods.config import REPO_ROOT, config_hash, dotted_to_nested, load_yaml, 
 from methods.errors import HarnessError
 from methods.fidelity import (merge_ledgers, row_ledger, smoke_deviation, source_ledger, stand_in_deviation,
                               tokenizer_deviation)
-from methods.metrics.declarations import base_metrics, check_claimable
+from methods.metrics.declarations import base_metrics, check_claimable, is_pooled
 from methods.metrics.protocols import STATISTICS_PROTOCOL, get_protocol
 from methods.model_kinds import MODEL_KINDS, DescribeContext, describe_run
 from methods.model_kinds.element_views import check_elements, view_name
@@ -432,6 +432,10 @@ class PaperCatalogue:
                     if not rows[row_id].runs_models:
                         raise HarnessError(f"{where}.compare: row '{row_id}' is reported only: there are no runs "
                                            f"to test the claim on")
+                    if is_pooled(comparison.metric) and rows[row_id].ensemble_size > 1:
+                        raise HarnessError(f"{where}.compare: row '{row_id}' is an ensemble, whose averaged score "
+                                           f"matrix has no label predictions: {comparison.metric} compares single "
+                                           f"models")
                 protocols = [p for p in self.cfg["datasets"][dataset]["protocols"]
                              if set(base_metrics(comparison.metric)) <= set(get_protocol(p).metrics)]
                 if not protocols:

@@ -11,8 +11,9 @@ from methods.job_records import (ClaimSpec, ClaimsRowSpec, ClaimsSpec, FigureRow
                                   SummaryPaperSpec, SummaryRowSpec, SummarySpec, SummaryTableSpec, TableRowSpec,
                                   TableSpec)
 from methods.losses.term_kinds import term_configs
+from methods.metrics.declarations import is_pooled
 from methods.metrics.protocols import CHECKED_PROTOCOLS, STATISTICS_PROTOCOL, get_protocol
-from methods.paths import ResultsLayout, sims_file
+from methods.paths import ResultsLayout, eval_file, sims_file
 from methods.plan.datasets import data_kind, reported_dataset, test_splits, unconfigured_smoke, with_smoke_datasets
 from methods.plan.papers import ALL_TABLES_CONFIG, PaperCatalogue
 from methods.plan.method_files import bert_encoder
@@ -120,6 +121,11 @@ class Plan:
         return [[sims_file(run, split, row.view) for run in row.member_runs(self.layout, dataset, s)]
                 for s in row.seeds]
 
+    def evaluation_files(self, row: Row, dataset: str, split: str) -> list[str]:
+        """Per seed of a single-model row, its run's evaluation of ``split`` (the units of pooled
+        metrics; an ensemble has no label predictions, which the paper-file check refuses)."""
+        return [eval_file(run, split, row.view) for s in row.seeds for run in row.member_runs(self.layout, dataset, s)]
+
     def row_aggregate(self, dataset: str, table: str, row_id: str) -> str:
         """The aggregate of a run row's seeds (rule aggregate_row): its metrics and training checks."""
         return self.layout.row_aggregate(dataset, table, row_id)
@@ -131,12 +137,15 @@ class Plan:
         ds_cfg = self.cfg["datasets"][dataset]
         rows = {}
         for (table, row_id), row in self._claim_rows(paper, dataset).items():
-            protocols = sorted({p for c in claims if c.table == table and row_id in c.comparison.rows
-                                for p in c.protocols})
+            compared = [c for c in claims if c.table == table and row_id in c.comparison.rows]
+            # a pooled metric (micro-F1) is a label head's: its units are in the evaluation, not the score matrix
+            pooled = sorted({p for c in compared if is_pooled(c.comparison.metric) for p in c.protocols})
+            protocols = sorted({p for c in compared if not is_pooled(c.comparison.metric) for p in c.protocols})
             rows[f"{table}/{row_id}"] = ClaimsRowSpec(
                 table=table, id=row_id, label=row.label, seeds=row.seeds, ensemble_size=row.ensemble_size,
                 view=row.view, reported=row.reported,
                 scores={p: self.score_files(row, dataset, get_protocol(p).split) for p in protocols},
+                evaluations={p: self.evaluation_files(row, dataset, get_protocol(p).split) for p in pooled},
                 aggregate=self.row_aggregate(dataset, table, row_id))
         return ClaimsSpec(paper=paper, paper_name=self.papers[paper], dataset=dataset, dataset_kind=data_kind(ds_cfg),
                           reported_dataset=reported_dataset(dataset, ds_cfg), bootstrap=self.cfg["claims"],
@@ -149,7 +158,8 @@ class Plan:
     def claims_score_files(self, paper: str, dataset: str) -> list[str]:
         spec = self.claims_spec(paper, dataset)
         return sorted({f for row in spec.rows.values() for per_seed in row.scores.values()
-                       for files in per_seed for f in files})
+                       for files in per_seed for f in files}
+                      | {f for row in spec.rows.values() for files in row.evaluations.values() for f in files})
 
     def claims_row_aggregates(self, paper: str, dataset: str) -> list[str]:
         """The aggregates of the rows the claims compare (their training checks; built for the tables anyway)."""

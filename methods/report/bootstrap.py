@@ -11,8 +11,10 @@ bootstrap over test *images*, each resampled with all of its texts.
   the side's rows. Vectorised over resamples.
 - ``paired_difference_interval``: ``scipy.stats.bootstrap`` (BCa by default) of
   side_value(A) − side_value(B), paired: both sides' units and the counts are one sample, so
-  both sides are scored on the same resampled images (the counts are the relevance's, the same
-  for every row). The random state is
+  both sides are scored on the same resampled images. A mean over queries has the relevance's
+  counts, the same for every row; a pooled metric (micro-F1) each row's and seed's own
+  denominators, so each (row, seed) is a row of its side, weighted to the seed-mean of each row.
+  The random state is
   a seeded generator: the same units give the same interval, bit for bit.
 - ``verdict``: a claim that A exceeds B by more than ``margin`` (0: A above B) is ``supported``
   when the interval lies above the margin, ``contradicted`` when it lies below it (with margin 0:
@@ -42,32 +44,53 @@ def mean_over_seeds(sums_per_seed: list[np.ndarray]) -> np.ndarray:
     return np.mean(np.stack(sums_per_seed), axis=0)
 
 
-def side_value(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """``sums``: (rows, metrics, ..., images); ``counts``: (metrics, ..., images). The mean over
-    rows of the sum over metrics of each metric's ratio over the images."""
-    return (np.sum(sums, axis=-1) / np.sum(counts, axis=-1)).sum(axis=1).mean(axis=0)
+def side_value(sums: np.ndarray, counts: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """``sums``: (rows, metrics, ..., images); ``counts``: (metrics, ..., images) shared by the rows,
+    or (rows, metrics, ..., images) each row's own. The mean over rows (weighted by ``weights``,
+    which sum to 1) of the sum over metrics of each metric's ratio over the images."""
+    ratios = (np.sum(sums, axis=-1) / np.sum(counts, axis=-1)).sum(axis=1)   # (rows, ...)
+    if weights is None:
+        return ratios.mean(axis=0)
+    return np.tensordot(weights, ratios, axes=(0, 0))
 
 
 def paired_difference_interval(sums_a: np.ndarray, sums_b: np.ndarray, counts: np.ndarray,
                                n_resamples: int = 2000, seed: int = 0, confidence: float = 0.95,
-                               method: str = "BCa") -> dict:
+                               method: str = "BCa", counts_b: np.ndarray | None = None,
+                               weights_a: np.ndarray | None = None, weights_b: np.ndarray | None = None) -> dict:
     """Estimate and ``confidence`` interval of side_value(A) − side_value(B) over paired
-    resamples of the test images. ``sums_a``: (rows of A, metrics, images), ``sums_b`` likewise,
-    ``counts``: (metrics, images); the same images in the same order."""
+    resamples of the test images. ``sums_a``: (rows of A, metrics, images), ``sums_b`` likewise;
+    ``counts``: (metrics, images) shared by every row (a mean over queries: the relevance's
+    counts), or, with ``counts_b``, A's rows' own (rows of A, metrics, images) and B's (a pooled
+    metric such as micro-F1, whose denominators are each row's). ``weights_a`` / ``weights_b``:
+    each row's weight in its side's mean (summing to 1; default equal), e.g. each (row, seed) of a
+    pooled metric 1 / (rows x the row's seeds). The same images in the same order throughout."""
     a, b, c = (np.asarray(x, dtype=np.float64) for x in (sums_a, sums_b, counts))
-    if a.ndim != 3 or b.ndim != 3 or c.ndim != 2 or not a.shape[1:] == b.shape[1:] == c.shape:
-        raise HarnessError(f"paired bootstrap: units of shapes {a.shape}, {b.shape} and counts {c.shape}; expected "
-                           f"(rows, metrics, images) twice and (metrics, images), the same metrics and images")
-    rows_a, rows_b, n_metrics, n_images = a.shape[0], b.shape[0], c.shape[0], c.shape[1]
+    per_row = counts_b is not None
+    cb = np.asarray(counts_b, dtype=np.float64) if per_row else None
+    shapes_ok = a.ndim == 3 and b.ndim == 3 and a.shape[1:] == b.shape[1:] and (
+        c.shape == a.shape and cb.shape == b.shape if per_row else c.shape == a.shape[1:])
+    if not shapes_ok:
+        raise HarnessError(f"paired bootstrap: units of shapes {a.shape}, {b.shape} and counts {c.shape}"
+                           f"{'' if cb is None else f', {cb.shape}'}; expected (rows, metrics, images) twice and "
+                           f"(metrics, images), or each side's (rows, metrics, images), the same metrics and images")
+    rows_a, rows_b, n_metrics, n_images = a.shape[0], b.shape[0], a.shape[1], a.shape[2]
+    w_a, w_b = (None if w is None else np.asarray(w, dtype=np.float64) for w in (weights_a, weights_b))
+    for w, rows in ((w_a, rows_a), (w_b, rows_b)):
+        if w is not None and (w.shape != (rows,) or not np.isclose(w.sum(), 1.0)):
+            raise HarnessError(f"paired bootstrap: row weights {w.tolist()} for {rows} rows; expected one per row, "
+                               f"summing to 1")
+    # one sample, so that every resample draws the same images for both sides and the counts:
+    # (A's units, B's units, then the shared counts or A's and B's), scipy's resamples before the images
+    parts = [a, b, c, cb] if per_row else [a, b, c[None]]
+    sizes = np.cumsum([p.shape[0] * n_metrics for p in parts])[:-1]
 
     def difference(units, axis=-1):
-        # one sample, so that every resample draws the same images for both sides and the counts:
-        # (rows_a * metrics + rows_b * metrics + metrics, ..., images), scipy's resamples before the images
-        x, y, z = np.split(units, [rows_a * n_metrics, (rows_a + rows_b) * n_metrics])
-        x, y = x.reshape(rows_a, n_metrics, *x.shape[1:]), y.reshape(rows_b, n_metrics, *y.shape[1:])
-        return side_value(x, z) - side_value(y, z)
+        x, y, *z = (u.reshape(-1, n_metrics, *u.shape[1:]) for u in np.split(units, sizes))
+        count_a, count_b = (z[0], z[1]) if per_row else (z[0][0], z[0][0])
+        return side_value(x, count_a, w_a) - side_value(y, count_b, w_b)
 
-    units = np.concatenate([a.reshape(-1, n_images), b.reshape(-1, n_images), c])
+    units = np.concatenate([p.reshape(-1, n_images) for p in parts])
     with warnings.catch_warnings():   # a degenerate distribution (handled below) warns, and divides 0 by 0
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
         warnings.simplefilter("ignore", RuntimeWarning)

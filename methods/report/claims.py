@@ -35,11 +35,12 @@ from methods.cli import run_command
 from methods.data.datasets import DatasetPayload, load_dataset_payload
 from methods.errors import HarnessError
 from methods.io import load_npy, write_text
-from methods.job_records import ClaimSpec, ClaimsRowSpec, ClaimsSpec, RowAggregate
-from methods.metrics.declarations import METRICS, base_metrics, value_from
+from methods.job_records import ClaimSpec, ClaimsRowSpec, ClaimsSpec, RowAggregate, RunEvaluation
+from methods.metrics import evaluation  # noqa: F401  (registers every metric's implementation)
+from methods.metrics.declarations import METRICS, base_metrics, is_pooled, value_from
 from methods.metrics.relevance_builders import KarpathySplitItems, build_relevances
 from methods.metrics.protocols import CHECKED_PROTOCOLS, dataset_protocol, get_protocol
-from methods.metrics.query_units import QueryUnits, protocol_units
+from methods.metrics.query_units import QueryUnits, protocol_units, units_from_record
 from methods.metrics.training_check import (NOT_TRAINED, UNKNOWN, RowTraining, TrainingThresholds, row_training,
                                             saturated)
 from methods.report.bootstrap import claim_verdict, mean_over_seeds, paired_difference_interval
@@ -77,6 +78,9 @@ class RowScores:
                         self.units.setdefault((key, protocol), []).append(protocol_units(
                             scores, dataset_protocol(protocol, payload.dataset), self._relevance(split, protocol),
                             wanted))
+            for protocol, files in row.evaluations.items():   # pooled metrics: the units evaluation stored
+                wanted = [m for m in metrics if set(base_metrics(m)) <= set(get_protocol(protocol).metrics)]
+                self.units[(key, protocol)] = [stored_units(f, protocol, wanted, row.id) for f in files]
 
     def _relevance(self, split: str, protocol: str):
         """The protocol's relevance on its split (built once per kind: only those the claims need)."""
@@ -90,6 +94,16 @@ class RowScores:
     def _scores(files: list[str]) -> np.ndarray:
         """One seed's score matrix: the run's, or the mean of an ensemble's members' (as ``methods.ensemble``)."""
         return np.array(load_npy(files[0])) if len(files) == 1 else average_similarities([Path(f) for f in files])
+
+
+def stored_units(path: str, protocol: str, metrics: list[str], row_id: str) -> QueryUnits:
+    """The per-image units of ``metrics`` that a run's evaluation (``eval_<split>.json``) stored
+    under ``protocol``: a label head's micro-F1 (``methods.metrics.query_units.units_record``)."""
+    results = [r for r in RunEvaluation.read(path).results if r["protocol"] == protocol]
+    if not results:
+        raise HarnessError(f"{path}: row {row_id} has no {protocol} result: its model makes no label predictions, "
+                           f"so a claim on {', '.join(metrics)} cannot compare it")
+    return units_from_record(results[0].get("units"), metrics, f"{path}: {protocol}")
 
 
 def reported_value(row: ClaimsRowSpec, protocol: str, metric: str) -> tuple[float | None, str | None]:
@@ -113,24 +127,44 @@ def rows_training(spec: ClaimsSpec) -> dict[str, RowTraining]:
             for key, row in spec.rows.items()}
 
 
+def claim_interval(claim: ClaimSpec, protocol: str, sides: dict[str, list[str]],
+                   per_seed: dict[str, list[QueryUnits]], bootstrap: dict) -> dict:
+    """The paired bootstrap interval of a claim's difference under one protocol. A mean over
+    queries: each row's seed-mean sums over the counts the rows share (the same test queries). A
+    pooled metric (micro-F1): each (row, seed) with its own denominators, weighted to each row's
+    seed mean, so that the estimate is the difference of the rows' seed-mean metric."""
+    picked = {key: units[0].rows(claim.metric) for key, units in per_seed.items()}
+    shapes = {key: units[0].counts[picked[key]].shape for key, units in per_seed.items()}
+    if len(set(shapes.values())) != 1:
+        raise HarnessError(f"claim {claim.id}: rows {list(shapes)} are not scored on the same test images under "
+                           f"{protocol}")
+    b = {"n_resamples": bootstrap["n_resamples"], "seed": bootstrap["seed"], "confidence": bootstrap["confidence"],
+         "method": bootstrap["method"]}
+    if is_pooled(claim.metric):
+        def side(keys):   # (row, seed) members: sums, counts, weights
+            members = [(k, u) for k in keys for u in per_seed[k]]
+            return (np.stack([u.sums[picked[k]] for k, u in members]),
+                    np.stack([u.counts[picked[k]] for k, u in members]),
+                    np.array([1.0 / (len(keys) * len(per_seed[k])) for k, _ in members]))
+        (sa, ca, wa), (sb, cb, wb) = side(sides["left"]), side(sides["right"])
+        return paired_difference_interval(sa, sb, ca, counts_b=cb, weights_a=wa, weights_b=wb, **b)
+    counts = {key: units[0].counts[picked[key]] for key, units in per_seed.items()}
+    reference = next(iter(counts.values()))
+    for key, c in counts.items():
+        if not np.array_equal(c, reference):
+            raise HarnessError(f"claim {claim.id}: rows {list(counts)} are not scored on the same test queries "
+                               f"under {protocol}")
+    seed_mean = {key: mean_over_seeds([u.sums[picked[key]] for u in units]) for key, units in per_seed.items()}
+    return paired_difference_interval(np.stack([seed_mean[k] for k in sides["left"]]),
+                                      np.stack([seed_mean[k] for k in sides["right"]]), reference, **b)
+
+
 def check_claim(claim: ClaimSpec, protocol: str, spec: ClaimsSpec, scores: RowScores,
                 training: dict[str, RowTraining]) -> dict:
     rows = spec.rows
     sides = {"left": [f"{claim.table}/{r}" for r in claim.left], "right": [f"{claim.table}/{r}" for r in claim.right]}
     per_seed = {key: scores.units[(key, protocol)] for keys in sides.values() for key in keys}
-    picked = {key: units[0].rows(claim.metric) for key, units in per_seed.items()}
-    counts = {key: units[0].counts[picked[key]] for key, units in per_seed.items()}
-    reference = next(iter(counts.values()))
-    for key, c in counts.items():
-        if c.shape != reference.shape or not np.array_equal(c, reference):
-            raise HarnessError(f"claim {claim.id}: rows {list(counts)} are not scored on the same test queries "
-                               f"under {protocol}")
-    seed_mean = {key: mean_over_seeds([u.sums[picked[key]] for u in units]) for key, units in per_seed.items()}
-    b = spec.bootstrap
-    interval = paired_difference_interval(np.stack([seed_mean[k] for k in sides["left"]]),
-                                          np.stack([seed_mean[k] for k in sides["right"]]), reference,
-                                          n_resamples=b["n_resamples"], seed=b["seed"], confidence=b["confidence"],
-                                          method=b["method"])
+    interval = claim_interval(claim, protocol, sides, per_seed, spec.bootstrap)
     seed_values = {key: [u.value(claim.metric) for u in units] for key, units in per_seed.items()}
     side_means = {side: float(np.mean([np.mean(seed_values[k]) for k in keys])) for side, keys in sides.items()}
     seed_lists = {tuple(rows[k].seeds) for k in per_seed}

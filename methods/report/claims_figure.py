@@ -1,6 +1,7 @@
 """The claims of a paper on a dataset as a figure: per claim and protocol, our difference
 (left − right, seed mean) with its bootstrap interval, coloured by verdict; the paper's own
-difference as a marker where its reported numbers give one; the claimed margin and zero as lines."""
+difference as a marker where its reported numbers give one; the claimed margin and zero as lines.
+Claims on metrics of different scales (percentages, a 0-1 micro-F1) get a panel each."""
 from __future__ import annotations
 
 import matplotlib
@@ -11,18 +12,20 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from methods.cli import run_command  # noqa: E402
 from methods.errors import HarnessError  # noqa: E402
+from methods.metrics.declarations import METRICS  # noqa: E402
 from methods.report.figure_layout import save_figure  # noqa: E402
 
 COLOURS = {"supported": "tab:green", "contradicted": "tab:red", "inconclusive": "tab:gray", "undetermined": "tab:purple"}
 
 
-def plot_claims(claims_csv: str, out: str) -> int:
-    frame = pd.read_csv(claims_csv, keep_default_na=True)
-    if frame.empty:
-        raise HarnessError(f"{claims_csv} has no claim to plot")
-    n = len(frame)
-    fig, ax = plt.subplots(figsize=(10.0, 1.8 + 0.45 * n))
-    ys = list(range(n))[::-1]   # first claim on top
+# the x axis of a panel: claims on metrics of one scale share it (a percentage and a 0-1 F1 do not)
+SCALE_AXES = {"percent": "percentage points", "percent_sum": "percentage points",
+              "rank": "ranks", "unit": "the metric's units (0–1 scale)"}
+
+
+def draw_claims(ax, frame: pd.DataFrame) -> None:
+    """One panel: each claim's difference, its interval, the paper's difference and the margin."""
+    ys = list(range(len(frame)))[::-1]   # first claim on top
     for y, r in zip(ys, frame.itertuples()):
         colour = next(c for v, c in COLOURS.items() if r.verdict.startswith(v))   # "undetermined: x did not train"
         # a BCa interval need not contain the estimate: the bars are the interval's ends, not lengths
@@ -34,17 +37,31 @@ def plot_claims(claims_csv: str, out: str) -> int:
         if r.margin:
             ax.plot([r.margin, r.margin], [y - 0.35, y + 0.35], color="tab:orange", lw=1.2)
     ax.axvline(0.0, color="black", lw=0.8)
+    ax.set_ylim(-0.6, len(frame) - 0.4)
     ax.set_yticks(ys, [f"{r.claim} [{r.metric}, {r.protocol}]" for r in frame.itertuples()], fontsize=8)
-    ax.set_xlabel("difference, left − right, in the metric's units")
+
+
+def plot_claims(claims_csv: str, out: str) -> int:
+    frame = pd.read_csv(claims_csv, keep_default_na=True)
+    if frame.empty:
+        raise HarnessError(f"{claims_csv} has no claim to plot")
+    axis = frame["metric"].map(lambda m: SCALE_AXES[METRICS.get(m).scale])
+    panels = [(label, frame[axis == label]) for label in dict.fromkeys(axis)]   # in the claims' order
+    n = len(frame)
+    fig, axes = plt.subplots(len(panels), 1, squeeze=False, figsize=(10.0, 1.8 + 0.45 * n + 0.6 * (len(panels) - 1)),
+                             gridspec_kw={"height_ratios": [len(p) for _, p in panels]})
+    for ax, (label, part) in zip(axes[:, 0], panels):
+        draw_claims(ax, part)
+        ax.set_xlabel(f"difference, left − right, in {label}", fontsize=9)
     first = frame.iloc[0]
     synthetic = first["data"] == "synthetic"
-    ax.set_title(f"Claims of {first['paper']} on {first['dataset']}{' (synthetic data)' if synthetic else ''}\n"
-                 f"ours: seed mean with its {first['confidence']:.0%} {first['interval_method']} interval over test "
-                 f"images", fontsize=9)
+    axes[0, 0].set_title(f"Claims of {first['paper']} on {first['dataset']}{' (synthetic data)' if synthetic else ''}\n"
+                         f"ours: seed mean with its {first['confidence']:.0%} {first['interval_method']} interval over "
+                         f"test images", fontsize=9)
     handles = [plt.Line2D([], [], color=c, marker="o", ls="none", label=v) for v, c in COLOURS.items()]
     handles.append(plt.Line2D([], [], marker="D", mfc="none", mec="black", ls="none",
                               label=f"paper's difference{f' ({first.reported_dataset})' if synthetic else ''}"))
-    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))   # beside, off the data
+    axes[0, 0].legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))   # beside, off the data
     fig.tight_layout()
     save_figure(fig, out)
     return n
