@@ -276,6 +276,10 @@ class ClaimSpec(JobRecord):
     form: str
     left: list[str]
     right: list[str]
+    left_reduce: str      # how a side's rows give its value: mean, or the best of them (max / min)
+    right_reduce: str
+    best: str | None      # a best-of-set claim's row claimed best
+    printed: dict         # ... and the rows it compares on printed numbers only: row id -> reported numbers
     metric: str
     margin: float
     protocols: list[str]

@@ -188,6 +188,7 @@ def planted(tmp_path_factory, harness):
                                                                  [write("pa1", 1.0), write("pb1", 1.0)]]},
                    "evaluations": {}}}
     claim = {"words": "w", "paraphrased": False, "where": "Table 1", "table": "t", "metric": "rsum", "margin": 0.0,
+             "left_reduce": "mean", "right_reduce": "mean", "best": None, "printed": {},
              "protocols": ["synthetic_test"]}
     spec = {"paper": "toy", "paper_name": "Toy paper", "dataset": "toy", "dataset_kind": "synthetic",
             "reported_dataset": "flickr", "rows": rows, "training_check": TRAINING_CHECK,
@@ -321,6 +322,7 @@ def judged(tmp_path_factory, harness):
     del old["training_checks"]                      # an aggregate written before the training check
     (root / "old.agg.json").write_text(json.dumps(old))
     claim = {"words": "w", "paraphrased": False, "where": "Table 1", "table": "t", "margin": 0.0,
+             "left_reduce": "mean", "right_reduce": "mean", "best": None, "printed": {},
              "protocols": ["synthetic_test"]}
     claims = [("strong_beats_flat", "strong", "flat", "rsum"), ("mixed_beats_strong", "mixed", "strong", "rsum"),
               ("perfect_r10", "perfect_a", "perfect_b", "i2t_r10"),

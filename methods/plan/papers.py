@@ -23,7 +23,7 @@ from methods.plan.method_files import (bert_encoder, check_method_file, load_met
 from methods.plan.records import ENSEMBLE_SEED_STRIDE, Claim, Experiment, Figure, ReleasedMember, Row, Table
 from methods.plugins import file_root
 from methods.released.importers import RELEASED_NOTES, released_code
-from methods.report.claim_form import parse_comparison
+from methods.report.claim_form import best_of, parse_comparison
 
 
 def smoke_training(cfg: dict, smoke: dict, where: str) -> dict:
@@ -418,33 +418,56 @@ class PaperCatalogue:
             if released:   # a claim is tested on the harness's runs; a released row is absent where unconfigured
                 raise HarnessError(f"{where}.compare: row '{released[0]}' is the authors' released weights: claims "
                                    f"compare rows the harness trains")
+            if claim.get("printed_rows") and comparison.best is None:
+                raise HarnessError(f"{where}.printed_rows: only a best-of-set claim (best(...) == row) compares "
+                                   f"rows on their printed numbers")
+            if comparison.best is not None and is_pooled(comparison.metric):
+                raise HarnessError(f"{where}.compare: a best-of-set claim on {comparison.metric}, a pooled metric, "
+                                   f"is not supported: state it as claims between two rows")
             for dataset in self._built_on(claim["table"], self._with_smoke(paper["tables"][claim["table"]]["datasets"])):
                 rows = {r.id: r for r in self.tables[(claim["table"], dataset)].rows}
                 left_out = {r["id"]: r for r in self.tables[(claim["table"], dataset)].unconfigured}
-                unset = sorted({k for row_id in comparison.rows if row_id in left_out for k in left_out[row_id]["keys"]})
+                compared, printed = comparison, list(claim.get("printed_rows") or [])
+                if comparison.best is not None and comparison.best not in left_out:
+                    # a set member whose files are not configured is compared on its printed numbers only
+                    unrun = [r for r in comparison.members if r in left_out]
+                    if unrun:
+                        compared = best_of(comparison, [r for r in comparison.members if r not in unrun], where)
+                        printed += unrun
+                unset = sorted({k for row_id in compared.rows if row_id in left_out for k in left_out[row_id]["keys"]})
                 if unset:   # a compared row needs a file the config does not give: no test on this dataset
                     self.untested_claims.setdefault((paper["key"], dataset), []).append((claim_id, unset))
                     continue
-                for row_id in comparison.rows:
+                for row_id in compared.rows:
                     if row_id not in rows:
                         raise HarnessError(f"{where}.compare: table {claim['table']} has no row '{row_id}' on "
                                            f"{dataset} (rows: {', '.join(rows)})")
                     if not rows[row_id].runs_models:
                         raise HarnessError(f"{where}.compare: row '{row_id}' is reported only: there are no runs "
-                                           f"to test the claim on")
-                    if is_pooled(comparison.metric) and rows[row_id].ensemble_size > 1:
+                                           f"to test the claim on (a best-of-set claim names it in printed_rows)")
+                    if is_pooled(compared.metric) and rows[row_id].ensemble_size > 1:
                         raise HarnessError(f"{where}.compare: row '{row_id}' is an ensemble, whose averaged score "
-                                           f"matrix has no label predictions: {comparison.metric} compares single "
+                                           f"matrix has no label predictions: {compared.metric} compares single "
                                            f"models")
+                for row_id in claim.get("printed_rows") or []:
+                    if row_id not in rows and row_id not in left_out:
+                        raise HarnessError(f"{where}.printed_rows: table {claim['table']} has no row '{row_id}' on "
+                                           f"{dataset}")
+                    if row_id in compared.rows:
+                        raise HarnessError(f"{where}.printed_rows: row '{row_id}' is in the compared set too")
                 protocols = [p for p in self.cfg["datasets"][dataset]["protocols"]
-                             if set(base_metrics(comparison.metric)) <= set(get_protocol(p).metrics)]
+                             if set(base_metrics(compared.metric)) <= set(get_protocol(p).metrics)]
                 if not protocols:
                     raise HarnessError(f"{where}.compare: no protocol of datasets.{dataset}.protocols "
                                        f"({', '.join(self.cfg['datasets'][dataset]['protocols'])}) reports "
-                                       f"{comparison.metric}")
+                                       f"{compared.metric}")
+                raw_rows = {r["id"]: r for r in paper["tables"][claim["table"]]["rows"]}
+                ds_cfg = self.cfg["datasets"][dataset]
+                printed_numbers = {r: rows[r].reported if r in rows else reported_shown(
+                    raw_rows[r].get("reported", {}).get(reported_dataset(dataset, ds_cfg), {}), ds_cfg) for r in printed}
                 self.claims.setdefault((paper["key"], dataset), []).append(Claim(
                     claim_id, paper["key"], claim["words"], claim.get("paraphrased", False), claim["where"],
-                    claim["table"], comparison, float(claim.get("margin", 0.0)), protocols))
+                    claim["table"], compared, float(claim.get("margin", 0.0)), protocols, printed_numbers))
 
     def _check_row(self, path: Path, table_name: str, table_datasets: list[str], row: dict, paper: dict) -> None:
         """What a row names that no resolved config shows: its overrides (each key one of the method

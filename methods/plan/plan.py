@@ -152,7 +152,10 @@ class Plan:
                           training_check=self.cfg["training_check"], rows=rows,
                           claims=[ClaimSpec(id=c.id, words=c.words, paraphrased=c.paraphrased, where=c.where,
                                             table=c.table, form=c.form, left=list(c.comparison.left),
-                                            right=list(c.comparison.right), metric=c.comparison.metric,
+                                            right=list(c.comparison.right), left_reduce=c.comparison.left_reduce,
+                                            right_reduce=c.comparison.right_reduce, best=c.comparison.best,
+                                            printed=c.printed,
+                                            metric=c.comparison.metric,
                                             margin=c.margin, protocols=c.protocols) for c in claims])
 
     def claims_score_files(self, paper: str, dataset: str) -> list[str]:

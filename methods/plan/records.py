@@ -140,6 +140,9 @@ class Claim:
     comparison: Comparison        # left rows above right rows on one metric
     margin: float
     protocols: list[str]          # the dataset's protocols that report the metric
+    # a best-of-set claim's rows compared on their printed numbers only (reported only, or files not
+    # configured): row id -> its reported numbers (protocol -> source, metrics, ...)
+    printed: dict[str, dict] = field(default_factory=dict)
 
     @property
     def form(self) -> str:

@@ -44,11 +44,17 @@ def mean_over_seeds(sums_per_seed: list[np.ndarray]) -> np.ndarray:
     return np.mean(np.stack(sums_per_seed), axis=0)
 
 
-def side_value(sums: np.ndarray, counts: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+def side_value(sums: np.ndarray, counts: np.ndarray, weights: np.ndarray | None = None,
+               reduce: str = "mean") -> np.ndarray:
     """``sums``: (rows, metrics, ..., images); ``counts``: (metrics, ..., images) shared by the rows,
-    or (rows, metrics, ..., images) each row's own. The mean over rows (weighted by ``weights``,
-    which sum to 1) of the sum over metrics of each metric's ratio over the images."""
+    or (rows, metrics, ..., images) each row's own. Per row, the sum over metrics of each metric's
+    ratio over the images; then over the rows their mean (weighted by ``weights``, which sum to
+    1), or their ``max`` / ``min`` (the best of a set)."""
     ratios = (np.sum(sums, axis=-1) / np.sum(counts, axis=-1)).sum(axis=1)   # (rows, ...)
+    if reduce == "max":
+        return ratios.max(axis=0)
+    if reduce == "min":
+        return ratios.min(axis=0)
     if weights is None:
         return ratios.mean(axis=0)
     return np.tensordot(weights, ratios, axes=(0, 0))
@@ -56,15 +62,21 @@ def side_value(sums: np.ndarray, counts: np.ndarray, weights: np.ndarray | None 
 
 def paired_difference_interval(sums_a: np.ndarray, sums_b: np.ndarray, counts: np.ndarray,
                                n_resamples: int = 2000, seed: int = 0, confidence: float = 0.95,
+                               margin: float = 0.0,
                                method: str = "BCa", counts_b: np.ndarray | None = None,
-                               weights_a: np.ndarray | None = None, weights_b: np.ndarray | None = None) -> dict:
+                               weights_a: np.ndarray | None = None, weights_b: np.ndarray | None = None,
+                               reduce_a: str = "mean", reduce_b: str = "mean") -> dict:
     """Estimate and ``confidence`` interval of side_value(A) − side_value(B) over paired
     resamples of the test images. ``sums_a``: (rows of A, metrics, images), ``sums_b`` likewise;
     ``counts``: (metrics, images) shared by every row (a mean over queries: the relevance's
     counts), or, with ``counts_b``, A's rows' own (rows of A, metrics, images) and B's (a pooled
     metric such as micro-F1, whose denominators are each row's). ``weights_a`` / ``weights_b``:
     each row's weight in its side's mean (summing to 1; default equal), e.g. each (row, seed) of a
-    pooled metric 1 / (rows x the row's seeds). The same images in the same order throughout."""
+    pooled metric 1 / (rows x the row's seeds). ``reduce_a`` / ``reduce_b``: a side's value is the
+    mean of its rows, or their ``max`` / ``min`` (a best-of-set claim: the best of the others, on each
+    resample); the result then also holds ``share_above``, the share of resamples whose difference
+    is above ``margin`` (the bootstrap's probability that the claimed best is the best). The same
+    images in the same order throughout."""
     a, b, c = (np.asarray(x, dtype=np.float64) for x in (sums_a, sums_b, counts))
     per_row = counts_b is not None
     cb = np.asarray(counts_b, dtype=np.float64) if per_row else None
@@ -88,7 +100,7 @@ def paired_difference_interval(sums_a: np.ndarray, sums_b: np.ndarray, counts: n
     def difference(units, axis=-1):
         x, y, *z = (u.reshape(-1, n_metrics, *u.shape[1:]) for u in np.split(units, sizes))
         count_a, count_b = (z[0], z[1]) if per_row else (z[0][0], z[0][0])
-        return side_value(x, count_a, w_a) - side_value(y, count_b, w_b)
+        return side_value(x, count_a, w_a, reduce_a) - side_value(y, count_b, w_b, reduce_b)
 
     units = np.concatenate([p.reshape(-1, n_images) for p in parts])
     with warnings.catch_warnings():   # a degenerate distribution (handled below) warns, and divides 0 by 0
@@ -103,7 +115,7 @@ def paired_difference_interval(sums_a: np.ndarray, sums_b: np.ndarray, counts: n
         low = high = estimate                         # scipy's BCa is undefined (NaN); the interval is that point
     return {"estimate": estimate, "low": float(low), "high": float(high),
             "confidence": confidence, "n_resamples": n_resamples, "seed": seed, "method": method,
-            "n_images": int(n_images)}
+            "n_images": int(n_images), "share_above": float(np.mean(result.bootstrap_distribution > margin))}
 
 
 VERDICTS = ("supported", "contradicted", "inconclusive", "undetermined")

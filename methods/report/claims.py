@@ -50,11 +50,13 @@ from methods.scoring import average_similarities
 
 COLUMNS = ("paper", "dataset", "data", "claim", "words", "paraphrased", "where", "table", "compare", "margin",
            "protocol", "metric", "left_rows", "right_rows", "left_reproduced", "right_reproduced",
-           "reproduced_difference", "difference_seed_std", "seeds_above_margin", "n_seeds", "seeds", "ci_low",
+           "reproduced_difference", "difference_seed_std", "seeds_above_margin", "p_best", "n_seeds", "seeds", "ci_low",
            "ci_high", "confidence", "interval_method", "n_resamples", "bootstrap_seed", "n_images", "reported_dataset",
-           "left_reported", "right_reported", "reported_difference", "reported_sources", "untrained_rows", "saturated",
+           "left_reported", "right_reported", "reported_difference", "reported_sources", "printed_rows", "printed_verdict",
+           "untrained_rows", "saturated",
            "training_check", "verdict")
 DIGITS = 4
+REDUCE = {"mean": np.mean, "max": np.max, "min": np.min}   # how a side's rows give its value (claim_form)
 
 
 class RowScores:
@@ -106,9 +108,10 @@ def stored_units(path: str, protocol: str, metrics: list[str], row_id: str) -> Q
     return units_from_record(results[0].get("units"), metrics, f"{path}: {protocol}")
 
 
-def reported_value(row: ClaimsRowSpec, protocol: str, metric: str) -> tuple[float | None, str | None]:
-    """A row's reported metric under a protocol (a sum such as RSUM from its parts), and its source."""
-    reported = row.reported.get(protocol)
+def reported_value(numbers: dict, protocol: str, metric: str) -> tuple[float | None, str | None]:
+    """A row's reported metric under a protocol (a sum such as RSUM from its parts) from its reported
+    ``numbers`` (protocol -> source, metrics), and its source."""
+    reported = numbers.get(protocol)
     if not reported:
         return None, None
     metrics = reported["metrics"]
@@ -125,6 +128,25 @@ def rows_training(spec: ClaimsSpec) -> dict[str, RowTraining]:
     thresholds = TrainingThresholds.from_config(spec.training_check)
     return {key: row_training(RowAggregate.read(row.aggregate).training_checks, CHECKED_PROTOCOLS, thresholds)
             for key, row in spec.rows.items()}
+
+
+def printed_verdict(claim: ClaimSpec, protocol: str, rows: dict[str, ClaimsRowSpec]) -> str:
+    """A best-of-set claim on the paper's printed numbers of every row of its set, those it compares
+    on printed numbers only included: whether the claimed best is printed above the best of the
+    others; empty for other claims."""
+    if claim.best is None:
+        return ""
+    numbers = {**{r: rows[f"{claim.table}/{r}"].reported for r in claim.left + claim.right}, **claim.printed}
+    values = {r: reported_value(n, protocol, claim.metric)[0] for r, n in numbers.items()}
+    missing = sorted(r for r, v in values.items() if v is None)
+    if missing:
+        return f"not stated: no printed {claim.metric} under {protocol} for {', '.join(missing)}"
+    others = {r: v for r, v in values.items() if r != claim.best}
+    higher = METRICS.get(claim.metric).direction == "higher"
+    rival = (max if higher else min)(others, key=others.get)
+    holds = values[claim.best] > others[rival] if higher else values[claim.best] < others[rival]
+    return (f"{'holds' if holds else 'does not hold'} on the printed numbers of {len(values)} rows: "
+            f"{claim.best} {values[claim.best]:g}, best of the others {rival} {others[rival]:g}")
 
 
 def claim_interval(claim: ClaimSpec, protocol: str, sides: dict[str, list[str]],
@@ -156,7 +178,8 @@ def claim_interval(claim: ClaimSpec, protocol: str, sides: dict[str, list[str]],
                                f"under {protocol}")
     seed_mean = {key: mean_over_seeds([u.sums[picked[key]] for u in units]) for key, units in per_seed.items()}
     return paired_difference_interval(np.stack([seed_mean[k] for k in sides["left"]]),
-                                      np.stack([seed_mean[k] for k in sides["right"]]), reference, **b)
+                                      np.stack([seed_mean[k] for k in sides["right"]]), reference, margin=claim.margin,
+                                      reduce_a=claim.left_reduce, reduce_b=claim.right_reduce, **b)
 
 
 def check_claim(claim: ClaimSpec, protocol: str, spec: ClaimsSpec, scores: RowScores,
@@ -165,17 +188,19 @@ def check_claim(claim: ClaimSpec, protocol: str, spec: ClaimsSpec, scores: RowSc
     sides = {"left": [f"{claim.table}/{r}" for r in claim.left], "right": [f"{claim.table}/{r}" for r in claim.right]}
     per_seed = {key: scores.units[(key, protocol)] for keys in sides.values() for key in keys}
     interval = claim_interval(claim, protocol, sides, per_seed, spec.bootstrap)
+    reduce = {"left": REDUCE[claim.left_reduce], "right": REDUCE[claim.right_reduce]}
     seed_values = {key: [u.value(claim.metric) for u in units] for key, units in per_seed.items()}
-    side_means = {side: float(np.mean([np.mean(seed_values[k]) for k in keys])) for side, keys in sides.items()}
+    side_means = {side: float(reduce[side]([np.mean(seed_values[k]) for k in keys])) for side, keys in sides.items()}
     seed_lists = {tuple(rows[k].seeds) for k in per_seed}
     seed_std, above = None, None
     if len(seed_lists) == 1 and len(next(iter(seed_lists))) > 1:   # shared seeds: the spread of the per-seed differences
-        differences = (np.mean([seed_values[k] for k in sides["left"]], axis=0)
-                       - np.mean([seed_values[k] for k in sides["right"]], axis=0))
+        differences = (reduce["left"]([seed_values[k] for k in sides["left"]], axis=0)
+                       - reduce["right"]([seed_values[k] for k in sides["right"]], axis=0))
         seed_std, above = float(np.std(differences)), int(np.sum(differences > claim.margin))
-    reported = {side: [reported_value(rows[k], protocol, claim.metric) for k in keys] for side, keys in sides.items()}
-    reported_means = {side: (float(np.mean([v for v, _ in values])) if all(v is not None for v, _ in values) else None)
-                      for side, values in reported.items()}
+    reported = {side: [reported_value(rows[k].reported, protocol, claim.metric) for k in keys]
+                for side, keys in sides.items()}
+    reported_means = {side: (float(reduce[side]([v for v, _ in values])) if all(v is not None for v, _ in values)
+                             else None) for side, values in reported.items()}
     reported_difference = (None if None in reported_means.values()
                            else reported_means["left"] - reported_means["right"])
     compared = [k for keys in sides.values() for k in keys]
@@ -193,6 +218,8 @@ def check_claim(claim: ClaimSpec, protocol: str, spec: ClaimsSpec, scores: RowSc
         "left_rows": "; ".join(claim.left), "right_rows": "; ".join(claim.right),
         "left_reproduced": side_means["left"], "right_reproduced": side_means["right"],
         "reproduced_difference": interval["estimate"], "difference_seed_std": seed_std, "seeds_above_margin": above,
+        "p_best": interval["share_above"] if claim.best is not None else None,
+        "printed_rows": "; ".join(claim.printed), "printed_verdict": printed_verdict(claim, protocol, rows),
         "n_seeds": len(rows[sides["left"][0]].seeds) if len(seed_lists) == 1 else None,
         "seeds": " ".join(map(str, sorted(seed_lists)[0])) if len(seed_lists) == 1 else "per row",
         "ci_low": interval["low"], "ci_high": interval["high"], "confidence": interval["confidence"],
@@ -213,7 +240,7 @@ def claims_frame(spec: ClaimsSpec, payload: DatasetPayload) -> pd.DataFrame:
     records = [check_claim(claim, protocol, spec, scores, training)
                for claim in spec.claims for protocol in claim.protocols]
     frame = pd.DataFrame(records, columns=list(COLUMNS))
-    floats = [c for c in COLUMNS if c.endswith(("_reproduced", "_reported", "_difference", "_std", "ci_low", "ci_high"))]
+    floats = [c for c in COLUMNS if c.endswith(("_reproduced", "_reported", "_difference", "_std", "ci_low", "ci_high", "p_best"))]
     frame[floats] = frame[floats].astype(float).round(DIGITS)
     frame[["seeds_above_margin", "n_seeds"]] = frame[["seeds_above_margin", "n_seeds"]].astype("Int64")
     return frame
@@ -238,9 +265,18 @@ def markdown(frame: pd.DataFrame, spec: ClaimsSpec) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for r in frame.itertuples():
         words = f"{escape_cell(r.words)} (paraphrase)" if r.paraphrased else f"“{escape_cell(r.words)}”"
+        said = r.verdict if pd.isna(r.p_best) else f"{r.verdict}; P(best) {r.p_best:.2f}"
         lines.append(f"| {r.claim} | {words} | {escape_cell(r.where)} | `{r.compare}` | {r.protocol} | "
                      f"{number(r.reported_difference, signed=True)} | {ours_difference(r)} | "
-                     f"[{number(r.ci_low, signed=True)}, {number(r.ci_high, signed=True)}] | {r.verdict} |")
+                     f"[{number(r.ci_low, signed=True)}, {number(r.ci_high, signed=True)}] | {said} |")
+    printed = [r for r in frame.itertuples() if isinstance(r.printed_verdict, str) and r.printed_verdict]
+    if printed:
+        lines += ["", "Best-of-set claims: ours compares the rows the harness runs (P(best): the share of resamples "
+                      "in which the claimed row is the best of them); on the paper's printed numbers, with the rows "
+                      "it only prints, apart from our verdict:", ""]
+        lines += [f"- `{r.claim}` ({r.protocol}): {escape_cell(r.printed_verdict)}"
+                  + (f"; printed only: {escape_cell(r.printed_rows)}" if isinstance(r.printed_rows, str)
+                     and r.printed_rows else "") for r in printed]
     named = {key: state for key, state in rows_training(spec).items() if state.status in (NOT_TRAINED, UNKNOWN)}
     if named:
         lines += ["", "Compared rows that did not train, or whose training was not checked (evaluations written "

@@ -1,0 +1,154 @@
+"""Best-of-set claims (``best(a, b, c).m == a``): the machine form read as "a above the best of the
+others", the paired bootstrap of a − max(others) against a direct implementation on the same draws
+with the share of resamples in which a is the best, and the claims job on planted rows (supported,
+contradicted, inconclusive; the paper's printed numbers judged apart)."""
+import numpy as np
+import pytest
+from scipy.special import ndtr, ndtri
+
+from methods.data.datasets import dataset_payload
+from methods.errors import HarnessError
+from methods.io import save_npy
+from methods.job_records import ClaimsSpec, RunEvaluation
+from methods.metrics.evaluation import evaluate_protocol
+from methods.metrics.protocols import get_protocol
+from methods.metrics.query_units import protocol_units
+from methods.metrics.relevance import CaptionsOfImage
+from methods.metrics.retrieval import retrieval_metrics
+from methods.report import claims as claims_job
+from methods.report.aggregate import aggregate
+from methods.report.bootstrap import paired_difference_interval, side_value
+from methods.report.claim_form import parse_comparison
+from tests.conftest import config_with_every_table
+from tests.records import run_evaluation
+
+TPI = 5
+
+
+def test_best_of_a_set_reads_the_row_above_the_best_of_the_others():
+    c = parse_comparison("best(a, b_2, c).i2t_r1 == b_2", "here")
+    assert (c.left, c.right, c.left_reduce, c.right_reduce, c.best) == (("b_2",), ("a", "c"), "mean", "max", "b_2")
+    assert c.text() == "best(a, b_2, c).i2t_r1 == b_2" and c.rows == ("b_2", "a", "c")
+    lower = parse_comparison(" best( a ,b ).t2i_meanr==a ", "here")   # lower is better: the lowest of the others above a
+    assert (lower.left, lower.right, lower.left_reduce, lower.right_reduce) == (("b",), ("a",), "min", "mean")
+    for bad, message in (("best(a, b).rsum == c", "'c', is not in the set"), ("best(a, a).rsum == a", "twice"),
+                         ("best(a, b).rsumm == a", "unknown metric 'rsumm'"), ("best(a).rsum == a", "is not")):
+        with pytest.raises(HarnessError, match=message):
+            parse_comparison(bad, "claims.x.compare")
+
+
+def test_a_side_of_the_best_of_its_rows_hand_worked():
+    sums = np.array([[[60.0, 20.0]], [[30.0, 70.0]]])   # two rows, one metric, two images
+    counts = np.array([[1.0, 1.0]])
+    assert side_value(sums, counts, reduce="max") == pytest.approx(50.0)   # row means 40 and 50
+    assert side_value(sums, counts, reduce="min") == pytest.approx(40.0)
+    picked = np.array([0, 0])                                              # image 0 twice: 60 vs 30
+    assert side_value(sums[:, :, picked], counts[:, picked], reduce="max") == pytest.approx(60.0)
+
+
+def units(scores):
+    return protocol_units(scores, get_protocol("synthetic_test"), CaptionsOfImage(TPI), ["rsum"])
+
+
+def planted(rng, n, strength):
+    return rng.normal(size=(n, n * TPI)) + strength * np.repeat(np.eye(n), TPI, axis=1)
+
+
+def test_best_of_set_bootstrap_equals_a_direct_implementation_with_the_share_of_resamples():
+    rng = np.random.default_rng(0)
+    a, b, c = (units(planted(rng, 15, s)) for s in (1.6, 1.4, 0.8))
+    got = paired_difference_interval(a.sums[None], np.stack([b.sums, c.sums]), a.counts, n_resamples=400, seed=3,
+                                     reduce_b="max")
+    counts = a.counts
+
+    def value(u, picked):
+        return sum(u.sums[m, picked].sum() / counts[m, picked].sum() for m in range(len(counts)))
+
+    def stat(picked):
+        return value(a, picked) - max(value(b, picked), value(c, picked))
+    n = 15
+    draws = np.random.default_rng(3).integers(0, n, (400, n))
+    theta_b = np.array([stat(i) for i in draws])
+    theta = stat(np.arange(n))
+    z0 = ndtri(((theta_b < theta).sum() + (theta_b <= theta).sum()) / 800)
+    jack = np.array([stat(np.delete(np.arange(n), j)) for j in range(n)])
+    d = jack.mean() - jack
+    accel = (d ** 3).sum() / (6 * (d ** 2).sum() ** 1.5)
+    ends = [np.percentile(theta_b, 100 * ndtr(z0 + (z0 + z) / (1 - accel * (z0 + z)))) for z in (ndtri(0.025),
+                                                                                                   ndtri(0.975))]
+    assert got["estimate"] == pytest.approx(theta, rel=1e-12)
+    assert got["estimate"] == pytest.approx(a.value("rsum") - max(b.value("rsum"), c.value("rsum")), rel=1e-12)
+    assert (got["low"], got["high"]) == (pytest.approx(ends[0], rel=1e-12), pytest.approx(ends[1], rel=1e-12))
+    assert got["share_above"] == pytest.approx(np.mean(theta_b > 0))
+
+
+@pytest.fixture(scope="module")
+def harness():
+    return config_with_every_table()
+
+
+@pytest.fixture(scope="module")
+def judged(tmp_path_factory, harness):
+    """Rows ``strong``, ``mid``, ``twin`` (strong's model, another draw) and ``weak`` on 40 test
+    images, one seed each; best-of-set claims over them; printed numbers for two more rows."""
+    root = tmp_path_factory.mktemp("best")
+    rng = np.random.default_rng(1)
+    protocol = get_protocol("synthetic_test")
+    rsum, rows = {}, {}
+    for row_id, strength in (("strong", 2.0), ("mid", 1.0), ("twin", 2.0), ("weak", 0.4)):
+        scores = planted(rng, 40, strength)
+        save_npy(root / f"{row_id}.npy", scores.astype(np.float32))
+        rsum[row_id] = retrieval_metrics(scores.astype(np.float32).astype(np.float64))["rsum"]
+        ev = RunEvaluation.from_json(run_evaluation(0, [evaluate_protocol(scores, protocol)]), "t")
+        aggregate([ev]).write(root / f"{row_id}.agg.json")
+        rows[f"t/{row_id}"] = {"table": "t", "id": row_id, "label": row_id, "seeds": [0], "ensemble_size": 1,
+                               "view": None, "scores": {protocol.name: [[str(root / f"{row_id}.npy")]]},
+                               "evaluations": {}, "aggregate": str(root / f"{row_id}.agg.json"),
+                               "reported": {protocol.name: {"source": f"paper, row '{row_id}'", "ensemble_size": 1,
+                                                            "metrics": {"rsum": {"strong": 500, "mid": 400}.get(
+                                                                row_id, 300)}}}}
+
+    def claim(claim_id, members, best, printed=None):
+        c = parse_comparison(f"best({', '.join(members)}).rsum == {best}", "test")
+        return {"id": claim_id, "words": "w", "paraphrased": False, "where": "Table 1", "table": "t",
+                "form": c.text(), "left": list(c.left), "right": list(c.right), "left_reduce": c.left_reduce,
+                "right_reduce": c.right_reduce, "best": c.best, "printed": printed or {}, "metric": "rsum",
+                "margin": 0.0, "protocols": [protocol.name]}
+    printed = {"camp": {protocol.name: {"source": "paper, row 'camp'", "ensemble_size": 1, "metrics": {"rsum": 450}}},
+               "rdan": {protocol.name: {"source": "paper, row 'rdan'", "ensemble_size": 1, "metrics": {"rsum": 520}}}}
+    spec = {"paper": "toy", "paper_name": "Toy paper", "dataset": "toy", "dataset_kind": "real",
+            "reported_dataset": "toy", "rows": rows,
+            "training_check": {"min_gain_share": 0.05, "min_score_spread": 1e-4, "saturated_share": 0.99},
+            "bootstrap": {"n_resamples": 500, "confidence": 0.95, "method": "BCa", "seed": 0},
+            "claims": [claim("strong_best", ["mid", "strong", "weak"], "strong", {"camp": printed["camp"]}),
+                       claim("weak_best", ["mid", "strong", "weak"], "weak"),
+                       claim("strong_best_of_twin", ["strong", "twin", "weak"], "strong"),
+                       claim("strong_best_printed_rival", ["mid", "strong"], "strong", printed)]}
+    frame = claims_job.claims_frame(ClaimsSpec.from_json(spec, "test"), dataset_payload(harness, "synthetic"))
+    return frame.set_index("claim"), rsum, ClaimsSpec.from_json(spec, "test")
+
+
+def test_best_of_set_claims_on_planted_rows(judged):
+    frame, rsum, _ = judged
+    strong = frame.loc["strong_best"]
+    assert strong["reproduced_difference"] == pytest.approx(rsum["strong"] - max(rsum["mid"], rsum["weak"]), abs=1e-3)
+    assert strong["right_reproduced"] == pytest.approx(rsum["mid"], abs=1e-3)   # the best of the others
+    assert strong["verdict"] == "supported" and strong["p_best"] > 0.99
+    assert strong["reported_difference"] == pytest.approx(500 - 400)           # printed: the best of the run rows
+    weak = frame.loc["weak_best"]
+    assert weak["verdict"] == "contradicted" and weak["p_best"] < 0.01
+    twin = frame.loc["strong_best_of_twin"]
+    assert twin["verdict"] == "inconclusive" and 0.01 < twin["p_best"] < 0.99
+
+
+def test_the_printed_numbers_are_judged_apart_with_the_rows_only_printed(judged):
+    frame, _, spec = judged
+    assert frame.loc["strong_best", "printed_verdict"] == (
+        "holds on the printed numbers of 4 rows: strong 500, best of the others camp 450")
+    assert frame.loc["strong_best", "printed_rows"] == "camp"
+    rival = frame.loc["strong_best_printed_rival"]
+    assert rival["printed_verdict"] == "does not hold on the printed numbers of 4 rows: strong 500, best of the " \
+                                       "others rdan 520"
+    assert rival["verdict"] == "supported"        # ours compares the rows the harness runs
+    text = claims_job.markdown(frame.reset_index(), spec)
+    assert "supported; P(best) 1.00" in text and "- `strong_best_printed_rival` (synthetic_test): does not hold" in text
