@@ -16,6 +16,7 @@ RELEASED: dict[str, tuple[str, str]] = {
     "vse_infinity": ("woodfrog/vse_infty", "vse_infinity"),
     "vse_infinity_grid": ("woodfrog/vse_infty", "vse_infinity_grid"),
     "pcme": ("naver-ai/pcme", "pcme"),
+    "naaf": ("CrossmodalGroup/NAAF", "naaf"),
 }
 # what a released row of a kind says beside its files: how the authors' files differ from what the
 # harness builds for its retrained rows
