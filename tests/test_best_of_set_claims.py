@@ -2,10 +2,14 @@
 others", the paired bootstrap of a − max(others) against a direct implementation on the same draws
 with the share of resamples in which a is the best, and the claims job on planted rows (supported,
 contradicted, inconclusive; the paper's printed numbers judged apart)."""
+import copy
+
 import numpy as np
 import pytest
+import yaml
 from scipy.special import ndtr, ndtri
 
+from methods.config import REPO_ROOT, load_harness_config
 from methods.data.datasets import dataset_payload
 from methods.errors import HarnessError
 from methods.io import save_npy
@@ -15,6 +19,7 @@ from methods.metrics.protocols import get_protocol
 from methods.metrics.query_units import protocol_units
 from methods.metrics.relevance import CaptionsOfImage
 from methods.metrics.retrieval import retrieval_metrics
+from methods.plan import Plan
 from methods.report import claims as claims_job
 from methods.report.aggregate import aggregate
 from methods.report.bootstrap import paired_difference_interval, side_value
@@ -152,3 +157,37 @@ def test_the_printed_numbers_are_judged_apart_with_the_rows_only_printed(judged)
     assert rival["verdict"] == "supported"        # ours compares the rows the harness runs
     text = claims_job.markdown(frame.reset_index(), spec)
     assert "supported; P(best) 1.00" in text and "- `strong_best_printed_rival` (synthetic_test): does not hold" in text
+
+
+def test_a_set_member_left_out_for_its_files_is_compared_on_its_printed_number(tmp_path):
+    """SGRAF's state-of-the-art claim on Flickr30K without PFAN's box files: PFAN's row is left out
+    of the table, and the claim compares the other rows, PFAN among the printed ones."""
+    precomp = tmp_path / "f30k_precomp"
+    precomp.mkdir()
+    cfg = load_harness_config(REPO_ROOT / "config" / "config.yaml", {"datasets": {"flickr": {"precomp_dir": str(precomp)}}})
+    claims = {c.id: c for c in Plan(cfg).claims[("sgraf", "flickr")]}
+    claim = claims["sgraf_best_i2t_r1"]
+    assert claim.comparison.text() == "best(sgraf, scan_ensemble, vsrn_single, bfan, vsrn_ensemble, imram).i2t_r1 == sgraf"
+    assert list(claim.printed) == ["camp", "sgm", "rdan", "mmca", "caan", "dprnn", "pfan"]
+    assert claim.printed["pfan"]["f30k_1k"]["metrics"]["i2t_r1"] == 70.0   # SGRAF Table 1's PFAN row
+    for split in ("train", "dev", "test"):   # with the box files, PFAN is compared on its runs
+        (precomp / f"{split}_boxes.npy").write_bytes(b"")
+    claim = {c.id: c for c in Plan(cfg).claims[("sgraf", "flickr")]}["sgraf_best_i2t_r1"]
+    assert "pfan" in claim.comparison.rows and "pfan" not in claim.printed
+
+
+def test_a_best_of_set_claim_the_plan_cannot_check_is_one_line_naming_it(harness, tmp_path):
+    paper = yaml.safe_load((REPO_ROOT / "methods/papers/sgraf.yaml").read_text())
+    base = paper["claims"]["sgraf_best_i2t_r1"]
+    for change, message in (({"printed_rows": ["camp"], "compare": "sgraf.rsum > saf.rsum"}, "only a best-of-set claim"),
+                            ({"printed_rows": ["bfan"]}, "row 'bfan' is in the compared set too"),
+                            ({"printed_rows": ["nobody"]}, "has no row 'nobody'"),
+                            ({"printed_rows": []}, "printed_rows")):
+        paper["claims"] = {"the_claim": {**base, **change}}
+        path = tmp_path / "sgraf.yaml"
+        path.write_text(yaml.safe_dump(paper, allow_unicode=True))
+        cfg = copy.deepcopy(harness)
+        cfg["papers"] = [p for p in cfg["papers"] if not p.endswith("sgraf.yaml")] + [str(path)]
+        with pytest.raises(HarnessError, match=message) as err:
+            Plan(cfg)
+        assert "\n" not in str(err.value)

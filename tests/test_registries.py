@@ -59,6 +59,10 @@ def image_batch(kind: str, n: int, g: torch.Generator, cfg: dict) -> tuple[dict,
     """(image shape, a batch of features) for the model's image input kind."""
     if kind == "pooled":
         return {"dim": 512}, {"features": torch.randn(n, 512, generator=g)}
+    if kind == "regions" and MODEL_KINDS.get(cfg["kind"]).reads_region_boxes:   # and each region's box (PFAN)
+        corner, size = torch.rand(n, 6, 2, generator=g) * 0.6, torch.rand(n, 6, 2, generator=g) * 0.4
+        return {"dim": 24, "regions": 6}, {"features": {"regions": torch.randn(n, 6, 24, generator=g),
+                                                        "boxes": torch.cat([corner, corner + size], dim=-1)}}
     if kind == "regions":
         return {"dim": 24, "regions": 6}, {"features": torch.randn(n, 6, 24, generator=g)}
     if kind == "grid":

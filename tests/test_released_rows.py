@@ -51,10 +51,10 @@ def test_configured_released_rows_evaluate_imported_runs_and_train_nothing(tmp_p
                                                           f"results/flickr/released/{exp}/sgraf_saf/sims_test.npy"]]
     assert saf.ledger[0]["switches"] == [] and "Paranioar/SGRAF" in saf.ran
     # the table's training work is that of its trained rows only: SGR, SAF, SCAN's two models, BFAN's
-    # two, IMRAM and VSRN (3 seeds each), and the second members of the VSRN ensemble (3 more seeds)
+    # two, PFAN, IMRAM and VSRN (3 seeds each), and the second members of the VSRN ensemble (3 more seeds)
     work = table_work(plan, "sgraf_t1", "flickr", SPLIT_IMAGES)
     assert sorted((w.method, w.seed) for w in work) == sorted(
-        [(m, s) for m in ("sgraf", "sgraf", "scan", "scan", "bfan", "bfan", "imram", "vsrn_captioning")
+        [(m, s) for m in ("sgraf", "sgraf", "scan", "scan", "bfan", "bfan", "pfan", "imram", "vsrn_captioning")
          for s in (0, 1, 2)]
         + [("vsrn_captioning", s) for s in (1000, 1001, 1002)])
     assert not any(w.exp == exp and w.seed == 0 and w.method != "sgraf" for w in work)

@@ -47,7 +47,7 @@ from torch.utils.data import DataLoader
 from methods import api
 from methods.config import REPO_ROOT, load_yaml, validate
 from methods.data.caption_augment import extra_tokens
-from methods.data.inputs import CachedGridFeatures, CachedImageFeatures, SplitData, region_shape
+from methods.data.inputs import CachedGridFeatures, CachedImageFeatures, CachedRegionBoxes, SplitData, region_shape
 from methods.data.text import SPECIALS, Vocabulary
 from methods.data.wordpiece import SPECIALS as PIECE_SPECIALS
 from methods.data.wordpiece import WordPieceVocabulary
@@ -150,6 +150,10 @@ def fake_split(cfg: dict, shape: dict, n_images: int, texts_per_image: int, rng:
     else:
         dims = (shape["regions"], shape["dim"]) if "regions" in shape else (shape["dim"],)
         features = CachedImageFeatures(rng.standard_normal((n_images, *dims), dtype=np.float32).astype(np.float16))
+        if image_input_of(cfg["model"]).reads_boxes:   # and each region's box (PFAN)
+            corner = rng.uniform(0, 0.6, (n_images, shape["regions"], 2))
+            boxes = np.concatenate([corner, corner + rng.uniform(0.05, 0.4, corner.shape)], axis=-1)
+            features = CachedRegionBoxes(features.array, boxes.astype(np.float32))
     model = cfg["model"]
     labels = (rng.integers(0, 2, (n_images, model["n_classes"])).astype(np.uint8)
               if model.get("n_classes") is not None else None)

@@ -8,7 +8,10 @@ the DAG must provide for it, and how one split of it is loaded (memory-mapped, n
   (N, R, C) + ``_caps.txt``, whose captions are the ones aligned with the feature rows; with
   ``model.region_classes: true``, also the detector class of each region of the *train* split,
   ``<precomp_dir>/train_region_classes.npy`` int (N, R) (masked region-class prediction, a training
-  loss, is its only reader; the other splits need no such file).
+  loss, is its only reader; the other splits need no such file); for a model whose declaration
+  reads boxes (PFAN), each region's box too, ``<precomp_dir>/<split>_boxes.npy`` (N, R, 4)
+  (``methods.data.region_boxes``), and the features of a batch are then a dict ``regions`` (B, R, C),
+  ``boxes`` (B, R, 4).
 - ``grid``: cached multi-scale ResNet maps ``<features_dir>/<split>_<scale>.npy`` (N, H, W, C),
   one file per scale the model names in ``model.grid_scales`` (conv3 / conv4 / conv5).
 
@@ -34,6 +37,7 @@ from methods.data.datasets import DatasetPayload, dataset_paths, smoke_limit
 from methods.data.karpathy import Split
 from methods.data.precomp import LAYOUT as PRECOMP_LAYOUT
 from methods.data.precomp import check_npy_header, open_precomp
+from methods.data.region_boxes import box_file, box_scale, check_region_boxes
 from methods.io import load_npy
 from methods.errors import HarnessError
 from methods.paths import ResultsLayout
@@ -76,6 +80,25 @@ class CachedImageFeatures:
     def block(self, start: int, end: int) -> np.ndarray:
         # a copy: a slice of a read-only memmap would be a view torch cannot own
         return np.array(self.array[start * self.step:end * self.step:self.step], dtype=read_dtype(self.array))
+
+
+class CachedRegionBoxes(CachedImageFeatures):
+    """Region features with each region's box (N, R, 4), read together: a batch is a dict
+    ``regions`` (B, R, C), ``boxes`` (B, R, 4) (as fractions of the image, ``scale`` dividing the file's values)."""
+
+    def __init__(self, array: np.ndarray, boxes: np.ndarray, step: int = 1, scale: float = 1.0):
+        super().__init__(array, step)
+        self.boxes, self.scale = boxes, scale
+
+    def take(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        rows = np.asarray(indices) * self.step
+        return {"regions": np.asarray(self.array[rows], dtype=np.float32),
+                "boxes": np.asarray(self.boxes[rows], dtype=np.float32) / np.float32(self.scale)}
+
+    def block(self, start: int, end: int) -> dict[str, np.ndarray]:
+        rows = slice(start * self.step, end * self.step, self.step)
+        return {"regions": np.array(self.array[rows], dtype=read_dtype(self.array)),
+                "boxes": np.array(self.boxes[rows], dtype=read_dtype(self.boxes)) / self.scale}
 
 
 class CachedGridFeatures:
@@ -159,6 +182,7 @@ class ImageInput:
 
     name: str
     finetunable = True   # whether a training stage can train the CNN: false for features computed elsewhere
+    reads_boxes = False  # whether it reads each region's box too (``RegionBoxInput``)
 
     def directory(self, cfg: dict, dataset: str, model_cfg: dict) -> str:
         """Where the kind's files of this dataset live (harness config ``cfg``)."""
@@ -219,7 +243,8 @@ class RegionInput(ImageInput):
 
     def files(self, directory: str, split: str, model_cfg: dict) -> list[str]:
         return [f"{directory}/{split}_ims.npy", f"{directory}/{split}_caps.txt"] + (
-            [f"{directory}/{split}_region_classes.npy"] if reads_region_classes(model_cfg, split) else [])
+            [f"{directory}/{split}_region_classes.npy"] if reads_region_classes(model_cfg, split) else []) + (
+            [str(box_file(directory, split))] if self.reads_boxes else [])
 
     def check(self, cfg: dict, dataset: str, model_cfg: dict) -> None:
         ds = cfg["datasets"][dataset]
@@ -232,7 +257,14 @@ class RegionInput(ImageInput):
             raise HarnessError(f"datasets.{dataset}.precomp_dir is not set: region models (SCAN, SGRAF, VSRN, set embeddings) read "
                                f"precomputed BUTD features, expected layout {PRECOMP_LAYOUT}, one set per split "
                                f"({', '.join(ds['splits'])})")
-        # its files are checked (shapes, caption counts) with the rest of the dataset, in check_dataset_inputs
+        # its files are checked (shapes, caption counts) with the rest of the dataset, in check_dataset_inputs;
+        # the boxes only for the models that read them (a row without them is left out of its table at plan time)
+        if self.reads_boxes:
+            n_regions, _ = region_shape(ds)
+            precomp_dir = dataset_paths(cfg, dataset)["precomp_dir"]
+            for split in ds["splits"]:
+                rows = load_npy(Path(precomp_dir) / f"{split}_ims.npy").shape[0]   # (its shape: check_dataset_inputs)
+                check_region_boxes(box_file(precomp_dir, split), rows, n_regions, results_dir=cfg["results_dir"])
 
     def load(self, payload: DatasetPayload, split: str, directory: str | Path, model_cfg: dict) -> SplitData:
         n_regions, dim = region_shape(payload.dataset)
@@ -244,6 +276,10 @@ class RegionInput(ImageInput):
             n_images = min(limit, all_images)
             ims, captions = ims[:n_images * step], captions[:n_images * texts_per_image]
         features = CachedImageFeatures(ims, step)
+        if self.reads_boxes:
+            boxes = check_region_boxes(box_file(directory, split), all_images * step, n_regions,
+                                       box_scale(payload.dataset))
+            features = CachedRegionBoxes(ims, boxes[:ims.shape[0]], step, box_scale(payload.dataset))
         # the labels come from the Karpathy file (the captions here are the precomputed ones); only a
         # model with a label head (model.n_classes) reads them, and COCO's file takes seconds to parse
         labels = (label_matrix(payload.split(split)) if model_cfg.get("n_classes") is not None
@@ -254,6 +290,16 @@ class RegionInput(ImageInput):
                                           n_regions)[:n_images]
         return SplitData(split, captions, features, None, texts_per_image, labels, classes)
 
+
+class RegionBoxInput(RegionInput):
+    """The regions input of a model whose declaration reads each region's box (PFAN): the same
+    files and the split's ``{split}_boxes.npy``; batches of ``CachedRegionBoxes``. Not a kind of its
+    own (``image_input: regions``): ``methods.model_kinds.image_input_of`` gives it to such models."""
+
+    reads_boxes = True
+
+
+REGIONS_WITH_BOXES = RegionBoxInput()
 
 REGION_CLASSES_SPLIT = "train"  # masked region-class prediction is a training loss: only train reads them
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Mapping
 
-from methods.data.inputs import IMAGE_INPUTS, ImageInput
+from methods.data.inputs import IMAGE_INPUTS, REGIONS_WITH_BOXES, ImageInput
 from methods.model_kinds.description import DescribeContext, schedule_text
 from methods.model_kinds.settings import Declaration, Setting
 from methods.registry import Registry
@@ -22,6 +22,8 @@ class ModelKind:
     settings: ClassVar[Mapping[str, Setting]]
     schema_description: ClassVar[str | None] = None
     schema_conditions: ClassVar[Mapping[str, Any]] = {}   # JSON Schema keywords across the settings
+    # a regions model that also reads each region's box, ``<precomp_dir>/{split}_boxes.npy`` (PFAN)
+    reads_region_boxes: ClassVar[bool] = False
 
     @classmethod
     def declaration(cls, kind: str) -> Declaration:
@@ -56,7 +58,10 @@ def model_kind(kind: str) -> type[ModelKind]:
 
 def image_input_of(model_cfg: dict) -> ImageInput:
     """The kind of image input the model of a ``model`` config block reads."""
-    return IMAGE_INPUTS.get(model_kind(model_cfg["kind"]).image_input)
+    kind = model_kind(model_cfg["kind"])
+    if kind.reads_region_boxes:   # a regions model that reads each region's box too (PFAN)
+        return REGIONS_WITH_BOXES
+    return IMAGE_INPUTS.get(kind.image_input)
 
 
 def describe_run(cfg: dict, ctx: DescribeContext) -> str:

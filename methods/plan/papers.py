@@ -8,6 +8,7 @@ from pathlib import Path
 
 from methods import numerics
 from methods.config import REPO_ROOT, config_hash, dotted_to_nested, load_yaml, validate
+from methods.data.region_boxes import missing_box_files
 from methods.errors import HarnessError
 from methods.fidelity import (merge_ledgers, row_ledger, smoke_deviation, source_ledger, stand_in_deviation,
                               tokenizer_deviation)
@@ -254,8 +255,20 @@ class PaperCatalogue:
                       for name in [self.experiments[(dataset, exp_id)].config["model"].get("backbone")]
                       if name and self.cfg["backbones"][name].get("optional")
                       and self.cfg["backbones"][name].get("weights") is None})
-        needs = " and ".join((["a BERT folder"] if bert else []) + (["the CNN's weights"] if cnn else []))
-        return [*bert, *cnn], needs
+        boxes = self._missing_region_boxes(row, dataset)
+        needs = " and ".join((["a BERT folder"] if bert else []) + (["the CNN's weights"] if cnn else [])
+                             + (["each region's box"] if boxes else []))
+        return [*bert, *cnn, *boxes], needs
+
+    def _missing_region_boxes(self, row: Row, dataset: str) -> list[str]:
+        """For a row whose model reads its regions' boxes (PFAN): the dataset's box files missing
+        beside its region features, as one entry naming the key and the files."""
+        if not any(MODEL_KINDS.get(self.experiments[(dataset, exp_id)].config["model"]["kind"]).reads_region_boxes
+                   for exp_id in row.members):
+            return []
+        missing = missing_box_files(self.cfg, dataset)
+        return [f"datasets.{dataset}.precomp_dir (missing there: {', '.join(p.name for p in missing)}, "
+                f"docs/real-data.md)"] if missing else []
 
     def _unset_text_encoders(self, row: Row, dataset: str) -> list[str]:
         """The ``text_encoders.<name>.path`` keys a trained row's members need and the config leaves unset."""
