@@ -9,11 +9,13 @@ code): ``bfan`` CrossmodalGroup/BFAN (``evaluation.shard_xattn`` over ``model.xa
 lambda 20); ``imram`` HuiChen24/IMRAM (``evaluation.shard_xattn`` of Full-IMRAM, 3 steps, lambda 9,
 over its ``SCAN`` model's gated memories, whose weights are copied from the harness's model); ``naaf``
 CrossmodalGroup/NAAF (``evaluation.shard_xattn`` over ``model.xattn_score_test``: the intra-modal
-relation on, a safe threshold of 0.05, lambda 20).
+relation on, a safe threshold of 0.05, lambda 20); ``pfan`` HaoYang0123/Position-Focused-Attention-Network
+(``evaluation.shard_xattn_t2i``, PFAN's t-i scoring, lambda 9; the position feature is part of the
+image encoding, not of the scoring).
 
 Both score the same random unit-length encodings at the papers' sizes (36 regions, 1,024-d, caption
 lengths uniform in 8-30, padded to the longest as the sources' encode_data stores them), in the
-source's evaluation precision (BFAN, NAAF: the float64 arrays their encode_data fills; IMRAM: float32). The
+source's evaluation precision (BFAN, NAAF, PFAN: the float64 arrays their encode_data fills; IMRAM: float32). The
 harness scores in length-sorted blocks (``score_matrix``), the source its 128 x 128 shards with a loop
 over captions. The two matrices must agree (max |difference| printed, ≤ 1e-5 asserted); then each is
 timed ``--repeats`` times, interleaved, after one warm-up of each: the median seconds and the ratio,
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import io
 import statistics
 import sys
@@ -45,11 +46,15 @@ from methods.models.bfan import BFAN
 from methods.models.cross_attention import RegionFeatures, WordFeatures
 from methods.models.imram import IMRAM
 from methods.models.naaf import NAAF
+from methods.models.pfan import PFAN
 from methods.models.text import GRUTextEncoder
 from methods.runtime import resolve_device
 
 REGIONS, DIM, MIN_WORDS, MAX_WORDS = 36, 1024, 8, 30
 TOLERANCE = 1e-5
+# BFAN's and PFAN's shard loops count shards with Python 2's integer '/'
+PYTHON2_SHARD_COUNTS = {"n_im_shard = (len(images)-1)/shard_size + 1": "n_im_shard = (len(images)-1)//shard_size + 1",
+                        "n_cap_shard = (len(captions)-1)/shard_size + 1": "n_cap_shard = (len(captions)-1)//shard_size + 1"}
 
 
 @dataclass
@@ -59,21 +64,40 @@ class Side:
     score: Callable[[], np.ndarray]
 
 
-def load_module(name: str, path: Path, replacements: dict[str, str] | None = None) -> types.ModuleType:
-    """The module at ``path`` (its folder on sys.path for its own imports), with each listed text
-    replacement applied to its source first (the documented patches)."""
+def load_module(name: str, path: Path, replacements: dict[str, str] | None = None,
+                stubs: tuple[str, ...] = ()) -> types.ModuleType:
+    """The module at ``path``, importing its own folder's modules (``model``, ``data``, ...) and not
+    another source's of the same name, with each listed text replacement applied to its source first
+    and the modules named in ``stubs`` replaced by empty ones (the documented patches)."""
     text = path.read_text()
     for old, new in (replacements or {}).items():
         if old not in text:
             raise HarnessError(f"{path}: the patch expects '{old}', which the file does not hold (another commit?)")
         text = text.replace(old, new)
+    local = {p.stem for p in path.parent.glob("*.py")}
+    for other in local & set(sys.modules):   # a module of that name from another source folder
+        del sys.modules[other]
+    for stub in stubs:
+        sys.modules[stub] = StubModule(stub)
     sys.path.insert(0, str(path.parent))
-    spec = importlib.util.spec_from_loader(name, loader=None, origin=str(path))
-    module = importlib.util.module_from_spec(spec)
-    module.__file__ = str(path)
-    exec(compile(text, str(path), "exec"), module.__dict__)
-    sys.modules[name] = module
+    try:
+        module = types.ModuleType(name)
+        module.__file__ = str(path)
+        exec(compile(text, str(path), "exec"), module.__dict__)
+    finally:
+        sys.path.remove(str(path.parent))
+        for mine in local & set(sys.modules):   # its functions keep them; the next source imports its own
+            del sys.modules[mine]
     return module
+
+
+class StubModule(types.ModuleType):
+    """A module whose every attribute is None: stands in for a source module the scoring never calls."""
+
+    def __getattr__(self, attribute: str):
+        if attribute.startswith("__"):
+            raise AttributeError(attribute)
+        return None
 
 
 @contextlib.contextmanager
@@ -101,9 +125,7 @@ def encodings(n_images: int, n_captions: int, seed: int, dtype: torch.dtype, dev
 
 
 def bfan_sides(source: Path, args, device: torch.device) -> tuple[Side, Side, list[str]]:
-    patch = {"n_im_shard = (len(images)-1)/shard_size + 1": "n_im_shard = (len(images)-1)//shard_size + 1",
-             "n_cap_shard = (len(captions)-1)/shard_size + 1": "n_cap_shard = (len(captions)-1)//shard_size + 1"}
-    evaluation = load_module("bfan_source_evaluation", source / "evaluation.py", patch)
+    evaluation = load_module("bfan_source_evaluation", source / "evaluation.py", PYTHON2_SHARD_COUNTS)
     model = BFAN(DIM, REGIONS, DIM, GRUTextEncoder(10, 8, DIM, bidirectional=True), focal="equal",
                  lambda_softmax=20.0, evaluation_dtype="float64").to(device).eval()
     regions, words, lengths = encodings(args.images, args.captions, args.seed, torch.float32, device)
@@ -126,7 +148,7 @@ def bfan_sides(source: Path, args, device: torch.device) -> tuple[Side, Side, li
 
 
 def imram_sides(source: Path, args, device: torch.device) -> tuple[Side, Side, list[str]]:
-    source_model = load_module("model", source / "model.py")     # evaluation.py imports it as `model`
+    source_model = load_module("imram_source_model", source / "model.py")
     evaluation = load_module("imram_source_evaluation", source / "evaluation.py")
     steps, lam = 3, 9.0
     torch.manual_seed(args.seed)
@@ -182,7 +204,33 @@ def naaf_sides(source: Path, args, device: torch.device) -> tuple[Side, Side, li
     return Side("harness", ours), Side("CrossmodalGroup/NAAF", theirs), ["Tensor.cuda() is the identity on a CPU run"]
 
 
-SOURCES = {"bfan": bfan_sides, "imram": imram_sides, "naaf": naaf_sides}
+def pfan_sides(source: Path, args, device: torch.device) -> tuple[Side, Side, list[str]]:
+    # data.py and vocab.py are Python 2 (print statements); the shard loop calls neither
+    evaluation = load_module("pfan_source_evaluation", source / "evaluation.py", PYTHON2_SHARD_COUNTS,
+                             stubs=("data", "vocab"))
+    similarity = {"direction": "t2i", "aggregation": "avg", "lambda_softmax": 9.0}
+    model = PFAN(DIM, REGIONS, DIM, GRUTextEncoder(10, 8, DIM, bidirectional=True), similarity,
+                 evaluation_dtype="float64").to(device).eval()
+    regions, words, lengths = encodings(args.images, args.captions, args.seed, torch.float32, device)
+    img = RegionFeatures(regions, regions.new_zeros(len(regions), 0))
+    txt = WordFeatures(words, lengths.to(device), words.new_zeros(len(words), 0)).packed()
+    opt = types.SimpleNamespace(lambda_softmax=9.0, agg_func="Mean", raw_feature_norm="clipped_l2norm",
+                                lambda_lse=6.0, cross_attn="t2i")
+    im64, cap64, caplens = regions.double().cpu().numpy(), words.double().cpu().numpy(), lengths.tolist()
+
+    def theirs() -> np.ndarray:
+        with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
+            return evaluation.shard_xattn_t2i(im64, cap64, caplens, opt, shard_size=128)
+
+    def ours() -> np.ndarray:
+        with torch.no_grad():
+            return model.score_matrix(img, txt).double().cpu().numpy()
+    return Side("harness", ours), Side("HaoYang0123/Position-Focused-Attention-Network", theirs), [
+        "evaluation.py shard_xattn_t2i: '/' -> '//' in the two shard counts (Python 2 integer division)",
+        "data.py and vocab.py (Python 2 print statements) replaced by empty modules: the shard loop uses neither"]
+
+
+SOURCES = {"bfan": bfan_sides, "imram": imram_sides, "naaf": naaf_sides, "pfan": pfan_sides}
 
 
 def timed(side: Side) -> tuple[float, np.ndarray]:
