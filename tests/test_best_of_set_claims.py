@@ -138,6 +138,7 @@ def test_best_of_set_claims_on_planted_rows(judged):
     strong = frame.loc["strong_best"]
     assert strong["reproduced_difference"] == pytest.approx(rsum["strong"] - max(rsum["mid"], rsum["weak"]), abs=1e-3)
     assert strong["right_reproduced"] == pytest.approx(rsum["mid"], abs=1e-3)   # the best of the others
+    assert strong["best_of_others"] == "mid"
     assert strong["verdict"] == "supported" and strong["p_best"] > 0.99
     assert strong["reported_difference"] == pytest.approx(500 - 400)           # printed: the best of the run rows
     weak = frame.loc["weak_best"]
@@ -156,7 +157,7 @@ def test_the_printed_numbers_are_judged_apart_with_the_rows_only_printed(judged)
                                        "others rdan 520"
     assert rival["verdict"] == "supported"        # ours compares the rows the harness runs
     text = claims_job.markdown(frame.reset_index(), spec)
-    assert "supported; P(best) 1.00" in text and "- `strong_best_printed_rival` (synthetic_test): does not hold" in text
+    assert "supported; P(best) 1.00, best of the others mid" in text and "- `strong_best_printed_rival` (synthetic_test): does not hold" in text
 
 
 def test_a_set_member_left_out_for_its_files_is_compared_on_its_printed_number(tmp_path):
