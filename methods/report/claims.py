@@ -1,8 +1,10 @@
 """Check a paper's claims on one dataset: ``tables/claims_<paper>_<dataset>.csv`` (+ ``.md``).
 
 A claim (``claims`` in a paper file, ``methods.report.claim_form``) says that one row, or the mean
-of several rows, of a table is above another on one metric. For every protocol of the dataset
-that reports the metric, this job
+of several rows, of a table is above another on one metric, or that one row is the best of a set
+(above the best of the others on every resample; ``p_best``: the share of resamples in which it is,
+and the paper's printed numbers of the set, its ``printed_rows`` included, judged apart in
+``printed_verdict``). For every protocol of the dataset that reports the metric, this job
 
 - scores each compared row on the test split from its runs' score matrices (``sims_<split>.npy``;
   an ensemble averages its members' matrices for each seed, as its table row does; an evaluation
