@@ -207,12 +207,18 @@ class CrossAttentionModel(RetrievalModel):
     blocks of pairs whose size comes from ``pair_elements`` and an element budget."""
 
     block_elements: int | None = None   # None: by device (cross_attention.BLOCK_ELEMENTS)
+    # "float64": a split's scores from its float32 encodings cast to float64, as kuanghuei/SCAN's
+    # evaluation and the codes built on it (BFAN, NAAF, PFAN) copy them into float64 numpy arrays and
+    # score those; "model": in the encodings' dtype. Training batches always score in the model's dtype.
+    evaluation_dtype: str = "model"
 
     def pair_elements(self, length: int) -> int:
         """Elements of the per-pair intermediates for a caption of this length."""
         raise NotImplementedError
 
     def score_matrix(self, img: Any, txt: Any, amp: bool = False) -> torch.Tensor:
+        if self.evaluation_dtype == "float64":
+            img, txt = img.double(), txt.double()
         with autocast(self.device, amp):
             return score_in_blocks(self.score, img, txt, self.pair_elements, self.block_elements)
 

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from methods.models.base import CrossAttentionModel, register_model
-from methods.models.cross_attention import PackedWordFeatures, RegionFeatures, WordFeatures, region_word_cosines
+from methods.models.cross_attention import RegionFeatures, WordFeatures, region_word_cosines
 from methods.models.layers import SCAN_L2NORM_EPS, at_least_float32, l2norm, xavier_linear
 from methods.models.scan import EVALUATION_DTYPES
 from methods.models.scan_similarity import aggregate_alignments, cosine
@@ -136,16 +136,6 @@ class BFAN(CrossAttentionModel):
 
     def score(self, img: RegionFeatures, cap: WordFeatures) -> torch.Tensor:
         return bfan_scores(img.regions, cap.words, cap.mask, self.focal, self.lambda_softmax, self.empty_focus)
-
-    def score_matrix(self, img: RegionFeatures, txt: WordFeatures | PackedWordFeatures,
-                     amp: bool = False) -> torch.Tensor:
-        """A split's scores; ``evaluation_dtype: float64`` scores the float32 encodings in float64,
-        as CrossmodalGroup/BFAN's evaluation does (encode_data copies them into float64 numpy
-        arrays, shard_xattn scores those). Training batches score in the model's dtype."""
-        if self.evaluation_dtype == "float64":
-            img = RegionFeatures(img.regions.double(), img.glob.double())
-            txt = txt.double()
-        return super().score_matrix(img, txt, amp)
 
     def pair_elements(self, length: int) -> int:
         """Per pair: the cosines, both directions' activations, weights, indicators and products."""

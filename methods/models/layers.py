@@ -33,6 +33,9 @@ class ItemTensors:
     def to(self, device):
         return self._map(lambda t: t.to(device))
 
+    def double(self):
+        return self._map(lambda t: t.double())
+
     @classmethod
     def cat(cls, parts: list):
         return cls(*(torch.cat([getattr(p, f.name) for p in parts]) for f in fields(cls)))

@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from methods.models.base import CrossAttentionModel, register_model
-from methods.models.cross_attention import PackedWordFeatures, RegionFeatures, WordFeatures, region_word_cosines
+from methods.models.cross_attention import RegionFeatures, WordFeatures, region_word_cosines
 from methods.models.layers import SCAN_L2NORM_EPS, at_least_float32, l2norm, xavier_linear
 from methods.models.scan import EVALUATION_DTYPES
 from methods.models.text import GRUTextEncoder
@@ -215,16 +215,6 @@ class NAAF(CrossAttentionModel):
         if stats is not None:
             for name, value in zip(STATE[2:], stats):
                 getattr(self, name).fill_(value)
-
-    def score_matrix(self, img: RegionFeatures, txt: WordFeatures | PackedWordFeatures,
-                     amp: bool = False) -> torch.Tensor:
-        """A split's scores; ``evaluation_dtype: float64`` scores the float32 encodings in float64,
-        as CrossmodalGroup/NAAF's evaluation does (encode_data copies them into float64 numpy
-        arrays, shard_xattn scores those). Training batches score in the model's dtype."""
-        if self.evaluation_dtype == "float64":
-            img = RegionFeatures(img.regions.double(), img.glob.double())
-            txt = txt.double()
-        return super().score_matrix(img, txt, amp)
 
     def pair_elements(self, length: int) -> int:
         """Per pair: the similarities, shifted, exponentials, weights, products, relevance weights."""

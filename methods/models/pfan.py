@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from methods.errors import HarnessError
 from methods.models.base import CrossAttentionModel, register_model
-from methods.models.cross_attention import PackedWordFeatures, RegionFeatures, WordFeatures
+from methods.models.cross_attention import RegionFeatures, WordFeatures
 from methods.models.layers import SCAN_L2NORM_EPS, at_least_float32, l2norm, xavier_linear
 from methods.models.scan import EVALUATION_DTYPES, check_similarity
 from methods.models.scan_similarity import aggregate_alignments, cosine, scan_pair_elements, scan_scores
@@ -150,15 +150,6 @@ class PFAN(CrossAttentionModel):
                                    self.lambda_lse)
         return scan_scores(img.regions, cap.words, cap.mask, "i2t", self.aggregation, self.lambda_softmax,
                            self.lambda_lse)
-
-    def score_matrix(self, img: RegionFeatures, txt: WordFeatures | PackedWordFeatures,
-                     amp: bool = False) -> torch.Tensor:
-        """A split's scores; ``evaluation_dtype: float64`` scores the float32 encodings in float64, as
-        the source's evaluation.py (encode_data's np.zeros arrays, shard_xattn_* on them)."""
-        if self.evaluation_dtype == "float64":
-            img = RegionFeatures(img.regions.double(), img.glob.double())
-            txt = txt.double()
-        return super().score_matrix(img, txt, amp)
 
     def pair_elements(self, length: int) -> int:
         """SCAN's intermediates per pair, and t-i's largest weights."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from methods.models.base import CrossAttentionModel, register_model
-from methods.models.cross_attention import PackedWordFeatures, RegionFeatures, WordFeatures
+from methods.models.cross_attention import RegionFeatures, WordFeatures
 from methods.models.layers import SCAN_L2NORM_EPS, l2norm, xavier_linear
 from methods.models.scan_similarity import AGGREGATIONS, DIRECTIONS, scan_pair_elements, scan_scores
 from methods.models.text import GRUTextEncoder
@@ -70,16 +70,6 @@ class SCAN(CrossAttentionModel):
     def score(self, img: RegionFeatures, cap: WordFeatures) -> torch.Tensor:
         return scan_scores(img.regions, cap.words, cap.mask, self.direction, self.aggregation,
                            self.lambda_softmax, self.lambda_lse)
-
-    def score_matrix(self, img: RegionFeatures, txt: WordFeatures | PackedWordFeatures,
-                     amp: bool = False) -> torch.Tensor:
-        """A split's scores; ``evaluation_dtype: float64`` scores the float32 encodings in float64, as
-        kuanghuei/SCAN's evaluation does (it copies them into float64 numpy arrays, then runs its
-        parameter-free attention on them). Training batches score in the model's dtype."""
-        if self.evaluation_dtype == "float64":
-            img = RegionFeatures(img.regions.double(), img.glob.double())
-            txt = txt.double()
-        return super().score_matrix(img, txt, amp)
 
     def pair_elements(self, length: int) -> int:
         return scan_pair_elements(self.n_regions, length)
