@@ -43,7 +43,7 @@ import torch
 
 from methods.errors import HarnessError
 from methods.models.bfan import BFAN
-from methods.models.cross_attention import RegionFeatures, WordFeatures
+from methods.models.cross_attention import PackedWordFeatures, RegionFeatures, WordFeatures
 from methods.models.imram import IMRAM
 from methods.models.naaf import NAAF
 from methods.models.pfan import PFAN
@@ -124,24 +124,38 @@ def encodings(n_images: int, n_captions: int, seed: int, dtype: torch.dtype, dev
     return regions.to(device, dtype), words.to(device, dtype), lengths
 
 
+@dataclass
+class SharedInputs:
+    """The same encodings on both sides: the harness's feature sets and the source's numpy arrays (in
+    the dtype its encode_data stores them) with the caption lengths."""
+    img: RegionFeatures
+    txt: PackedWordFeatures
+    images: np.ndarray
+    captions: np.ndarray
+    lengths: list[int]
+
+
+def shared_inputs(args, device: torch.device, source_dtype: torch.dtype) -> SharedInputs:
+    regions, words, lengths = encodings(args.images, args.captions, args.seed, torch.float32, device)
+    return SharedInputs(RegionFeatures(regions, regions.new_zeros(len(regions), 0)),
+                        WordFeatures(words, lengths.to(device), words.new_zeros(len(words), 0)).packed(),
+                        regions.to(source_dtype).cpu().numpy(), words.to(source_dtype).cpu().numpy(), lengths.tolist())
+
+
 def bfan_sides(source: Path, args, device: torch.device) -> tuple[Side, Side, list[str]]:
     evaluation = load_module("bfan_source_evaluation", source / "evaluation.py", PYTHON2_SHARD_COUNTS)
     model = BFAN(DIM, REGIONS, DIM, GRUTextEncoder(10, 8, DIM, bidirectional=True), focal="equal",
                  lambda_softmax=20.0, evaluation_dtype="float64").to(device).eval()
-    regions, words, lengths = encodings(args.images, args.captions, args.seed, torch.float32, device)
-    img = RegionFeatures(regions, regions.new_zeros(len(regions), 0))
-    txt = WordFeatures(words, lengths.to(device), words.new_zeros(len(words), 0)).packed()
     opt = types.SimpleNamespace(lambda_softmax=20.0, focal_type="equal")
-    # encode_data keeps the float32 encodings in float64 numpy arrays; shard_xattn scores those
-    im64, cap64, caplens = regions.double().cpu().numpy(), words.double().cpu().numpy(), lengths.tolist()
+    x = shared_inputs(args, device, torch.float64)   # encode_data's float64 arrays of the float32 encodings
 
     def theirs() -> np.ndarray:
         with torch.no_grad(), cuda_is_the_cpu(device), contextlib.redirect_stdout(io.StringIO()):
-            return evaluation.shard_xattn(im64, cap64, caplens, opt, shard_size=128)
+            return evaluation.shard_xattn(x.images, x.captions, x.lengths, opt, shard_size=128)
 
     def ours() -> np.ndarray:
         with torch.no_grad():
-            return model.score_matrix(img, txt).double().cpu().numpy()
+            return model.score_matrix(x.img, x.txt).double().cpu().numpy()
     return Side("harness", ours), Side("CrossmodalGroup/BFAN", theirs), [
         "evaluation.py shard_xattn: '/' -> '//' in the two shard counts (Python 2 integer division)",
         "Tensor.cuda() is the identity on a CPU run"]
@@ -166,19 +180,17 @@ def imram_sides(source: Path, args, device: torch.device) -> tuple[Side, Side, l
                 getattr(their_model, f"{part}_{direction}").bias.copy_(getattr(memory, part).bias)
     ours_model.to(device).eval()
     their_model.to(device).eval()
-    regions, words, lengths = encodings(args.images, args.captions, args.seed, torch.float32, device)
-    img = RegionFeatures(regions, regions.new_zeros(len(regions), 0))
-    txt = WordFeatures(words, lengths.to(device), words.new_zeros(len(words), 0)).packed()
-    im32, cap32, caplens = regions.cpu().numpy(), words.cpu().numpy(), lengths.tolist()
-    unused_fc, unused_ht = im32.mean(axis=1), cap32.mean(axis=1)   # the shard loop passes them; scoring ignores them
+    x = shared_inputs(args, device, torch.float32)
+    unused_fc, unused_ht = x.images.mean(axis=1), x.captions.mean(axis=1)   # the shard loop passes them; scoring ignores them
 
     def theirs() -> np.ndarray:
         with torch.no_grad(), cuda_is_the_cpu(device), contextlib.redirect_stdout(io.StringIO()):
-            return evaluation.shard_xattn(their_model, unused_fc, im32, unused_ht, cap32, caplens, opt, shard_size=128)
+            return evaluation.shard_xattn(their_model, unused_fc, x.images, unused_ht, x.captions, x.lengths, opt,
+                                          shard_size=128)
 
     def ours() -> np.ndarray:
         with torch.no_grad():
-            return ours_model.score_matrix(img, txt).double().cpu().numpy()
+            return ours_model.score_matrix(x.img, x.txt).double().cpu().numpy()
     return Side("harness", ours), Side("HuiChen24/IMRAM", theirs), ["Tensor.cuda() is the identity on a CPU run"]
 
 
@@ -188,19 +200,16 @@ def naaf_sides(source: Path, args, device: torch.device) -> tuple[Side, Side, li
     model = NAAF(DIM, REGIONS, DIM, GRUTextEncoder(10, 8, DIM, bidirectional=True), lambda_softmax=20.0,
                  evaluation_dtype="float64").to(device).eval()
     model.safe_threshold.fill_(safe_threshold)
-    regions, words, lengths = encodings(args.images, args.captions, args.seed, torch.float32, device)
-    img = RegionFeatures(regions, regions.new_zeros(len(regions), 0))
-    txt = WordFeatures(words, lengths.to(device), words.new_zeros(len(words), 0)).packed()
     opt = types.SimpleNamespace(lambda_softmax=20.0, thres_safe=safe_threshold, using_intra_info=True)
-    im64, cap64, caplens = regions.double().cpu().numpy(), words.double().cpu().numpy(), lengths.tolist()
+    x = shared_inputs(args, device, torch.float64)
 
     def theirs() -> np.ndarray:
         with torch.no_grad(), cuda_is_the_cpu(device), contextlib.redirect_stdout(io.StringIO()):
-            return evaluation.shard_xattn(im64, cap64, caplens, opt, shard_size=128)
+            return evaluation.shard_xattn(x.images, x.captions, x.lengths, opt, shard_size=128)
 
     def ours() -> np.ndarray:
         with torch.no_grad():
-            return model.score_matrix(img, txt).double().cpu().numpy()
+            return model.score_matrix(x.img, x.txt).double().cpu().numpy()
     return Side("harness", ours), Side("CrossmodalGroup/NAAF", theirs), ["Tensor.cuda() is the identity on a CPU run"]
 
 
@@ -211,20 +220,17 @@ def pfan_sides(source: Path, args, device: torch.device) -> tuple[Side, Side, li
     similarity = {"direction": "t2i", "aggregation": "avg", "lambda_softmax": 9.0}
     model = PFAN(DIM, REGIONS, DIM, GRUTextEncoder(10, 8, DIM, bidirectional=True), similarity,
                  evaluation_dtype="float64").to(device).eval()
-    regions, words, lengths = encodings(args.images, args.captions, args.seed, torch.float32, device)
-    img = RegionFeatures(regions, regions.new_zeros(len(regions), 0))
-    txt = WordFeatures(words, lengths.to(device), words.new_zeros(len(words), 0)).packed()
     opt = types.SimpleNamespace(lambda_softmax=9.0, agg_func="Mean", raw_feature_norm="clipped_l2norm",
                                 lambda_lse=6.0, cross_attn="t2i")
-    im64, cap64, caplens = regions.double().cpu().numpy(), words.double().cpu().numpy(), lengths.tolist()
+    x = shared_inputs(args, device, torch.float64)
 
     def theirs() -> np.ndarray:
         with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
-            return evaluation.shard_xattn_t2i(im64, cap64, caplens, opt, shard_size=128)
+            return evaluation.shard_xattn_t2i(x.images, x.captions, x.lengths, opt, shard_size=128)
 
     def ours() -> np.ndarray:
         with torch.no_grad():
-            return model.score_matrix(img, txt).double().cpu().numpy()
+            return model.score_matrix(x.img, x.txt).double().cpu().numpy()
     return Side("harness", ours), Side("HaoYang0123/Position-Focused-Attention-Network", theirs), [
         "evaluation.py shard_xattn_t2i: '/' -> '//' in the two shard counts (Python 2 integer division)",
         "data.py and vocab.py (Python 2 print statements) replaced by empty modules: the shard loop uses neither"]
