@@ -9,7 +9,7 @@ import torch
 
 from methods.config import load_yaml
 from methods.models.cross_attention import (BLOCK_ELEMENTS, PackedWordFeatures, RegionFeatures, WordFeatures,
-                                            score_in_blocks)
+                                            score_in_blocks, sized_caption_blocks, square_image_block)
 from methods.models.sgraf import SGRAF
 from methods.models.text import GRUTextEncoder
 from methods.scoring import add_block_argument, encode_texts, stored, use_block_budget
@@ -91,7 +91,7 @@ def test_every_block_of_pairs_stays_within_the_budget():
     def pair_elements(length):
         return 36 * length + 2 * (length + 1) * 256
 
-    for budget, image_block in ((2 ** 22, 128), (2 ** 18, 16), (10**4, 8)):
+    for budget, image_block in ((2 ** 22, 128), (2 ** 18, 16), (10**4, 8), (2 ** 18, None)):
         seen = []
 
         def pair_scores(img, cap):
@@ -103,6 +103,22 @@ def test_every_block_of_pairs_stays_within_the_budget():
         torch.testing.assert_close(scores, images.glob @ glob.t(), rtol=0, atol=1e-13)   # each pair once, in place
         assert all(i * c * pair_elements(longest) <= budget or c == 1 for i, c, longest in seen)
         assert sum(i * c for i, c, _ in seen) == 40 * 300 and len(seen) > 1   # each pair once
+
+
+def test_square_blocks_balance_the_cosine_product_within_the_budget():
+    """BFAN-like pairs (16 x 36 regions x words elements each), budget 2**22: pairs per block
+    2**22 / (16 * 36 * L), and images x 36 = captions x L gives sqrt(2**22 / (16 * 36**2)) = 14.2
+    images at every length; the clip keeps 1 to 128."""
+    def per_pair(length):
+        return 16 * 36 * length
+
+    assert [square_image_block(per_pair, 2 ** 22, length, 36) for length in (8, 20, 50)] == [14, 14, 14]
+    assert square_image_block(lambda length: 1, 2 ** 30, 20, 36) == 128
+    assert square_image_block(lambda length: 2 ** 30, 2 ** 22, 20, 36) == 1
+    lengths = torch.tensor([20] * 300)
+    blocks = sized_caption_blocks(lengths, 1000, per_pair, 2 ** 22, lambda length: 14)
+    # 2**22 // (14 * 16 * 36 * 20) = 26 captions: 14 x 36 = 504 rows of regions, 26 x 20 = 520 columns of words
+    assert {(len(index), images) for index, _, images in blocks[:-1]} == {(26, 14)}
 
 
 def test_the_configured_budget_reaches_a_cross_attention_model():

@@ -211,6 +211,9 @@ class CrossAttentionModel(RetrievalModel):
     # evaluation and the codes built on it (BFAN, NAAF, PFAN) copy them into float64 numpy arrays and
     # score those; "model": in the encodings' dtype. Training batches always score in the model's dtype.
     evaluation_dtype: str = "model"
+    # images per scoring block: 128, or None for blocks whose cosine product is about square
+    # (cross_attention.square_image_block), for the models whose pair intermediates hold no embedding dimension
+    scoring_image_block: int | None = 128
 
     def pair_elements(self, length: int) -> int:
         """Elements of the per-pair intermediates for a caption of this length."""
@@ -220,7 +223,8 @@ class CrossAttentionModel(RetrievalModel):
         if self.evaluation_dtype == "float64":
             img, txt = img.double(), txt.double()
         with autocast(self.device, amp):
-            return score_in_blocks(self.score, img, txt, self.pair_elements, self.block_elements)
+            return score_in_blocks(self.score, img, txt, self.pair_elements, self.block_elements,
+                                   self.scoring_image_block)
 
 
 def constructor_keywords(cls: type[RetrievalModel]) -> dict[str, inspect.Parameter]:

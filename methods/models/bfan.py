@@ -114,6 +114,8 @@ def check_settings(focal: str, lambda_softmax: float, empty_focus: str, evaluati
 class BFAN(CrossAttentionModel):
     image_arguments = {"region_dim": "dim", "n_regions": "regions"}
 
+    scoring_image_block = None   # the pair intermediates hold no embedding dimension (Gram trick)
+
     def __init__(self, region_dim: int, n_regions: int, embed_dim: int, text: GRUTextEncoder, focal: str,
                  lambda_softmax: float, empty_focus: str = "nan", evaluation_dtype: str = "model"):
         super().__init__()

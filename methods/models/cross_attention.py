@@ -11,6 +11,7 @@ budget (the model says how many elements one pair needs at a given caption lengt
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -168,19 +169,39 @@ def visual_to_text_attention(regions: torch.Tensor, words: torch.Tensor, mask: t
     return torch.einsum("icrl,cld->icrd", alpha, words)
 
 
+def square_image_block(pair_elements: Callable[[int], int], budget: int, length: int, regions: int,
+                       largest: int = 128) -> int:
+    """Images per block such that the block's (images x regions) x (captions x words) product of
+    cosines is about square, within the budget: images x captions = budget / pair_elements(length)
+    pairs, and images x regions = captions x length. A model whose per-pair intermediates hold no
+    embedding dimension (the Gram trick) otherwise gets blocks of 128 images and two or three
+    captions, a product too thin for the BLAS (float64 on 2 cores, 4,608 x 1,024 x 57: half the
+    rate of x 570)."""
+    pairs = budget / max(1, pair_elements(length))
+    return int(min(largest, max(1, round(math.sqrt(pairs * length / max(1, regions))))))
+
+
 def caption_blocks(lengths: torch.Tensor, n_images: int, pair_elements: Callable[[int], int], budget: int,
-                   image_block: int) -> list[tuple[torch.Tensor, int]]:
+                   image_block: int | Callable[[int], int]) -> list[tuple[torch.Tensor, int]]:
     """Captions sorted by length (longest first) cut into blocks so that image_block x block size
     x pair_elements(longest length in the block) stays within budget (a block has at least one
-    caption). Returns (caption indices, longest length) per block."""
+    caption); ``image_block`` is a number of images or gives it for the block's longest length.
+    Returns (caption indices, longest length) per block."""
+    return [(index, longest) for index, longest, _ in sized_caption_blocks(lengths, n_images, pair_elements, budget,
+                                                                           image_block)]
+
+
+def sized_caption_blocks(lengths: torch.Tensor, n_images: int, pair_elements: Callable[[int], int], budget: int,
+                         image_block: int | Callable[[int], int]) -> list[tuple[torch.Tensor, int, int]]:
+    """``caption_blocks`` with each block's number of images: (caption indices, longest, images)."""
     order = torch.argsort(lengths.cpu(), descending=True, stable=True)
     sorted_lengths = lengths.cpu()[order]
-    images = min(image_block, n_images)
     blocks, start = [], 0
     while start < len(order):
         longest = int(sorted_lengths[start])
+        images = max(1, min(image_block(longest) if callable(image_block) else image_block, n_images))
         size = max(1, budget // max(1, images * pair_elements(longest)))
-        blocks.append((order[start:start + size], longest))
+        blocks.append((order[start:start + size], longest, images))
         start += size
     return blocks
 
@@ -188,16 +209,20 @@ def caption_blocks(lengths: torch.Tensor, n_images: int, pair_elements: Callable
 @torch.no_grad()
 def score_in_blocks(pair_scores: Callable[[RegionFeatures, WordFeatures], torch.Tensor],
                     img: RegionFeatures, cap: WordFeatures | PackedWordFeatures, pair_elements: Callable[[int], int],
-                    budget: int | None = None, image_block: int = 128) -> torch.Tensor:
+                    budget: int | None = None, image_block: int | None = 128) -> torch.Tensor:
     """(N_img, N_cap) scores on the CPU, float32 (float64 for float64 features); ``pair_scores(img_block,
-    cap_block)`` gives (I, C) for one block. Captions are grouped by length; results go back to their order."""
+    cap_block)`` gives (I, C) for one block. Captions are grouped by length; results go back to their order.
+    ``image_block``: images per block, or None for ``square_image_block``'s."""
     device = img.regions.device
     budget = budget or default_block_elements(device)
     dtype = torch.promote_types(img.regions.dtype, torch.float32)
     out = torch.empty(len(img), len(cap), dtype=dtype, device=device)  # one copy to the host, at the end
-    for cap_index, _ in caption_blocks(cap.lengths, len(img), pair_elements, budget, image_block):
+    if image_block is None:
+        regions = img.regions.shape[1]
+        image_block = lambda length: square_image_block(pair_elements, budget, length, regions)   # noqa: E731
+    for cap_index, _, images in sized_caption_blocks(cap.lengths, len(img), pair_elements, budget, image_block):
         cap_index = cap_index.to(device)
         cap_block = cap[cap_index]
-        for start in range(0, len(img), image_block):
-            out[start:start + image_block, cap_index] = pair_scores(img[start:start + image_block], cap_block).to(dtype)
+        for start in range(0, len(img), images):
+            out[start:start + images, cap_index] = pair_scores(img[start:start + images], cap_block).to(dtype)
     return out.cpu()

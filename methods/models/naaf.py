@@ -147,6 +147,8 @@ def check_settings(lambda_softmax: float, alpha: float, mined_words: int, unmine
 class NAAF(CrossAttentionModel):
     image_arguments = {"region_dim": "dim", "n_regions": "regions"}
 
+    scoring_image_block = None   # the pair intermediates hold no embedding dimension (Gram trick)
+
     def __init__(self, region_dim: int, n_regions: int, embed_dim: int, text: GRUTextEncoder, lambda_softmax: float,
                  alpha: float = 2.0, mined_words: int = 200, unmined_thresholds: str = "zero",
                  intra_propagation: bool = True, intra_lambda: float = 5.0, evaluation_dtype: str = "model"):

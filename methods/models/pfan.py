@@ -98,6 +98,8 @@ def check_settings(grid: int, region_blocks: int, position_dim: int, padding_blo
 class PFAN(CrossAttentionModel):
     image_arguments = {"region_dim": "dim", "n_regions": "regions"}
 
+    scoring_image_block = None   # the pair intermediates hold no embedding dimension (Gram trick)
+
     def __init__(self, region_dim: int, n_regions: int, embed_dim: int, text: GRUTextEncoder, similarity: dict,
                  grid: int = 16, region_blocks: int = 15, position_dim: int = 200, padding_blocks: str = "attend",
                  evaluation_dtype: str = "model"):
