@@ -204,7 +204,8 @@ class SummaryTableSpec(JobRecord):
     nested: ClassVar[dict[str, type[JobRecord]]] = {"rows": SummaryRowSpec}
     what: ClassVar[str] = "a summary table"
     table: str
-    rows: list[SummaryRowSpec]
+    rows: list[SummaryRowSpec]      # the rows this paper's file declares (a shared table's others are under theirs)
+    shared_with: list[str]          # the names of the other papers whose files hold rows of the table
 
 
 @dataclass(frozen=True)
@@ -278,8 +279,12 @@ class ClaimSpec(JobRecord):
     right: list[str]
     left_reduce: str      # how a side's rows give its value: mean, or the best of them (max / min)
     right_reduce: str
-    best: str | None      # a best-of-set claim's row claimed best
-    printed: dict         # ... and the rows it compares on printed numbers only: row id -> reported numbers
+    best: str | None      # a best-of-set or rank claim's row claimed best (or within the rank)
+    rank: int | None      # ... the rank claimed (1: best of the set)
+    bound: float | None   # an equivalence claim: |left - right| <= bound
+    bound_reason: str     # ... why that bound
+    printed: dict         # the rows compared on printed numbers only: row id -> reported numbers
+    reported_only: list[str]   # compared rows the harness does not run: the claim is undetermined
     metric: str
     margin: float
     protocols: list[str]

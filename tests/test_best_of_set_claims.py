@@ -12,20 +12,17 @@ from scipy.special import ndtr, ndtri
 from methods.config import REPO_ROOT, load_harness_config
 from methods.data.datasets import dataset_payload
 from methods.errors import HarnessError
-from methods.io import save_npy
-from methods.job_records import ClaimsSpec, RunEvaluation
-from methods.metrics.evaluation import evaluate_protocol
+from methods.job_records import ClaimsSpec
 from methods.metrics.protocols import get_protocol
 from methods.metrics.query_units import protocol_units
 from methods.metrics.relevance import CaptionsOfImage
 from methods.metrics.retrieval import retrieval_metrics
 from methods.plan import Plan
 from methods.report import claims as claims_job
-from methods.report.aggregate import aggregate
 from methods.report.bootstrap import paired_difference_interval, side_value
 from methods.report.claim_form import parse_comparison
 from tests.conftest import config_with_every_table
-from tests.records import run_evaluation
+from tests.records import claim_record, claims_spec_record, planted_claim_row
 
 TPI = 5
 
@@ -102,33 +99,19 @@ def judged(tmp_path_factory, harness):
     rsum, rows = {}, {}
     for row_id, strength in (("strong", 2.0), ("mid", 1.0), ("twin", 2.0), ("weak", 0.4)):
         scores = planted(rng, 40, strength)
-        save_npy(root / f"{row_id}.npy", scores.astype(np.float32))
         rsum[row_id] = retrieval_metrics(scores.astype(np.float32).astype(np.float64))["rsum"]
-        ev = RunEvaluation.from_json(run_evaluation(0, [evaluate_protocol(scores, protocol)]), "t")
-        aggregate([ev]).write(root / f"{row_id}.agg.json")
-        rows[f"t/{row_id}"] = {"table": "t", "id": row_id, "label": row_id, "seeds": [0], "ensemble_size": 1,
-                               "view": None, "scores": {protocol.name: [[str(root / f"{row_id}.npy")]]},
-                               "evaluations": {}, "aggregate": str(root / f"{row_id}.agg.json"),
-                               "reported": {protocol.name: {"source": f"paper, row '{row_id}'", "ensemble_size": 1,
-                                                            "metrics": {"rsum": {"strong": 500, "mid": 400}.get(
-                                                                row_id, 300)}}}}
+        rows[f"t/{row_id}"] = planted_claim_row(root, row_id, scores, protocol, {protocol.name: {
+            "source": f"paper, row '{row_id}'", "ensemble_size": 1,
+            "metrics": {"rsum": {"strong": 500, "mid": 400}.get(row_id, 300)}}})
 
     def claim(claim_id, members, best, printed=None):
-        c = parse_comparison(f"best({', '.join(members)}).rsum == {best}", "test")
-        return {"id": claim_id, "words": "w", "paraphrased": False, "where": "Table 1", "table": "t",
-                "form": c.text(), "left": list(c.left), "right": list(c.right), "left_reduce": c.left_reduce,
-                "right_reduce": c.right_reduce, "best": c.best, "printed": printed or {}, "metric": "rsum",
-                "margin": 0.0, "protocols": [protocol.name]}
+        return claim_record(claim_id, f"best({', '.join(members)}).rsum == {best}", protocol.name, printed)
     printed = {"camp": {protocol.name: {"source": "paper, row 'camp'", "ensemble_size": 1, "metrics": {"rsum": 450}}},
                "rdan": {protocol.name: {"source": "paper, row 'rdan'", "ensemble_size": 1, "metrics": {"rsum": 520}}}}
-    spec = {"paper": "toy", "paper_name": "Toy paper", "dataset": "toy", "dataset_kind": "real",
-            "reported_dataset": "toy", "rows": rows,
-            "training_check": {"min_gain_share": 0.05, "min_score_spread": 1e-4, "saturated_share": 0.99},
-            "bootstrap": {"n_resamples": 500, "confidence": 0.95, "method": "BCa", "seed": 0},
-            "claims": [claim("strong_best", ["mid", "strong", "weak"], "strong", {"camp": printed["camp"]}),
-                       claim("weak_best", ["mid", "strong", "weak"], "weak"),
-                       claim("strong_best_of_twin", ["strong", "twin", "weak"], "strong"),
-                       claim("strong_best_printed_rival", ["mid", "strong"], "strong", printed)]}
+    spec = claims_spec_record(rows, [claim("strong_best", ["mid", "strong", "weak"], "strong", {"camp": printed["camp"]}),
+                                     claim("weak_best", ["mid", "strong", "weak"], "weak"),
+                                     claim("strong_best_of_twin", ["strong", "twin", "weak"], "strong"),
+                                     claim("strong_best_printed_rival", ["mid", "strong"], "strong", printed)])
     frame = claims_job.claims_frame(ClaimsSpec.from_json(spec, "test"), dataset_payload(harness, "synthetic"))
     return frame.set_index("claim"), rsum, ClaimsSpec.from_json(spec, "test")
 
@@ -138,13 +121,13 @@ def test_best_of_set_claims_on_planted_rows(judged):
     strong = frame.loc["strong_best"]
     assert strong["reproduced_difference"] == pytest.approx(rsum["strong"] - max(rsum["mid"], rsum["weak"]), abs=1e-3)
     assert strong["right_reproduced"] == pytest.approx(rsum["mid"], abs=1e-3)   # the best of the others
-    assert strong["best_of_others"] == "mid"
-    assert strong["verdict"] == "supported" and strong["p_best"] > 0.99
+    assert strong["rival"] == "mid"
+    assert strong["verdict"] == "supported" and strong["p_holds"] > 0.99
     assert strong["reported_difference"] == pytest.approx(500 - 400)           # printed: the best of the run rows
     weak = frame.loc["weak_best"]
-    assert weak["verdict"] == "contradicted" and weak["p_best"] < 0.01
+    assert weak["verdict"] == "contradicted" and weak["p_holds"] < 0.01
     twin = frame.loc["strong_best_of_twin"]
-    assert twin["verdict"] == "inconclusive" and 0.01 < twin["p_best"] < 0.99
+    assert twin["verdict"] == "inconclusive" and 0.01 < twin["p_holds"] < 0.99
 
 
 def test_the_printed_numbers_are_judged_apart_with_the_rows_only_printed(judged):
@@ -180,7 +163,7 @@ def test_a_set_member_left_out_for_its_files_is_compared_on_its_printed_number(t
 def test_a_best_of_set_claim_the_plan_cannot_check_is_one_line_naming_it(harness, tmp_path):
     paper = yaml.safe_load((REPO_ROOT / "methods/papers/sgraf.yaml").read_text())
     base = paper["claims"]["sgraf_best_i2t_r1"]
-    for change, message in (({"printed_rows": ["camp"], "compare": "sgraf.rsum > saf.rsum"}, "only a best-of-set claim"),
+    for change, message in (({"printed_rows": ["camp"], "compare": "sgraf.rsum > saf.rsum"}, "only a best-of-set or rank claim"),
                             ({"printed_rows": ["bfan"]}, "row 'bfan' is in the compared set too"),
                             ({"printed_rows": ["nobody"]}, "has no row 'nobody'"),
                             ({"printed_rows": []}, "printed_rows")):

@@ -94,8 +94,12 @@ def with_claim(harness, tmp_path, claim: dict, extra_rows=()):
 
 @pytest.mark.parametrize("claim,rows,message", [
     ({"compare": "scan_ensemble.rsum > nobody.rsum"}, (), "table table1 has no row 'nobody' on flickr"),
-    ({"compare": "scan_ensemble.rsum > vsepp.rsum"}, ({"id": "vsepp", "label": "reported", "reported_only": "x",
-                                                       "reported": {}},), "row 'vsepp' is reported only"),
+    ({"compare": "|scan_ensemble.rsum - vsepp_resnet152_ft.rsum| <= 5"}, (), "bound_reason: an equivalence claim says"),
+    ({"compare": "|scan_ensemble.rsum - vsepp_resnet152_ft.rsum| <= 5", "bound_reason": "r", "margin": 1.0}, (),
+     "margin: an equivalence claim has a bound, not a margin"),
+    ({"compare": "scan_ensemble.rsum > vsepp_resnet152_ft.rsum", "bound_reason": "r"}, (),
+     "bound_reason: only an equivalence claim"),
+    ({"compare": "rank(scan_ensemble among vsepp_resnet152_ft).rsum <= 2"}, (), "holds whatever the numbers"),
     ({"compare": "scan_ensemble.i2t_medr < vsepp_resnet152_ft.i2t_medr"}, (), "not a mean over test queries"),
     ({"compare": "scan_ensemble.t2i_ndcg500 > vsepp_resnet152_ft.t2i_ndcg500"}, (), "no protocol of datasets.flickr"),
     ({"compare": "scan_ensemble.rsum > vsepp_resnet152_ft.rsum", "table": "sgraf_t1"}, (), "not a table of this paper"),
@@ -105,6 +109,25 @@ def test_a_claim_the_plan_cannot_check_is_one_line_naming_it(harness, tmp_path, 
     with pytest.raises(HarnessError, match=message) as err:
         Plan(with_claim(harness, tmp_path, claim, rows))
     assert "claims.the_claim" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_claim_on_a_row_the_harness_does_not_run_is_undetermined_with_the_papers_difference(harness, tmp_path):
+    printed = {"f30k_1k": {"source": "paper, row 'camp'", "ensemble_size": 1,
+                           "metrics": {"i2t_r1": 68.1, "i2t_r5": 89.7, "i2t_r10": 95.2, "t2i_r1": 51.5, "t2i_r5": 77.1,
+                                       "t2i_r10": 85.3}}}
+    cfg = with_claim(harness, tmp_path, {"compare": "scan_ensemble.rsum > camp.rsum"},
+                     ({"id": "camp", "label": "CAMP", "reported_only": "no public code", "reported": {"flickr": printed}},))
+    plan = Plan(cfg)
+    claim = plan.claims[("scan", "flickr")][0]
+    assert claim.reported_only == ["camp"] and not claim.runs and set(claim.printed) == {"scan_ensemble", "camp"}
+    spec = plan.claims_spec("scan", "flickr")
+    assert spec.rows == {} and plan.claims_score_files("scan", "flickr") == []   # nothing to score: no DAG input
+    frame = claims_job.claims_frame(spec, dataset_payload(harness, "synthetic"))
+    row = frame.iloc[0]
+    assert row["verdict"] == "undetermined: camp is reported only" and pd.isna(row["ci_low"])
+    scan = plan.row("table1", "flickr", "scan_ensemble").reported["f30k_1k"]["metrics"]
+    assert row["reported_difference"] == pytest.approx(sum(scan[m] for m in printed["f30k_1k"]["metrics"])
+                                                       - sum(printed["f30k_1k"]["metrics"].values()), abs=1e-3)
 
 
 def test_paper_keys_are_unique_and_claim_table_names_are_taken(harness, tmp_path):
@@ -188,7 +211,8 @@ def planted(tmp_path_factory, harness):
                                                                  [write("pa1", 1.0), write("pb1", 1.0)]]},
                    "evaluations": {}}}
     claim = {"words": "w", "paraphrased": False, "where": "Table 1", "table": "t", "metric": "rsum", "margin": 0.0,
-             "left_reduce": "mean", "right_reduce": "mean", "best": None, "printed": {},
+             "left_reduce": "mean", "right_reduce": "mean", "best": None, "rank": None, "bound": None,
+             "bound_reason": "", "printed": {}, "reported_only": [],
              "protocols": ["synthetic_test"]}
     spec = {"paper": "toy", "paper_name": "Toy paper", "dataset": "toy", "dataset_kind": "synthetic",
             "reported_dataset": "flickr", "rows": rows, "training_check": TRAINING_CHECK,
@@ -322,7 +346,8 @@ def judged(tmp_path_factory, harness):
     del old["training_checks"]                      # an aggregate written before the training check
     (root / "old.agg.json").write_text(json.dumps(old))
     claim = {"words": "w", "paraphrased": False, "where": "Table 1", "table": "t", "margin": 0.0,
-             "left_reduce": "mean", "right_reduce": "mean", "best": None, "printed": {},
+             "left_reduce": "mean", "right_reduce": "mean", "best": None, "rank": None, "bound": None,
+             "bound_reason": "", "printed": {}, "reported_only": [],
              "protocols": ["synthetic_test"]}
     claims = [("strong_beats_flat", "strong", "flat", "rsum"), ("mixed_beats_strong", "mixed", "strong", "rsum"),
               ("perfect_r10", "perfect_a", "perfect_b", "i2t_r10"),

@@ -181,7 +181,8 @@ def planted(tmp_path_factory):
                                "view": None, "reported": {}, "scores": {}, "evaluations": {protocol.name: files},
                                "aggregate": str(root / f"{row_id}.agg.json")}
     claim = {"words": "w", "paraphrased": False, "where": "Table 1", "table": "t", "margin": 0.0,
-             "left_reduce": "mean", "right_reduce": "mean", "best": None, "printed": {},
+             "left_reduce": "mean", "right_reduce": "mean", "best": None, "rank": None, "bound": None,
+             "bound_reason": "", "printed": {}, "reported_only": [],
              "protocols": [protocol.name]}
     spec = {"paper": "toy", "paper_name": "Toy paper", "dataset": "toy", "dataset_kind": "real",
             "reported_dataset": "toy", "rows": rows,

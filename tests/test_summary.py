@@ -34,7 +34,7 @@ def spec(tmp_path, claims_csv=None) -> dict:
     return {"dataset": "synthetic", "dataset_kind": "synthetic", "reported_dataset": "flickr",
             "protocol": "synthetic_test", "checked_protocols": ["synthetic_test"], "training_check": CHECK,
             "papers": [{"paper": "p", "paper_name": "Someone et al., VENUE 2024", "claims": claims_csv,
-                        "tables": [{"table": "t1", "rows": [
+                        "tables": [{"table": "t1", "shared_with": ["Other et al., VENUE 2023"], "rows": [
                             {"id": r, "label": label, "seeds": [0, 1], "ensemble_size": 1,
                              "aggregate": str(tmp_path / f"{r}.json")} for r, label, _ in rows]}]}]}
 
@@ -67,6 +67,7 @@ def test_rows_against_chance_and_the_claims_verdicts(tmp_path):
     assert "| t1 | a plateau | 0 1 | rsum 165.0 ± 145.0 | 10.4 | 25.5 | **did not train**: seed 0" in md
     assert "| good_beats_flat | `good.rsum > flat.rsum` | synthetic_test | +12.50 | +142.50 | – | undetermined: flat did not train (synthetic data) |" in md
     assert "Claims: 1 undetermined." in md and "standing in for flickr" in md
+    assert "- Table t1 is shared with Other et al., VENUE 2023: its rows are listed under the paper" in md
     page = (tmp_path / "s.html").read_text()   # the same text, as a page
     assert "<td><strong>did not train</strong>: seed 0" in page and "<code>good.rsum &gt; flat.rsum</code>" in page
 
@@ -76,7 +77,14 @@ def test_the_plan_summarises_every_run_row_and_the_claims_tables():
     s = plan.summary_spec("synthetic").to_json()
     assert s["protocol"] == "synthetic_test"
     expected = {(t, r.id) for (t, d), tbl in plan.tables.items() if d == "synthetic" for r in tbl.rows if r.runs_models}
-    assert {(t["table"], r["id"]) for p in s["papers"] for t in p["tables"] for r in t["rows"]} == expected
+    listed = [(p["paper"], t["table"], r["id"]) for p in s["papers"] for t in p["tables"] for r in t["rows"]]
+    assert {(t, r) for _, t, r in listed} == expected and len(listed) == len(expected)   # each row once
+    # table1 (VSE++, SCAN, MVSA and SGRAF rows): each row under the paper whose file declares it
+    table1 = {p["paper"]: [r["id"] for t in p["tables"] if t["table"] == "table1" for r in t["rows"]] for p in s["papers"]}
+    assert table1["scan"] == ["scan_ensemble"] and "vsepp_resnet152_ft" in table1["vsepp"]
+    assert all(plan.row("table1", "synthetic", r).paper == p for p, ids in table1.items() for r in ids)
+    shared = next(t for p in s["papers"] if p["paper"] == "scan" for t in p["tables"] if t["table"] == "table1")
+    assert len(shared["shared_with"]) == 3 and plan.papers["scan"] not in shared["shared_with"]
     assert {p["paper"] for p in s["papers"] if p["claims"]} == {p for p, d in plan.claims if d == "synthetic"}
     assert "tables/summary_synthetic.md" in plan.default_targets()
     assert plan.summary_spec("synthtags").protocol == "labelwise_test"

@@ -303,13 +303,14 @@ def test_the_report_lists_rows_that_did_not_train_and_the_claims_they_leave_unde
     write_json(tmp_path / "t.spec.json", spec.to_json())
     claims = pd.DataFrame([
         {"claim": "flat_beats_good", "words": "w", "paraphrased": False, "where": "T1", "table": "t",
-         "compare": "flat.rsum > good.rsum", "margin": 0.0, "protocol": "f30k_1k", "metric": "rsum",
+         "compare": "flat.rsum > good.rsum", "margin": 0.0, "bound": None, "protocol": "f30k_1k", "metric": "rsum",
          "left_rows": "flat", "right_rows": "good", "reproduced_difference": 1.0, "difference_seed_std": None,
          "seeds_above_margin": None, "n_seeds": 2, "ci_low": 0.5, "ci_high": 1.5, "n_images": 1000,
          "reported_difference": None, "untrained_rows": "flat", "saturated": False, "training_check": "x",
          "verdict": "undetermined: flat did not train"},
         {"claim": "good_r10", "words": "w", "paraphrased": False, "where": "T1", "table": "t",
-         "compare": "good.i2t_r10 > old.i2t_r10", "margin": 0.0, "protocol": "f30k_1k", "metric": "i2t_r10",
+         "compare": "good.i2t_r10 > old.i2t_r10", "margin": 0.0, "bound": None, "protocol": "f30k_1k",
+         "metric": "i2t_r10",
          "left_rows": "good", "right_rows": "old", "reproduced_difference": 0.0, "difference_seed_std": None,
          "seeds_above_margin": None, "n_seeds": 2, "ci_low": 0.0, "ci_high": 0.0, "n_images": 1000,
          "reported_difference": None, "untrained_rows": None, "saturated": True, "training_check": "",

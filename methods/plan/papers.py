@@ -432,33 +432,42 @@ class PaperCatalogue:
                 raise HarnessError(f"{where}.compare: row '{released[0]}' is the authors' released weights: claims "
                                    f"compare rows the harness trains")
             if claim.get("printed_rows") and comparison.best is None:
-                raise HarnessError(f"{where}.printed_rows: only a best-of-set claim (best(...) == row) compares "
-                                   f"rows on their printed numbers")
+                raise HarnessError(f"{where}.printed_rows: only a best-of-set or rank claim compares rows on their "
+                                   f"printed numbers")
             if comparison.best is not None and is_pooled(comparison.metric):
-                raise HarnessError(f"{where}.compare: a best-of-set claim on {comparison.metric}, a pooled metric, "
-                                   f"is not supported: state it as claims between two rows")
+                raise HarnessError(f"{where}.compare: a best-of-set or rank claim on {comparison.metric}, a pooled "
+                                   f"metric, is not supported: state it as claims between two rows")
+            if (comparison.bound is not None) != bool(claim.get("bound_reason")):
+                raise HarnessError(f"{where}.bound_reason: " + (
+                    "an equivalence claim says why its bound is what it is, from the paper's words" if
+                    comparison.bound is not None else "only an equivalence claim (|a.m - b.m| <= d) has a bound"))
+            if comparison.bound is not None and claim.get("margin"):
+                raise HarnessError(f"{where}.margin: an equivalence claim has a bound, not a margin")
+            raw_rows = {r["id"]: r for r in paper["tables"][claim["table"]]["rows"]}
             for dataset in self._built_on(claim["table"], self._with_smoke(paper["tables"][claim["table"]]["datasets"])):
                 rows = {r.id: r for r in self.tables[(claim["table"], dataset)].rows}
                 left_out = {r["id"]: r for r in self.tables[(claim["table"], dataset)].unconfigured}
                 compared, printed = comparison, list(claim.get("printed_rows") or [])
-                if comparison.best is not None and comparison.best not in left_out:
-                    # a set member whose files are not configured is compared on its printed numbers only
-                    unrun = [r for r in comparison.members if r in left_out]
-                    if unrun:
-                        compared = best_of(comparison, [r for r in comparison.members if r not in unrun], where)
+                for row_id in comparison.rows:
+                    if row_id not in rows and row_id not in left_out:
+                        raise HarnessError(f"{where}.compare: table {claim['table']} has no row '{row_id}' on "
+                                           f"{dataset} (rows: {', '.join(rows)})")
+                # a row the harness does not run: printed only; a claim resting on one is undetermined
+                unrun = [r for r in comparison.rows if r in left_out or not rows[r].runs_models]
+                if comparison.best is not None and unrun and comparison.best not in unrun:
+                    # a set member the harness does not run here is compared on its printed numbers only
+                    kept = [r for r in comparison.members if r not in unrun]
+                    if len(kept) - 1 >= (comparison.rank or 1):   # else a rank among the rest would hold always
+                        compared = best_of(comparison, kept, where)
                         printed += unrun
-                unset = sorted({k for row_id in compared.rows if row_id in left_out for k in left_out[row_id]["keys"]})
+                        unrun = []
+                unset = sorted({k for row_id in unrun if row_id in left_out for k in left_out[row_id]["keys"]})
                 if unset:   # a compared row needs a file the config does not give: no test on this dataset
                     self.untested_claims.setdefault((paper["key"], dataset), []).append((claim_id, unset))
                     continue
+                reported_only = [r for r in unrun if r in rows]
                 for row_id in compared.rows:
-                    if row_id not in rows:
-                        raise HarnessError(f"{where}.compare: table {claim['table']} has no row '{row_id}' on "
-                                           f"{dataset} (rows: {', '.join(rows)})")
-                    if not rows[row_id].runs_models:
-                        raise HarnessError(f"{where}.compare: row '{row_id}' is reported only: there are no runs "
-                                           f"to test the claim on (a best-of-set claim names it in printed_rows)")
-                    if is_pooled(compared.metric) and rows[row_id].ensemble_size > 1:
+                    if row_id in rows and is_pooled(compared.metric) and rows[row_id].ensemble_size > 1:
                         raise HarnessError(f"{where}.compare: row '{row_id}' is an ensemble, whose averaged score "
                                            f"matrix has no label predictions: {compared.metric} compares single "
                                            f"models")
@@ -474,13 +483,15 @@ class PaperCatalogue:
                     raise HarnessError(f"{where}.compare: no protocol of datasets.{dataset}.protocols "
                                        f"({', '.join(self.cfg['datasets'][dataset]['protocols'])}) reports "
                                        f"{compared.metric}")
-                raw_rows = {r["id"]: r for r in paper["tables"][claim["table"]]["rows"]}
                 ds_cfg = self.cfg["datasets"][dataset]
+                # an undetermined claim (a side reported only) keeps every row's printed numbers for the paper's difference
+                shown = list(dict.fromkeys(printed + (list(compared.rows) if reported_only else [])))
                 printed_numbers = {r: rows[r].reported if r in rows else reported_shown(
-                    raw_rows[r].get("reported", {}).get(reported_dataset(dataset, ds_cfg), {}), ds_cfg) for r in printed}
+                    raw_rows[r].get("reported", {}).get(reported_dataset(dataset, ds_cfg), {}), ds_cfg) for r in shown}
                 self.claims.setdefault((paper["key"], dataset), []).append(Claim(
                     claim_id, paper["key"], claim["words"], claim.get("paraphrased", False), claim["where"],
-                    claim["table"], compared, float(claim.get("margin", 0.0)), protocols, printed_numbers))
+                    claim["table"], compared, float(claim.get("margin", 0.0)), protocols, printed_numbers,
+                    reported_only=reported_only, bound_reason=claim.get("bound_reason", "")))
 
     def _check_row(self, path: Path, table_name: str, table_datasets: list[str], row: dict, paper: dict) -> None:
         """What a row names that no resolved config shows: its overrides (each key one of the method

@@ -112,7 +112,7 @@ class Plan:
 
     def _claim_rows(self, paper: str, dataset: str) -> dict[tuple[str, str], Row]:
         """(table, row id) of every row the paper's claims on ``dataset`` compare -> its Row."""
-        return {(c.table, r): self.row(c.table, dataset, r) for c in self.paper_claims(paper, dataset)
+        return {(c.table, r): self.row(c.table, dataset, r) for c in self.paper_claims(paper, dataset) if c.runs
                 for r in c.comparison.rows}
 
     def score_files(self, row: Row, dataset: str, split: str) -> list[list[str]]:
@@ -137,7 +137,7 @@ class Plan:
         ds_cfg = self.cfg["datasets"][dataset]
         rows = {}
         for (table, row_id), row in self._claim_rows(paper, dataset).items():
-            compared = [c for c in claims if c.table == table and row_id in c.comparison.rows]
+            compared = [c for c in claims if c.runs and c.table == table and row_id in c.comparison.rows]
             # a pooled metric (micro-F1) is a label head's: its units are in the evaluation, not the score matrix
             pooled = sorted({p for c in compared if is_pooled(c.comparison.metric) for p in c.protocols})
             protocols = sorted({p for c in compared if not is_pooled(c.comparison.metric) for p in c.protocols})
@@ -154,7 +154,9 @@ class Plan:
                                             table=c.table, form=c.form, left=list(c.comparison.left),
                                             right=list(c.comparison.right), left_reduce=c.comparison.left_reduce,
                                             right_reduce=c.comparison.right_reduce, best=c.comparison.best,
-                                            printed=c.printed,
+                                            rank=c.comparison.rank, bound=c.comparison.bound,
+                                            bound_reason=c.bound_reason, printed=c.printed,
+                                            reported_only=c.reported_only,
                                             metric=c.comparison.metric,
                                             margin=c.margin, protocols=c.protocols) for c in claims])
 
@@ -180,18 +182,27 @@ class Plan:
 
     def summary_spec(self, dataset: str) -> SummarySpec:
         """What the summary of a dataset reads (``methods.report.summary``): per paper with a table
-        on it, each table's run rows with their aggregates, and its claims table where it states
-        claims; the dataset's first protocol with a training check gives the main metric."""
+        on it, each table's run rows that its file declares (a table several papers' files share
+        lists each row once, under its own paper, and names the others) with their aggregates, and
+        its claims table where it states claims; the dataset's first protocol with a training check
+        gives the main metric."""
         self.check_target_dataset(dataset, f"tables/summary_{dataset}.md")
         ds_cfg = self.cfg["datasets"][dataset]
         papers = []
+        holders = {}   # table -> the papers whose files hold rows of it (table1: VSE++, SCAN, MVSA, SGRAF)
+        for paper in self.papers:
+            if dataset in self.paper_datasets(paper):
+                for t in self.report_tables(paper, dataset):
+                    holders.setdefault(t, []).append(paper)
         for paper in self.papers:
             if dataset not in self.paper_datasets(paper):
                 continue
             tables = [SummaryTableSpec(table=t, rows=[SummaryRowSpec(id=r.id, label=r.label, seeds=r.seeds,
                                                                      ensemble_size=r.ensemble_size,
                                                                      aggregate=self.row_aggregate(dataset, t, r.id))
-                                                      for r in self.table(t, dataset).rows if r.runs_models])
+                                                      for r in self.table(t, dataset).rows
+                                                      if r.runs_models and r.paper == paper],
+                                       shared_with=[self.papers[p] for p in holders[t] if p != paper])
                       for t in self.report_tables(paper, dataset)]
             papers.append(SummaryPaperSpec(paper=paper, paper_name=self.papers[paper], tables=tables,
                                            claims=(f"tables/claims_{paper}_{dataset}.csv" if (paper, dataset) in self.claims

@@ -140,10 +140,18 @@ class Claim:
     comparison: Comparison        # left rows above right rows on one metric
     margin: float
     protocols: list[str]          # the dataset's protocols that report the metric
-    # a best-of-set claim's rows compared on their printed numbers only (reported only, or files not
-    # configured): row id -> its reported numbers (protocol -> source, metrics, ...)
+    # a best-of-set or rank claim's rows compared on their printed numbers only (reported only, or files
+    # not configured), or every row of a claim with a side reported only: row id -> its reported numbers
+    # (protocol -> source, metrics, ...)
     printed: dict[str, dict] = field(default_factory=dict)
+    reported_only: list[str] = field(default_factory=list)   # compared rows the harness does not run: undetermined
+    bound_reason: str = ""        # an equivalence claim: why its bound, from the paper's words
 
     @property
     def form(self) -> str:
         return self.comparison.text() + (f" + {self.margin:g}" if self.margin else "")
+
+    @property
+    def runs(self) -> bool:
+        """Whether the claims job tests it on runs (no compared row is reported only)."""
+        return not self.reported_only

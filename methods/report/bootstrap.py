@@ -19,7 +19,8 @@ bootstrap over test *images*, each resampled with all of its texts.
 - ``verdict``: a claim that A exceeds B by more than ``margin`` (0: A above B) is ``supported``
   when the interval lies above the margin, ``contradicted`` when it lies below it (with margin 0:
   the interval excludes 0 in the other direction), else ``inconclusive``; ``undetermined`` when the
-  interval is not defined.
+  interval is not defined. ``equivalence_verdict``: a claim that |A − B| <= d, TOST on the same
+  interval (supported inside (−d, d), contradicted wholly outside [−d, d]).
 - ``claim_verdict``: no verdict on rows that did not train (``undetermined: <rows> did not train``,
   whatever the interval) or on a metric saturated on every compared row (``undetermined:
   saturated``: e.g. R@10 = 100 on both sides cannot tell them apart); else ``verdict``.
@@ -32,6 +33,7 @@ import numpy as np
 from scipy import stats
 
 from methods.errors import HarnessError
+from methods.report.claim_form import parse_reduction
 
 BOOTSTRAP_BATCH_ELEMENTS = 1 << 24   # resampled unit values held at once (bounds memory on COCO 5K)
 
@@ -44,20 +46,26 @@ def mean_over_seeds(sums_per_seed: list[np.ndarray]) -> np.ndarray:
     return np.mean(np.stack(sums_per_seed), axis=0)
 
 
+def reduce_rows(values: np.ndarray, reduce: str, weights: np.ndarray | None = None) -> np.ndarray:
+    """Rows (axis 0) to one value: their mean (weighted by ``weights``, which sum to 1), or the k-th
+    highest (``max``, ``max2``, ...) or k-th lowest (``min``, ``min2``, ...): the best of a set, or
+    the row a rank claim's row must beat."""
+    kind, k = parse_reduction(reduce)
+    if kind == "mean":
+        return values.mean(axis=0) if weights is None else np.tensordot(weights, values, axes=(0, 0))
+    if k > values.shape[0]:
+        raise HarnessError(f"the {reduce} of {values.shape[0]} rows is not defined")
+    ordered = np.sort(values, axis=0)
+    return ordered[-k] if kind == "max" else ordered[k - 1]
+
+
 def side_value(sums: np.ndarray, counts: np.ndarray, weights: np.ndarray | None = None,
                reduce: str = "mean") -> np.ndarray:
     """``sums``: (rows, metrics, ..., images); ``counts``: (metrics, ..., images) shared by the rows,
     or (rows, metrics, ..., images) each row's own. Per row, the sum over metrics of each metric's
-    ratio over the images; then over the rows their mean (weighted by ``weights``, which sum to
-    1), or their ``max`` / ``min`` (the best of a set)."""
+    ratio over the images; then over the rows ``reduce_rows``."""
     ratios = (np.sum(sums, axis=-1) / np.sum(counts, axis=-1)).sum(axis=1)   # (rows, ...)
-    if reduce == "max":
-        return ratios.max(axis=0)
-    if reduce == "min":
-        return ratios.min(axis=0)
-    if weights is None:
-        return ratios.mean(axis=0)
-    return np.tensordot(weights, ratios, axes=(0, 0))
+    return reduce_rows(ratios, reduce, weights)
 
 
 def paired_difference_interval(sums_a: np.ndarray, sums_b: np.ndarray, counts: np.ndarray,
@@ -73,10 +81,11 @@ def paired_difference_interval(sums_a: np.ndarray, sums_b: np.ndarray, counts: n
     metric such as micro-F1, whose denominators are each row's). ``weights_a`` / ``weights_b``:
     each row's weight in its side's mean (summing to 1; default equal), e.g. each (row, seed) of a
     pooled metric 1 / (rows x the row's seeds). ``reduce_a`` / ``reduce_b``: a side's value is the
-    mean of its rows, or their ``max`` / ``min`` (a best-of-set claim: the best of the others, on each
-    resample); the result then also holds ``share_above``, the share of resamples whose difference
-    is above ``margin`` (the bootstrap's probability that the claimed best is the best). The same
-    images in the same order throughout."""
+    mean of its rows, or their k-th highest / lowest (``reduce_rows``; a best-of-set or rank claim: the
+    best, or k-th best, of the others, on each resample); ``share_above`` is the share of resamples
+    whose difference is above ``margin`` (for a best-of-set claim the bootstrap's probability that the
+    claimed row is the best, for a rank claim that it is within the rank). The same images in the
+    same order throughout."""
     a, b, c = (np.asarray(x, dtype=np.float64) for x in (sums_a, sums_b, counts))
     per_row = counts_b is not None
     cb = np.asarray(counts_b, dtype=np.float64) if per_row else None
@@ -133,14 +142,31 @@ def verdict(low: float, high: float, margin: float = 0.0) -> str:
     return "inconclusive"
 
 
-def claim_verdict(low: float, high: float, margin: float, untrained_rows: list[str], saturated: bool) -> str:
+def equivalence_verdict(low: float, high: float, bound: float) -> str:
+    """The verdict on a claim that |A − B| <= ``bound``, as two one-sided tests (TOST) read off the
+    same interval as ``verdict``'s: ``supported`` when the interval lies inside (−bound, bound)
+    (A − B is shown above −bound and below bound, each at the level ``verdict`` shows a difference),
+    ``contradicted`` when it lies wholly above bound or below −bound, else ``inconclusive`` (a wide
+    interval: the data cannot tell equivalence from a difference)."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "undetermined"
+    if -bound < low and high < bound:
+        return "supported"
+    if low > bound or high < -bound:
+        return "contradicted"
+    return "inconclusive"
+
+
+def claim_verdict(low: float, high: float, margin: float, untrained_rows: list[str], saturated: bool,
+                  bound: float | None = None) -> str:
     """A claim's verdict: ``undetermined: <rows> did not train`` when a compared row did not train,
-    ``undetermined: saturated`` when every compared row's value is saturated, else ``verdict``."""
+    ``undetermined: saturated`` when every compared row's value is saturated, else ``verdict`` (or
+    ``equivalence_verdict`` for an equivalence claim within ``bound``)."""
     if untrained_rows:
         return f"undetermined: {', '.join(untrained_rows)} did not train"
     if saturated:
         return "undetermined: saturated"
-    return verdict(low, high, margin)
+    return verdict(low, high, margin) if bound is None else equivalence_verdict(low, high, bound)
 
 
 def verdict_kind(text: str) -> str:

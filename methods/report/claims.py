@@ -1,10 +1,15 @@
 """Check a paper's claims on one dataset: ``tables/claims_<paper>_<dataset>.csv`` (+ ``.md``).
 
 A claim (``claims`` in a paper file, ``methods.report.claim_form``) says that one row, or the mean
-of several rows, of a table is above another on one metric, or that one row is the best of a set
-(above the best of the others on every resample; ``p_best``: the share of resamples in which it is,
-and the paper's printed numbers of the set, its ``printed_rows`` included, judged apart in
-``printed_verdict``). For every protocol of the dataset that reports the metric, this job
+of several rows, of a table is above another on one metric; or that one row is the best of a set,
+or within the k best (above the best, or k-th best, of the others, named in ``rival``; ``p_holds``:
+the share of resamples in which it is; the paper's printed numbers of the set, its ``printed_rows``
+included, judged apart in ``printed_verdict``); or that two sides are equivalent within a bound
+(``|a.m - b.m| <= d``: supported when the interval lies inside ±d, the two one-sided tests of TOST
+at the level of the other verdicts; contradicted when it lies wholly outside). A claim with a
+compared row that the harness does not run is ``undetermined: <row> is reported only``, with the
+paper's own difference, and is never judged on printed numbers. For every protocol of the dataset
+that reports the metric, this job
 
 - scores each compared row on the test split from its runs' score matrices (``sims_<split>.npy``;
   an ensemble averages its members' matrices for each seed, as its table row does; an evaluation
@@ -45,20 +50,20 @@ from methods.metrics.protocols import CHECKED_PROTOCOLS, dataset_protocol, get_p
 from methods.metrics.query_units import QueryUnits, protocol_units, units_from_record
 from methods.metrics.training_check import (NOT_TRAINED, UNKNOWN, RowTraining, TrainingThresholds, row_training,
                                             saturated)
-from methods.report.bootstrap import claim_verdict, mean_over_seeds, paired_difference_interval
+from methods.report.bootstrap import claim_verdict, mean_over_seeds, paired_difference_interval, reduce_rows
+from methods.report.claim_form import parse_reduction
 from methods.report.cells import escape_cell, number, ours_difference
 from methods.report.wording import INCOMPARABLE_DATA, data_caveat
 from methods.scoring import average_similarities
 
 COLUMNS = ("paper", "dataset", "data", "claim", "words", "paraphrased", "where", "table", "compare", "margin",
-           "protocol", "metric", "left_rows", "right_rows", "left_reproduced", "right_reproduced",
-           "reproduced_difference", "difference_seed_std", "seeds_above_margin", "p_best", "best_of_others", "n_seeds", "seeds", "ci_low",
+           "bound", "rank", "protocol", "metric", "left_rows", "right_rows", "left_reproduced", "right_reproduced",
+           "reproduced_difference", "difference_seed_std", "seeds_above_margin", "p_holds", "rival", "n_seeds", "seeds", "ci_low",
            "ci_high", "confidence", "interval_method", "n_resamples", "bootstrap_seed", "n_images", "reported_dataset",
            "left_reported", "right_reported", "reported_difference", "reported_sources", "printed_rows", "printed_verdict",
            "untrained_rows", "saturated",
            "training_check", "verdict")
 DIGITS = 4
-REDUCE = {"mean": np.mean, "max": np.max, "min": np.min}   # how a side's rows give its value (claim_form)
 
 
 class RowScores:
@@ -69,7 +74,7 @@ class RowScores:
         self._relevances: dict[tuple[str, str], object] = {}   # (split, relevance key) -> relevance
         self.units: dict[tuple[str, str], list[QueryUnits]] = {}   # (row key, protocol) -> one per seed
         for key, row in spec.rows.items():
-            metrics = sorted({c.metric for c in spec.claims if c.table == row.table
+            metrics = sorted({c.metric for c in spec.claims if c.table == row.table and not c.reported_only
                               and row.id in c.left + c.right})
             by_split: dict[str, list[str]] = {}
             for protocol in row.scores:
@@ -133,9 +138,9 @@ def rows_training(spec: ClaimsSpec) -> dict[str, RowTraining]:
 
 
 def printed_verdict(claim: ClaimSpec, protocol: str, rows: dict[str, ClaimsRowSpec]) -> str:
-    """A best-of-set claim on the paper's printed numbers of every row of its set, those it compares
-    on printed numbers only included: whether the claimed best is printed above the best of the
-    others; empty for other claims."""
+    """A best-of-set or rank claim on the paper's printed numbers of every row of its set, those it
+    compares on printed numbers only included: whether the claimed row is printed above the best (or
+    k-th best) of the others; empty for other claims."""
     if claim.best is None:
         return ""
     numbers = {**{r: rows[f"{claim.table}/{r}"].reported for r in claim.left + claim.right}, **claim.printed}
@@ -147,10 +152,42 @@ def printed_verdict(claim: ClaimSpec, protocol: str, rows: dict[str, ClaimsRowSp
         return f"not stated: no printed {claim.metric} under {protocol} for {', '.join(missing)}"
     others = {r: v for r, v in values.items() if r != claim.best}
     higher = METRICS.get(claim.metric).direction == "higher"
-    rival = (max if higher else min)(others, key=others.get)
+    k = claim.rank or 1
+    rival = sorted(others, key=others.get, reverse=higher)[k - 1]
     holds = values[claim.best] > others[rival] if higher else values[claim.best] < others[rival]
+    which = "best of the others" if k == 1 else f"{ordinal(k)} best of the others"
     return (f"{'holds' if holds else 'does not hold'} on the printed numbers of {len(values)} rows: "
-            f"{claim.best} {values[claim.best]:g}, best of the others {rival} {others[rival]:g}")
+            f"{claim.best} {values[claim.best]:g}, {which} {rival} {others[rival]:g}")
+
+
+def ordinal(k: int) -> str:
+    return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
+
+
+def reported_only_record(claim: ClaimSpec, spec: ClaimsSpec, protocol: str) -> dict:
+    """A claim with a side the harness does not run: no interval, no verdict but ``undetermined``
+    with the reason; the paper's own difference from the printed numbers."""
+    values = {r: reported_value(claim.printed.get(r, {}), protocol, claim.metric) for r in claim.left + claim.right}
+    means = {side: (float(reduce_rows(np.array([values[r][0] for r in rows]), reduce))
+                    if all(values[r][0] is not None for r in rows) else None)
+             for side, rows, reduce in (("left", claim.left, claim.left_reduce),
+                                        ("right", claim.right, claim.right_reduce))}
+    only = claim.reported_only
+    return {**{c: None for c in COLUMNS}, **claim_columns(claim, spec, protocol), "left_reported": means["left"],
+            "right_reported": means["right"],
+            "reported_difference": None if None in means.values() else means["left"] - means["right"],
+            "reported_sources": "; ".join(dict.fromkeys(s for _, s in values.values() if s)),
+            "printed_rows": "", "printed_verdict": "", "untrained_rows": "", "training_check": "",
+            "verdict": f"undetermined: {', '.join(only)} {'is' if len(only) == 1 else 'are'} reported only"}
+
+
+def claim_columns(claim: ClaimSpec, spec: ClaimsSpec, protocol: str) -> dict:
+    """The columns that say what the claim is."""
+    return {"paper": spec.paper, "dataset": spec.dataset, "data": spec.dataset_kind, "claim": claim.id,
+            "words": claim.words, "paraphrased": claim.paraphrased, "where": claim.where, "table": claim.table,
+            "compare": claim.form, "margin": claim.margin, "bound": claim.bound, "rank": claim.rank, "protocol": protocol,
+            "metric": claim.metric, "left_rows": "; ".join(claim.left), "right_rows": "; ".join(claim.right),
+            "reported_dataset": spec.reported_dataset}
 
 
 def claim_interval(claim: ClaimSpec, protocol: str, sides: dict[str, list[str]],
@@ -188,27 +225,33 @@ def claim_interval(claim: ClaimSpec, protocol: str, sides: dict[str, list[str]],
 
 def check_claim(claim: ClaimSpec, protocol: str, spec: ClaimsSpec, scores: RowScores,
                 training: dict[str, RowTraining]) -> dict:
+    if claim.reported_only:
+        return reported_only_record(claim, spec, protocol)
     rows = spec.rows
     sides = {"left": [f"{claim.table}/{r}" for r in claim.left], "right": [f"{claim.table}/{r}" for r in claim.right]}
     per_seed = {key: scores.units[(key, protocol)] for keys in sides.values() for key in keys}
     interval = claim_interval(claim, protocol, sides, per_seed, spec.bootstrap)
-    reduce = {"left": REDUCE[claim.left_reduce], "right": REDUCE[claim.right_reduce]}
+    reduce = {"left": claim.left_reduce, "right": claim.right_reduce}
     seed_values = {key: [u.value(claim.metric) for u in units] for key, units in per_seed.items()}
-    side_means = {side: float(reduce[side]([np.mean(seed_values[k]) for k in keys])) for side, keys in sides.items()}
+    side_means = {side: float(reduce_rows(np.array([np.mean(seed_values[k]) for k in keys]), reduce[side]))
+                  for side, keys in sides.items()}
     rival = None
-    if claim.best is not None:   # the best of the others, ours: the side reduced to its max (or min)
-        side, reduction = (("right", claim.right_reduce) if claim.right_reduce != "mean" else ("left", claim.left_reduce))
-        rival = rows[(max if reduction == "max" else min)(sides[side], key=lambda k: np.mean(seed_values[k]))].id
+    if claim.best is not None:   # the row to beat, ours: the best (k-th best) of the others by the seed-mean
+        side = "right" if claim.right_reduce != "mean" else "left"
+        highest, k = parse_reduction(reduce[side])
+        ranked = sorted(sides[side], key=lambda key: np.mean(seed_values[key]), reverse=highest == "max")
+        rival = rows[ranked[k - 1]].id
     seed_lists = {tuple(rows[k].seeds) for k in per_seed}
     seed_std, above = None, None
     if len(seed_lists) == 1 and len(next(iter(seed_lists))) > 1:   # shared seeds: the spread of the per-seed differences
-        differences = (reduce["left"]([seed_values[k] for k in sides["left"]], axis=0)
-                       - reduce["right"]([seed_values[k] for k in sides["right"]], axis=0))
-        seed_std, above = float(np.std(differences)), int(np.sum(differences > claim.margin))
+        differences = (reduce_rows(np.array([seed_values[k] for k in sides["left"]]), reduce["left"])
+                       - reduce_rows(np.array([seed_values[k] for k in sides["right"]]), reduce["right"]))
+        seed_std = float(np.std(differences))
+        above = None if claim.bound is not None else int(np.sum(differences > claim.margin))
     reported = {side: [reported_value(rows[k].reported, protocol, claim.metric) for k in keys]
                 for side, keys in sides.items()}
-    reported_means = {side: (float(reduce[side]([v for v, _ in values])) if all(v is not None for v, _ in values)
-                             else None) for side, values in reported.items()}
+    reported_means = {side: (float(reduce_rows(np.array([v for v, _ in values]), reduce[side]))
+                             if all(v is not None for v, _ in values) else None) for side, values in reported.items()}
     reported_difference = (None if None in reported_means.values()
                            else reported_means["left"] - reported_means["right"])
     compared = [k for keys in sides.values() for k in keys]
@@ -216,24 +259,21 @@ def check_claim(claim: ClaimSpec, protocol: str, spec: ClaimsSpec, scores: RowSc
     metric = METRICS.get(claim.metric)
     at_best = all(saturated(float(np.mean(seed_values[k])), metric.best, metric.direction,
                             spec.training_check["saturated_share"]) for k in compared)
-    said = claim_verdict(interval["low"], interval["high"], claim.margin, untrained, at_best)
+    said = claim_verdict(interval["low"], interval["high"], claim.margin, untrained, at_best, claim.bound)
     if spec.dataset_kind in INCOMPARABLE_DATA:
         said += f" ({INCOMPARABLE_DATA[spec.dataset_kind]})"
     return {
-        "paper": spec.paper, "dataset": spec.dataset, "data": spec.dataset_kind, "claim": claim.id,
-        "words": claim.words, "paraphrased": claim.paraphrased, "where": claim.where, "table": claim.table,
-        "compare": claim.form, "margin": claim.margin, "protocol": protocol, "metric": claim.metric,
-        "left_rows": "; ".join(claim.left), "right_rows": "; ".join(claim.right),
+        **claim_columns(claim, spec, protocol),
         "left_reproduced": side_means["left"], "right_reproduced": side_means["right"],
         "reproduced_difference": interval["estimate"], "difference_seed_std": seed_std, "seeds_above_margin": above,
-        "p_best": interval["share_above"] if claim.best is not None else None, "best_of_others": rival,
-        "printed_rows": "; ".join(claim.printed), "printed_verdict": printed_verdict(claim, protocol, rows),
+        "p_holds": interval["share_above"] if claim.best is not None else None, "rival": rival,
+        "printed_rows": "; ".join(r for r in claim.printed), "printed_verdict": printed_verdict(claim, protocol, rows),
         "n_seeds": len(rows[sides["left"][0]].seeds) if len(seed_lists) == 1 else None,
         "seeds": " ".join(map(str, sorted(seed_lists)[0])) if len(seed_lists) == 1 else "per row",
         "ci_low": interval["low"], "ci_high": interval["high"], "confidence": interval["confidence"],
         "interval_method": interval["method"], "n_resamples": interval["n_resamples"],
         "bootstrap_seed": interval["seed"], "n_images": interval["n_images"],
-        "reported_dataset": spec.reported_dataset, "left_reported": reported_means["left"],
+        "left_reported": reported_means["left"],
         "right_reported": reported_means["right"], "reported_difference": reported_difference,
         "reported_sources": "; ".join(dict.fromkeys(s for values in reported.values() for _, s in values if s)),
         "untrained_rows": "; ".join(untrained), "saturated": at_best,
@@ -248,9 +288,9 @@ def claims_frame(spec: ClaimsSpec, payload: DatasetPayload) -> pd.DataFrame:
     records = [check_claim(claim, protocol, spec, scores, training)
                for claim in spec.claims for protocol in claim.protocols]
     frame = pd.DataFrame(records, columns=list(COLUMNS))
-    floats = [c for c in COLUMNS if c.endswith(("_reproduced", "_reported", "_difference", "_std", "ci_low", "ci_high", "p_best"))]
+    floats = [c for c in COLUMNS if c.endswith(("_reproduced", "_reported", "_difference", "_std", "ci_low", "ci_high", "p_holds"))]
     frame[floats] = frame[floats].astype(float).round(DIGITS)
-    frame[["seeds_above_margin", "n_seeds"]] = frame[["seeds_above_margin", "n_seeds"]].astype("Int64")
+    frame[["seeds_above_margin", "n_seeds", "rank"]] = frame[["seeds_above_margin", "n_seeds", "rank"]].astype("Int64")
     return frame
 
 
@@ -273,15 +313,20 @@ def markdown(frame: pd.DataFrame, spec: ClaimsSpec) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for r in frame.itertuples():
         words = f"{escape_cell(r.words)} (paraphrase)" if r.paraphrased else f"“{escape_cell(r.words)}”"
-        said = r.verdict if pd.isna(r.p_best) else f"{r.verdict}; P(best) {r.p_best:.2f}, best of the others {r.best_of_others}"
+        said = r.verdict if pd.isna(r.p_holds) else f"{r.verdict}; {order_words(r)}"
         lines.append(f"| {r.claim} | {words} | {escape_cell(r.where)} | `{r.compare}` | {r.protocol} | "
                      f"{number(r.reported_difference, signed=True)} | {ours_difference(r)} | "
                      f"[{number(r.ci_low, signed=True)}, {number(r.ci_high, signed=True)}] | {said} |")
+    bounds = {c.id: c for c in spec.claims if c.bound is not None}
+    if bounds:
+        lines += ["", "Equivalence claims (two one-sided tests on the same interval: supported when it lies inside "
+                      "±bound, contradicted when wholly outside):", ""]
+        lines += [f"- `{c.id}`: bound {c.bound:g} {c.metric}: {escape_cell(c.bound_reason)}" for c in bounds.values()]
     printed = [r for r in frame.itertuples() if isinstance(r.printed_verdict, str) and r.printed_verdict]
     if printed:
-        lines += ["", "Best-of-set claims: ours compares the rows the harness runs (P(best): the share of resamples "
-                      "in which the claimed row is the best of them); on the paper's printed numbers, with the rows "
-                      "it only prints, apart from our verdict:", ""]
+        lines += ["", "Best-of-set and rank claims: ours compares the rows the harness runs (P: the share of resamples "
+                      "in which the claimed row is the best of them, or within its rank); on the paper's printed "
+                      "numbers, with the rows it only prints, apart from our verdict:", ""]
         lines += [f"- `{r.claim}` ({r.protocol}): {escape_cell(r.printed_verdict)}"
                   + (f"; printed only: {escape_cell(r.printed_rows)}" if isinstance(r.printed_rows, str)
                      and r.printed_rows else "") for r in printed]
@@ -291,6 +336,14 @@ def markdown(frame: pd.DataFrame, spec: ClaimsSpec) -> str:
                       "before the check; not taken as trained):", ""]
         lines += [f"- `{key}` {state.status}: {escape_cell(state.reason)}" for key, state in named.items()]
     return "\n".join(lines) + "\n"
+
+
+def order_words(r) -> str:
+    """P(best) and the best of the others, or P(rank <= k) and the k-th best of the others."""
+    rank = int(r.rank)
+    if rank == 1:
+        return f"P(best) {r.p_holds:.2f}, best of the others {r.rival}"
+    return f"P(rank ≤ {rank}) {r.p_holds:.2f}, {ordinal(rank)} best of the others {r.rival}"
 
 
 def _claims(args) -> None:

@@ -1,6 +1,8 @@
 """The claims of a paper on a dataset as a figure: per claim and protocol, our difference
 (left − right, seed mean) with its bootstrap interval, coloured by verdict; the paper's own
-difference as a marker where its reported numbers give one; the claimed margin and zero as lines.
+difference as a marker where its reported numbers give one; the claimed margin (an equivalence
+claim's ±bound, dashed) and zero as lines; a claim with a side the harness does not run has the
+paper's marker only.
 Claims on metrics of different scales (percentages, a 0-1 micro-F1) get a panel each."""
 from __future__ import annotations
 
@@ -36,6 +38,9 @@ def draw_claims(ax, frame: pd.DataFrame) -> None:
             ax.plot(r.reported_difference, y, marker="D", mfc="none", mec="black", ms=7, ls="none")
         if r.margin:
             ax.plot([r.margin, r.margin], [y - 0.35, y + 0.35], color="tab:orange", lw=1.2)
+        if not pd.isna(r.bound):   # an equivalence claim: the interval must lie inside ±bound
+            for end in (-r.bound, r.bound):
+                ax.plot([end, end], [y - 0.35, y + 0.35], color="tab:orange", lw=1.2, ls="--")
     ax.axvline(0.0, color="black", lw=0.8)
     ax.set_ylim(-0.6, len(frame) - 0.4)
     ax.set_yticks(ys, [f"{r.claim} [{r.metric}, {r.protocol}]" for r in frame.itertuples()], fontsize=8)
@@ -61,6 +66,10 @@ def plot_claims(claims_csv: str, out: str) -> int:
     handles = [plt.Line2D([], [], color=c, marker="o", ls="none", label=v) for v, c in COLOURS.items()]
     handles.append(plt.Line2D([], [], marker="D", mfc="none", mec="black", ls="none",
                               label=f"paper's difference{f' ({first.reported_dataset})' if synthetic else ''}"))
+    if (frame["margin"].fillna(0) != 0).any():
+        handles.append(plt.Line2D([], [], color="tab:orange", lw=1.2, label="claimed margin"))
+    if frame["bound"].notna().any():
+        handles.append(plt.Line2D([], [], color="tab:orange", lw=1.2, ls="--", label="equivalence bound ±d"))
     axes[0, 0].legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))   # beside, off the data
     fig.tight_layout()
     save_figure(fig, out)

@@ -214,8 +214,13 @@ def _unsupported(spec: ReportSpec, r) -> str | None:
     """What a claim check's verdict says against it, from its interval, margin and seeds (None: nothing)."""
     interval = f"[{number(r.ci_low, signed=True)}, {number(r.ci_high, signed=True)}]"
     seeds = "seeds per row" if pd.isna(r.n_seeds) else f"{int(r.n_seeds)} seed{'s' if r.n_seeds > 1 else ''}"
+    equivalence = not pd.isna(r.bound)
+    if r.verdict.startswith("contradicted") and equivalence:
+        return f"contradicted: the interval of the difference {interval} lies wholly outside ±{r.bound:g}."
     if r.verdict.startswith("contradicted"):
         return f"contradicted: the interval of the difference {interval} lies below the claimed margin ({r.margin:g})."
+    if r.verdict.startswith("undetermined:") and "reported only" in r.verdict:
+        return f"{r.verdict.split(' (')[0]}: the harness does not run it, so the claim is not tested here."
     if r.verdict.startswith("undetermined: saturated"):
         return (f"undetermined: {r.metric} is saturated on every compared row (within "
                 f"{1 - spec.training_check['saturated_share']:.0%} of its best), so it cannot tell them apart.")
@@ -227,6 +232,9 @@ def _unsupported(spec: ReportSpec, r) -> str | None:
     if r.verdict.startswith("undetermined"):
         return ("undetermined: its bootstrap interval is not defined (a resample of the test images had no query "
                 "the metric counts).")
+    if r.verdict.startswith("inconclusive") and equivalence:
+        return (f"inconclusive: the interval {interval} reaches beyond ±{r.bound:g}; {r.n_images} test images and "
+                f"{seeds} do not tell equivalence from a difference.")
     if r.verdict.startswith("inconclusive"):
         return (f"inconclusive: the interval {interval} contains the claimed margin ({r.margin:g}); "
                 f"{r.n_images} test images and {seeds} do not tell the difference from it.")

@@ -1,5 +1,6 @@
 """What a run of the harness found on one dataset, paper by paper (``tables/summary_<dataset>.{md,csv}``):
-every row the papers' tables run, its main metric (RSUM on the caption datasets, the NDCG@500 sum on
+every row the papers' tables run (once: a table several papers share lists each row under the paper
+whose file declares it, and says which papers share it), its main metric (RSUM on the caption datasets, the NDCG@500 sum on
 the tag datasets) against chance, whether it trained, and every claim with its verdict: whether the
 paper's orderings show. Built by the DAG from the rows' aggregates and the claims tables, so the
 numbers a README or a note quotes come from the run, not from a hand copy.
@@ -107,8 +108,12 @@ def to_markdown(spec: SummarySpec, rows: pd.DataFrame, claims: dict[str, pd.Data
     lines.append("")
     for paper in spec.papers:
         of_paper = rows[rows["paper"] == paper.paper]
-        lines += [f"## {paper.paper_name}", "",
-                  "| table | row | seeds | main metric | × chance | % of the way from chance to the max | trained |",
+        lines += [f"## {paper.paper_name}", ""]
+        shared = [t for t in paper.tables if t.shared_with]
+        if shared:
+            lines += [f"- Table {t.table} is shared with {', '.join(t.shared_with)}: its rows are listed under the "
+                      f"paper whose file declares each, this paper's here." for t in shared] + [""]
+        lines += ["| table | row | seeds | main metric | × chance | % of the way from chance to the max | trained |",
                   "|---|---|---|---|---|---|---|"]
         for r in of_paper.itertuples():
             ens = f" (ensemble of {r.ensemble_size})" if r.ensemble_size > 1 else ""
