@@ -36,7 +36,12 @@ class SetEmbeddingKind(ModelKind):
         module = model["set_module"]
         if module["kind"] == "slot":
             attention = "slot" if module["competition"] == "slots" else "transformer"
-            arch = f"{attention} set module (T {module['iterations']}, padding {module['padding']})"
+            ablated = [text for text, on in (("initial slots sampled", module.get("initial_slots") == "sampled"),
+                                             ("GRU update", module.get("slot_update") == "gru"),
+                                             ("no global feature in the elements", module.get("global_residual") is False))
+                       if on]   # appendix B.3's ablations, named only when set off the paper's model
+            arch = f"{attention} set module (T {module['iterations']}, padding {module['padding']}" + "".join(
+                f", {text}" for text in ablated) + ")"
         else:
             arch = "PIE-Net set module" + (" over the raw image input" if module.get("image_input") == "raw" else "")
         sim = model["similarity"]

@@ -195,7 +195,8 @@ class SetEmbeddingModel(EmbeddingModel):
                 return SlotSetPrediction(SlotAggregation(
                     set_size, embed_dim, dim, set_module["iterations"], set_module["heads"],
                     set_module["head_dim"], set_module["ff_mult"], dropout, set_module["competition"],
-                    set_module["padding"], positional, grid), embed_dim)
+                    set_module["padding"], positional, grid, set_module.get("initial_slots", "learned"),
+                    set_module.get("slot_update", "residual")), embed_dim, set_module.get("global_residual", True))
             self.image_set, self.text_set = slots(embed_dim, image_positional, grid), slots(word_dim, "sine")
         elif self.set_input == "raw":   # PIE-Net as PVSE's EncoderImage builds it: over the input, d_h = C/2
             self.image_set = PIENet(set_size, input_dim, embed_dim, input_dim // 2, dropout)

@@ -25,6 +25,19 @@ the global feature, LayerNorm.
 
 Both return (elements before l2, residuals, attention); residuals are the slot outputs (or PIE
 residuals) that the uniformity and diversity losses read.
+
+The paper's three modifications of slot attention (Locatello et al., NeurIPS 2020), each a switch
+whose default is the paper's model (its appendix B.3 ablates them; no public code runs the
+ablations, so what the paper leaves open is written here):
+
+- ``initial_slots``: ``learned`` K embeddings (the paper's), or ``sampled`` as the original: each
+  input's K initial slots drawn from N(mu, diag(sigma^2)), mu and log sigma learned (1 x D each,
+  Xavier-uniform as the original's); in evaluation the slots are mu (the paper does not say how
+  it evaluates the ablation; the mean keeps a caption's set independent of the random state);
+- ``slot_update``: ``residual``, slots + to_out(attended) (the paper's), or ``gru``, the original's
+  GRUCell(to_out(attended), slots), both followed by the pre-LN FFN residual;
+- ``global_residual`` (``SlotSetPrediction``): element k = LayerNorm(global) + slot_k (the
+  paper's), or slot_k alone (false).
 """
 from __future__ import annotations
 
@@ -35,6 +48,8 @@ from torch import nn
 
 COMPETITIONS = ("slots", "inputs")
 PADDINGS = ("leak", "masked")
+INITIAL_SLOTS = ("learned", "sampled")
+SLOT_UPDATES = ("residual", "gru")
 POSITIONALS = ("none", "sine", "sine_2d")
 RENORM_EPS = 1e-7   # attention.py: attn / (attn.sum(-1) + 1e-7)
 
@@ -78,8 +93,13 @@ def sine_positions_2d(height: int, width: int, dim: int, dtype: torch.dtype = to
 class SlotAggregation(nn.Module):
     def __init__(self, n_slots: int, slot_dim: int, input_dim: int, iterations: int, heads: int = 4,
                  head_dim: int = 512, ff_mult: int = 4, dropout: float = 0.0, competition: str = "slots",
-                 padding: str = "leak", positional: str = "none", grid: tuple[int, int] | None = None):
+                 padding: str = "leak", positional: str = "none", grid: tuple[int, int] | None = None,
+                 initial_slots: str = "learned", slot_update: str = "residual"):
         super().__init__()
+        if initial_slots not in INITIAL_SLOTS:
+            raise ValueError(f"initial_slots must be one of {INITIAL_SLOTS}, not {initial_slots!r}")
+        if slot_update not in SLOT_UPDATES:
+            raise ValueError(f"slot_update must be one of {SLOT_UPDATES}, not {slot_update!r}")
         if competition not in COMPETITIONS:
             raise ValueError(f"competition must be one of {COMPETITIONS}, not {competition!r}")
         if padding not in PADDINGS:
@@ -91,7 +111,12 @@ class SlotAggregation(nn.Module):
         self.iterations, self.heads, self.head_dim = iterations, heads, head_dim
         self.competition, self.padding, self.positional, self.grid = competition, padding, positional, grid
         inner = heads * head_dim
-        self.slots = nn.Parameter(torch.randn(n_slots, slot_dim))   # agg_block.py: randn, learned
+        self.n_slots, self.initial_slots, self.slot_update = n_slots, initial_slots, slot_update
+        if initial_slots == "learned":
+            self.slots = nn.Parameter(torch.randn(n_slots, slot_dim))   # agg_block.py: randn, learned
+        else:   # the original slot attention's: mu and log sigma, Xavier-uniform
+            self.slots_mu = nn.Parameter(nn.init.xavier_uniform_(torch.empty(1, 1, slot_dim)))
+            self.slots_log_sigma = nn.Parameter(nn.init.xavier_uniform_(torch.empty(1, 1, slot_dim)))
         self.norm_slots = nn.LayerNorm(slot_dim)
         self.norm_inputs = nn.LayerNorm(input_dim)
         self.to_q = nn.Linear(slot_dim, inner, bias=False)
@@ -102,6 +127,17 @@ class SlotAggregation(nn.Module):
         self.ff = nn.Sequential(nn.Linear(slot_dim, slot_dim * ff_mult), nn.GELU(), nn.Dropout(dropout),
                                 nn.Linear(slot_dim * ff_mult, slot_dim))
         self.norm_out = nn.LayerNorm(slot_dim)
+        if slot_update == "gru":
+            self.gru = nn.GRUCell(slot_dim, slot_dim)
+
+    def initial(self, batch: int, like: torch.Tensor) -> torch.Tensor:
+        """(B, K, slot_dim) initial slots: the learned ones, or drawn from N(mu, sigma^2) (mu in evaluation)."""
+        if self.initial_slots == "learned":
+            return self.slots.expand(batch, -1, -1)
+        mu = self.slots_mu.expand(batch, self.n_slots, -1)
+        if not self.training:
+            return mu
+        return mu + self.slots_log_sigma.exp() * torch.randn(mu.shape, dtype=like.dtype, device=like.device)
 
     def attention(self, slots: torch.Tensor, keys: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """(B, heads, K, N) weights of the slots over the inputs (``valid``: (B, N) bool)."""
@@ -134,26 +170,34 @@ class SlotAggregation(nn.Module):
                                                 inputs.device).to(context.dtype)
         keys = self.to_k(keyed).view(b, n, self.heads, self.head_dim).transpose(1, 2)
         values = self.to_v(context).view(b, n, self.heads, self.head_dim).transpose(1, 2)
-        slots = self.slots.expand(b, -1, -1)
+        slots = self.initial(b, context)
         attn = None
         for _ in range(self.iterations):   # weight-tied: the same block every iteration
             attn = self.attention(slots, keys, valid)
-            update = (attn @ values).transpose(1, 2).reshape(b, slots.shape[1], -1)
-            slots = slots + self.to_out(update)
+            update = self.to_out((attn @ values).transpose(1, 2).reshape(b, slots.shape[1], -1))
+            if self.slot_update == "residual":
+                slots = slots + update
+            else:
+                slots = self.gru(update.reshape(-1, update.shape[-1]), slots.reshape(-1, slots.shape[-1])).view_as(slots)
             slots = slots + self.ff(self.norm_ff(slots))
         return self.norm_out(slots), attn
 
 
 class SlotSetPrediction(nn.Module):
-    """Element k = LayerNorm(global) + slot_k (DivE's ``--spm_residual --spm_residual_norm``)."""
+    """Element k = LayerNorm(global) + slot_k (DivE's ``--spm_residual --spm_residual_norm``), or
+    slot_k alone (``global_residual`` false, the appendix B.3 ablation)."""
 
-    def __init__(self, aggregation: SlotAggregation, embed_dim: int):
+    def __init__(self, aggregation: SlotAggregation, embed_dim: int, global_residual: bool = True):
         super().__init__()
         self.aggregation = aggregation
-        self.norm_global = nn.LayerNorm(embed_dim)
+        self.global_residual = global_residual
+        if global_residual:
+            self.norm_global = nn.LayerNorm(embed_dim)
 
     def forward(self, local: torch.Tensor, glob: torch.Tensor, lengths: torch.Tensor):
         slots, attn = self.aggregation(local, lengths)
+        if not self.global_residual:
+            return slots, slots, attn
         return self.norm_global(glob)[:, None, :] + slots, slots, attn
 
 
