@@ -251,7 +251,9 @@ def test_vse0_runs_its_sources_unnormalised_image_embedding_and_a_row_off_it_lis
 
 def test_a_switchs_value_when_absent_is_the_models_default():
     """``absent`` (a switch of an optional model key) says what the model's constructor does
-    without the key; checked against that constructor, for every method file."""
+    without the key; checked against that constructor's default for a top-level key, and for a key
+    of a block (the set module's) by building the method's model on the built-in data without the
+    key and with it at that value: the same parameters and the same encodings, for every method file."""
     checked = 0
     for path in sorted((REPO_ROOT / "config" / "methods").glob("*.yaml")):
         raw = load_method_file(path)
@@ -260,8 +262,32 @@ def test_a_switchs_value_when_absent_is_the_models_default():
             for name, switch in (block.get("switches") or {}).items():
                 if switch and "absent" in switch:
                     key = (switch.get("key") or raw["source"]["switches"][name]["key"]).split(".")
-                    assert key[0] == "model" and len(key) == 2, (path, name)
-                    default = inspect.signature(model_class(raw["base"]["model"]["kind"])).parameters[key[1]].default
-                    assert switch["absent"] == default, (path, name)
+                    assert key[0] == "model", (path, name)
+                    if len(key) == 2:
+                        default = inspect.signature(model_class(raw["base"]["model"]["kind"])).parameters[key[1]].default
+                        assert switch["absent"] == default, (path, name)
+                    else:
+                        assert same_model_without_the_key(raw["method"], ".".join(key), switch["absent"]), (path, name)
                     checked += 1
-    assert checked >= 1
+    assert checked >= 4
+
+
+def same_model_without_the_key(method: str, key: str, value) -> bool:
+    """The method's synthetic model built without ``key`` and with it set to ``value``, from one seed:
+    the same parameters, and the same image sets of one random batch (evaluation mode)."""
+    import torch
+
+    from methods import api
+    base = api.experiment_config(method, "synthetic")
+    assert key.split(".")[-1] not in value_at(base, key.rsplit(".", 1)[0]), key   # absent from the base
+    models = []
+    for overrides in ({}, {key: value}):
+        torch.manual_seed(0)
+        models.append(api.build_model(api.experiment_config(method, "synthetic", overrides=overrides), 20,
+                                      {"dim": 6, "regions": 3}).eval())
+    without, with_value = (m.state_dict() for m in models)
+    if without.keys() != with_value.keys() or not all(torch.equal(without[k], with_value[k]) for k in without):
+        return False
+    batch = {"features": torch.randn(2, 3, 6, generator=torch.Generator().manual_seed(1)), "lengths": torch.tensor([3, 2])}
+    with torch.no_grad():
+        return torch.equal(models[0].encode_images(batch), models[1].encode_images(batch))

@@ -238,8 +238,8 @@ def check_claim(claim: ClaimSpec, protocol: str, spec: ClaimsSpec, scores: RowSc
     rival = None
     if claim.best is not None:   # the row to beat, ours: the best (k-th best) of the others by the seed-mean
         side = "right" if claim.right_reduce != "mean" else "left"
-        highest, k = parse_reduction(reduce[side])
-        ranked = sorted(sides[side], key=lambda key: np.mean(seed_values[key]), reverse=highest == "max")
+        order, k = parse_reduction(reduce[side])   # max: the k-th highest; min: the k-th lowest
+        ranked = sorted(sides[side], key=lambda key: np.mean(seed_values[key]), reverse=order == "max")
         rival = rows[ranked[k - 1]].id
     seed_lists = {tuple(rows[k].seeds) for k in per_seed}
     seed_std, above = None, None

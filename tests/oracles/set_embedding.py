@@ -183,5 +183,8 @@ SOURCE_BEHAVIOUR = {
                        "training.selection_metric": "last", "model.dropout": 0.1, "model.region_drop": 0.2,
                        "training.caption_augment": {"prob": 0.2, "mask": 0.5, "replace": 0.1}},
 }
-# keys a row may set as its own factor, so not declared switches: the Table 4 rows vary K, T and alpha
-ROW_FACTORS = {"set_embeddings": {"model.set_size", "model.set_module.iterations", "model.similarity.alpha"}}
+# keys a row may set as its own factor, so not declared switches: the Table 4 rows vary K, T and alpha,
+# the appendix B.3 rows undo the slot-attention modifications
+ROW_FACTORS = {"set_embeddings": {"model.set_size", "model.set_module.iterations", "model.similarity.alpha",
+                                  "model.set_module.initial_slots", "model.set_module.slot_update",
+                                  "model.set_module.global_residual"}}
