@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from methods.config import REPO_ROOT, deep_merge, load_harness_config, load_yaml
+from methods.config import REPO_ROOT, load_harness_config, load_yaml
 from methods.plan.datasets import data_kind
 from methods.plan.papers import ALL_TABLES_CONFIG
 from methods.plan.plan import Plan
@@ -29,18 +29,21 @@ def tested_on(plan: Plan) -> dict[tuple[str, str], list[str]]:
 def coverage_rows(config: str = "config/config.yaml") -> list[dict]:
     """One row per claim of the paper files: its form, table and where it runs."""
     default = Plan(load_harness_config(REPO_ROOT / config))
-    every = Plan(load_harness_config(REPO_ROOT / config, deep_merge(load_yaml(REPO_ROOT / ALL_TABLES_CONFIG), {})))
+    every = Plan(load_harness_config(REPO_ROOT / config, load_yaml(REPO_ROOT / ALL_TABLES_CONFIG)))
     in_default, in_every = tested_on(default), tested_on(every)
     untested: dict[tuple[str, str], list[str]] = {}   # claims a dataset cannot test without a configured file
     for (paper, dataset), claims in every.untested_claims.items():
         for claim, keys in claims:
             untested.setdefault((paper, claim), []).append(f"{dataset} once {', '.join(keys)} set")
+    planned: dict[tuple[str, str], object] = {}   # (paper, claim id) -> the claim, as first planned
+    for (paper, _), claims in every.claims.items():
+        for claim in claims:
+            planned.setdefault((paper, claim.id), claim)
     rows = []
     for paper in every.papers:
-        ids = dict.fromkeys(c.id for (p, _), claims in every.claims.items() if p == paper for c in claims)
-        ids.update(dict.fromkeys(c for (p, _), claims in every.untested_claims.items() if p == paper for c, _ in claims))
-        for claim_id in ids:
-            claim = next(c for (p, _), claims in every.claims.items() if p == paper for c in claims if c.id == claim_id)
+        for (p, claim_id), claim in planned.items():
+            if p != paper:
+                continue
             datasets = in_every.get((paper, claim_id), [])
             real = sorted(d for d in datasets if data_kind(every.cfg["datasets"][d]) not in ("synthetic", "smoke"))
             rows.append({"paper": paper, "claim": claim_id, "compare": claim.form, "table": claim.table,
